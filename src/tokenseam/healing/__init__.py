@@ -1,0 +1,19 @@
+"""Token healing at the prompt/generation seam: rollback, the healing constraint, stable prefixes, the linter.
+
+The engine calls `heal_prompt` on prompt ids, prefills `kept_ids` and installs a `HealingConstraint`.
+"""
+
+from .constraint import HealedGrammarConstraint, HealingConstraint, all_allowed_mask, healing_step_ids
+from .errors import HealingError
+from .heal import DEFAULT_MAX_ROLLBACK, HealResult, heal_prompt
+
+__all__ = [
+    "DEFAULT_MAX_ROLLBACK",
+    "HealResult",
+    "HealedGrammarConstraint",
+    "HealingConstraint",
+    "HealingError",
+    "all_allowed_mask",
+    "heal_prompt",
+    "healing_step_ids",
+]
