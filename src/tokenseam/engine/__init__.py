@@ -1,0 +1,17 @@
+"""The engine: llama.cpp backend, continuous-batching scheduler, numpy sampler, constraint hook.
+
+`LLM` bundles them with a synchronous API for the CLI and benchmarks; the server uses `Engine` directly.
+"""
+
+from .backend import BackendConfig, LlamaCppBackend
+from .constraint import Constraint, allocate_token_bitmask, bitmask_from_ids, bitmask_to_bool
+from .errors import BackendError, ContextLengthError, EngineError, InvalidRequestError, QueueFullError
+from .llm_engine import Engine
+from .sampling import SamplingParams, TokenLogprob
+from .sequence import ChoiceEvent, GenerationRequest, RequestDone
+
+__all__ = [
+    "BackendConfig", "BackendError", "ChoiceEvent", "Constraint", "ContextLengthError", "Engine", "EngineError",
+    "GenerationRequest", "InvalidRequestError", "LlamaCppBackend", "QueueFullError", "RequestDone",
+    "SamplingParams", "TokenLogprob", "allocate_token_bitmask", "bitmask_from_ids", "bitmask_to_bool",
+]

@@ -1,0 +1,159 @@
+"""The llama.cpp model backend: tokenize, vocabulary bytes, batched multi-sequence decode, KV sequence ops.
+
+Everything above it (scheduler, sampler, constraints, caches) is backend-independent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from ..vocab import Tokenizer, Vocabulary
+from ..vocab.gguf import read_gguf_metadata
+from ..vocab.tokenizer import ensure_llama_backend
+from .errors import BackendError
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    n_ctx: int = 4096  # tokens per sequence
+    n_seq: int = 8  # sequences decoded together (`--parallel`), plus spare ones for the prefix cache
+    n_spare_seq: int = 0
+    n_threads: int = 0  # 0 = all cores
+    n_batch: int = 512  # max tokens per llama_decode call
+
+
+class LlamaCppBackend:
+    """One llama.cpp model + context holding `n_seq` sequences in a unified KV cache."""
+
+    def __init__(self, model_path: str | Path, config: BackendConfig = BackendConfig()) -> None:
+        ensure_llama_backend()
+        self.path = Path(model_path)
+        self.config = config
+        self.vocab = Vocabulary.from_gguf(self.path)
+        meta = read_gguf_metadata(self.path, skip=frozenset({
+            "tokenizer.ggml.merges", "tokenizer.ggml.scores", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type"}))
+        self.chat_template: str | None = meta.get("tokenizer.chat_template")
+        self.model_name = self.path.stem
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise BackendError(f"llama.cpp could not load model {self.path}")
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+        self.n_seq_total = config.n_seq + config.n_spare_seq
+        cparams = llama_cpp.llama_context_default_params()
+        # A unified KV cache lets any sequence use up to n_ctx positions, and seq_cp shares cells between
+        # sequences instead of copying them (n > 1 choices, prefix reuse). Size it so that every live
+        # sequence can reach its full window at once.
+        cparams.n_ctx = config.n_ctx * config.n_seq
+        cparams.n_batch = config.n_batch
+        cparams.n_ubatch = config.n_batch
+        cparams.n_seq_max = self.n_seq_total
+        cparams.kv_unified = True
+        threads = config.n_threads or os.cpu_count() or 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = False
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            raise BackendError("llama.cpp could not create a context (n_ctx too large for memory?)")
+        self.n_ctx = config.n_ctx  # per sequence
+        self.n_cells = llama_cpp.llama_n_ctx(self._ctx)
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self.tokenizer = Tokenizer(self._model, owns_model=False, path=str(self.path))
+        self.n_vocab = self.tokenizer.n_vocab
+        self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, self.n_seq_total)
+        self.decode_seconds = 0.0  # time spent inside llama_decode, for the benchmark's overhead figure
+        self.decode_calls = 0
+        eog = {i for i in range(self.n_vocab) if self.vocab.is_special[i] and self.tokenizer.is_eog(i)}
+        self.eog_ids = frozenset(eog | set(self.vocab.eos_token_ids))
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    # ---------------------------------------------------------------- decode
+    def decode(self, items: list[tuple[int, list[int], int, bool]]) -> list[np.ndarray | None]:
+        """Decode several sequences in one llama_decode call.
+
+        items: (seq_id, tokens, first position, want logits of the last token). The total token count must
+        not exceed n_batch. Returns, per item, a view of the last token's logits (valid until the next
+        decode) or None.
+        """
+        import time
+
+        b = self._batch
+        n = 0
+        out_idx: list[int] = []
+        for seq_id, tokens, pos0, want in items:
+            for k, t in enumerate(tokens):
+                b.token[n] = t
+                b.pos[n] = pos0 + k
+                b.n_seq_id[n] = 1
+                b.seq_id[n][0] = seq_id
+                b.logits[n] = 0
+                n += 1
+            if want:
+                b.logits[n - 1] = 1
+                out_idx.append(n - 1)
+            else:
+                out_idx.append(-1)
+        if n == 0:
+            return []
+        if n > self.config.n_batch:
+            raise BackendError(f"batch of {n} tokens exceeds n_batch={self.config.n_batch}")
+        b.n_tokens = n
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        self.decode_seconds += time.perf_counter() - t0
+        self.decode_calls += 1
+        if rc != 0:
+            raise BackendError(f"llama_decode failed with code {rc}" + (
+                " (no free KV cells: the context is full)" if rc == 1 else ""))
+        res: list[np.ndarray | None] = []
+        for i in out_idx:
+            if i < 0:
+                res.append(None)
+                continue
+            ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
+            res.append(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)))
+        return res
+
+    # ---------------------------------------------------------------- KV sequence operations
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+        """Drop positions [p0, p1) of a sequence (-1 = open end)."""
+        llama_cpp.llama_memory_seq_rm(self._mem, seq_id, p0, p1)
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Make dst share src's KV for positions [p0, p1) (no copy in a unified cache)."""
+        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+
+    def seq_len(self, seq_id: int) -> int:
+        return llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id) + 1
+
+    def seq_save(self, seq_id: int) -> bytes:
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq_id)
+        buf = (ctypes.c_uint8 * size)()
+        n = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, seq_id)
+        return bytes(buf[:n])
+
+    def seq_restore(self, seq_id: int, data: bytes) -> None:
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(data), seq_id) == 0:
+            raise BackendError("could not restore sequence state")
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self._mem, True)

@@ -1,0 +1,309 @@
+"""The engine: one thread that batches every running sequence into each llama_decode call (continuous batching).
+
+Callers submit a `GenerationRequest` with an emit callback and receive `ChoiceEvent`s then one `RequestDone`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+
+import numpy as np
+
+from .backend import LlamaCppBackend
+from .constraint import bitmask_to_bool
+from .errors import BackendError, ContextLengthError, InvalidRequestError, QueueFullError
+from .sequence import ChoiceEvent, Emit, GenerationRequest, RequestDone, RequestState, Sequence
+
+log = logging.getLogger("tokenseam.engine")
+
+
+class Engine:
+    """Continuous-batching scheduler over a `LlamaCppBackend`.
+
+    Sequence slots keep their KV after a request ends; a new request takes the free slot sharing the
+    longest token prefix with its prompt and decodes only the rest (`cached_tokens`).
+    """
+
+    def __init__(self, backend: LlamaCppBackend, max_queue: int = 64) -> None:
+        self.backend = backend
+        self.vocab = backend.vocab
+        self.max_queue = max_queue
+        self.n_slots = backend.config.n_seq
+        self._slot_tokens: list[list[int]] = [[] for _ in range(self.n_slots)]
+        self._free: set[int] = set(range(self.n_slots))
+        self._waiting: deque[RequestState] = deque()
+        self._running: list[RequestState] = []
+        self._cancel: set[int] = set()
+        self._cv = threading.Condition()
+        self._stop = False
+        self._mask = np.zeros(self.vocab.mask_words, dtype=np.int32)
+        self.stats = EngineStats()
+        self._thread = threading.Thread(target=self._run, name="tokenseam-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ public API (any thread)
+    def submit(self, request: GenerationRequest, emit: Emit) -> RequestState:
+        """Queue a request. Raises InvalidRequestError / ContextLengthError / QueueFullError at once."""
+        p = request.params
+        p.validate(self.backend.n_vocab)
+        n_prompt = len(request.prompt_ids)
+        if n_prompt == 0:
+            raise InvalidRequestError("the prompt is empty (it tokenizes to no tokens)", "prompt")
+        if any(not 0 <= t < self.backend.n_vocab for t in request.prompt_ids):
+            raise InvalidRequestError("the prompt contains token ids outside the vocabulary", "prompt")
+        n_ctx = self.backend.n_ctx
+        if n_prompt >= n_ctx:
+            raise ContextLengthError(
+                f"the prompt is {n_prompt} tokens but the context window is {n_ctx} tokens", "prompt")
+        if p.max_tokens is not None and n_prompt + p.max_tokens > n_ctx:
+            raise ContextLengthError(
+                f"prompt ({n_prompt} tokens) + max_tokens ({p.max_tokens}) exceeds the context window of "
+                f"{n_ctx} tokens", "max_tokens")
+        if p.n > self.n_slots:
+            raise InvalidRequestError(f"n={p.n} exceeds the server's parallel sequences ({self.n_slots})", "n")
+        state = RequestState(request, emit)
+        with self._cv:
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFullError(f"the request queue is full ({self.max_queue} waiting); retry shortly")
+            self._waiting.append(state)
+            self._cv.notify()
+        return state
+
+    def cancel(self, state: RequestState) -> None:
+        """Abort a request (client gone): its sequences stop and their KV is freed before the next decode."""
+        with self._cv:
+            self._cancel.add(state.id)
+            self._cv.notify()
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def running_count(self) -> int:
+        return len(self._running)
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        self._thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ engine thread
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stop and not self._waiting and not self._running and not self._cancel:
+                    self._cv.wait()
+                if self._stop:
+                    break
+                cancels, self._cancel = self._cancel, set()
+            self._apply_cancels(cancels)
+            self._admit()
+            if not self._running:
+                continue
+            try:
+                self._step()
+            except BackendError as e:
+                log.error("decode failed, aborting %d requests: %s", len(self._running), e)
+                for st in list(self._running):
+                    self._abort(st, str(e))
+                self.backend.clear()
+                self._slot_tokens = [[] for _ in range(self.n_slots)]
+            except Exception as e:  # a bug must not kill the engine thread and hang every client
+                log.exception("engine step failed")
+                for st in list(self._running):
+                    self._abort(st, f"internal error: {e}")
+
+    def _apply_cancels(self, ids: set[int]) -> None:
+        if not ids:
+            return
+        for st in list(self._running):
+            if st.id in ids:
+                self._abort(st, None, reason="abort")
+        with self._cv:
+            for st in list(self._waiting):
+                if st.id in ids:
+                    self._waiting.remove(st)
+                    st.emit([RequestDone(len(st.prompt), 0, 0, error=None)])
+
+    def _abort(self, st: RequestState, error: str | None, reason: str = "abort") -> None:
+        events: list = []
+        for s in st.seqs:
+            if not s.finished:
+                s.finish_reason = reason
+                events.append(ChoiceEvent(s.index, [], "", finish_reason=reason))
+            self.backend.seq_rm(s.seq_id)  # free the KV now
+            self._slot_tokens[s.seq_id] = []
+            self._free.add(s.seq_id)
+        st.seqs = []
+        st.done = True
+        if st in self._running:
+            self._running.remove(st)
+        events.append(RequestDone(len(st.prompt), 0, st.cached_tokens, error=error))
+        st.emit(events)
+
+    def _admit(self) -> None:
+        while True:
+            with self._cv:
+                if not self._waiting or len(self._free) < self._waiting[0].request.params.n:
+                    return
+                st = self._waiting.popleft()
+            prompt = st.prompt
+            best, best_lcp = None, -1
+            for slot in sorted(self._free):
+                lcp = _common_prefix(self._slot_tokens[slot], prompt)
+                if lcp > best_lcp:
+                    best, best_lcp = slot, lcp
+            reuse = min(best_lcp, len(prompt) - 1)  # decode at least one token to get logits
+            slots = [best] + [s for s in sorted(self._free) if s != best][: st.request.params.n - 1]
+            for s in slots:
+                self._free.discard(s)
+            self.backend.seq_rm(best, reuse, -1)
+            self._slot_tokens[best] = list(prompt[:reuse])
+            for s in slots[1:]:
+                self.backend.seq_rm(s)
+                self._slot_tokens[s] = []
+            st.prefill_pos = reuse
+            st.cached_tokens = reuse
+            st.seqs = [Sequence(st, i, slot, self.vocab, self.backend.n_vocab) for i, slot in enumerate(slots)]
+            st.seqs[0].n_past = reuse
+            self.stats.prompt_tokens += len(prompt)
+            self.stats.cached_tokens += reuse
+            self._running.append(st)
+
+    def _step(self) -> None:
+        t0 = time.perf_counter()
+        dec0 = self.backend.decode_seconds
+        budget = self.backend.config.n_batch
+        items: list[tuple[int, list[int], int, bool]] = []
+        owners: list[tuple[RequestState, Sequence | None]] = []
+        for st in self._running:
+            if st.prefilling:
+                continue
+            for s in st.seqs:
+                if not s.finished and budget > 0:
+                    items.append((s.seq_id, [s.generated[-1]], s.n_past, True))
+                    owners.append((st, s))
+                    budget -= 1
+        for st in self._running:
+            if budget <= 0:
+                break
+            if not st.prefilling:
+                continue
+            s0 = st.seqs[0]
+            chunk = st.prompt[st.prefill_pos: st.prefill_pos + budget]
+            last = st.prefill_pos + len(chunk) == len(st.prompt)
+            items.append((s0.seq_id, chunk, st.prefill_pos, last))
+            owners.append((st, None))
+            budget -= len(chunk)
+        logits = self.backend.decode(items)
+        out: dict[int, list] = {}
+        n_sampled = 0
+        for (st, s), (_, toks, _, _), lg in zip(owners, items, logits, strict=True):
+            if s is None:  # a prefill chunk
+                st.prefill_pos += len(toks)
+                st.seqs[0].n_past = st.prefill_pos
+                self._slot_tokens[st.seqs[0].seq_id].extend(toks)
+                if lg is None:
+                    continue
+                for sib in st.seqs[1:]:
+                    self.backend.seq_cp(st.seqs[0].seq_id, sib.seq_id)
+                    sib.n_past = st.prefill_pos
+                    self._slot_tokens[sib.seq_id] = list(st.prompt)
+                for seq in st.seqs:
+                    out.setdefault(st.id, []).append(self._sample(seq, lg))
+                    n_sampled += 1
+            else:
+                s.n_past += 1
+                self._slot_tokens[s.seq_id].append(toks[0])
+                out.setdefault(st.id, []).append(self._sample(s, lg))
+                n_sampled += 1
+        for st in list(self._running):
+            events = out.get(st.id)
+            if all(s.finished for s in st.seqs):
+                for s in st.seqs:
+                    self._free.add(s.seq_id)
+                self._running.remove(st)
+                st.done = True
+                events = (events or []) + [RequestDone(len(st.prompt), sum(len(s.generated) for s in st.seqs),
+                                                       st.cached_tokens)]
+            if events:
+                st.emit(events)
+        self.stats.generated_tokens += n_sampled
+        self.stats.steps += 1
+        self.stats.overhead_seconds += (time.perf_counter() - t0) - (self.backend.decode_seconds - dec0)
+
+    def _sample(self, s: Sequence, logits: np.ndarray) -> ChoiceEvent:
+        allowed = None
+        c = s.constraint
+        if c is not None:
+            self._mask.fill(0)
+            c.fill_mask(self._mask)
+            allowed = bitmask_to_bool(self._mask, self.backend.n_vocab)
+        tok, lp = s.sampler.sample(logits, allowed)
+        if c is not None and not c.accept(tok):
+            log.warning("constraint refused the token it allowed (id %d)", tok)
+        s.generated.append(tok)
+        p = s.req.request.params
+        text = s.detok.push(tok)
+        reason = None
+        if tok in self.backend.eog_ids and not p.ignore_eos:
+            reason = "stop"
+        elif tok in p.stop_token_ids:
+            reason = "stop"
+        elif s.detok.stopped:
+            reason = "stop"
+        elif c is not None and c.is_finished():
+            reason = "stop"
+        elif p.max_tokens is not None and len(s.generated) >= p.max_tokens:
+            reason = "length"
+        elif s.n_past + 1 >= self.backend.n_ctx:
+            reason = "length"
+        if reason is not None:
+            text += s.detok.finish()
+            s.finish_reason = reason
+        return ChoiceEvent(s.index, [tok], text, [lp] if lp else [], reason, s.detok.stop_reason)
+
+
+class EngineStats:
+    """Counters the server exports to /metrics and the benchmark reads."""
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.generated_tokens = 0
+        self.steps = 0
+        self.overhead_seconds = 0.0
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    x = np.asarray(a[:n], dtype=np.int64)
+    y = np.asarray(b[:n], dtype=np.int64)
+    diff = np.flatnonzero(x != y)
+    return int(diff[0]) if diff.size else n
+
+
+def run_sync(engine: Engine, request: GenerationRequest, timeout: float | None = None):
+    """Submit and yield events from the calling thread (CLI, benchmarks, tests); cancels on early exit."""
+    import queue
+
+    q: queue.Queue = queue.Queue()
+    st = engine.submit(request, lambda evs: q.put(evs))
+    finished = False
+    try:
+        while True:
+            for ev in q.get(timeout=timeout):
+                yield ev
+                if isinstance(ev, RequestDone):
+                    finished = True
+                    return
+    finally:
+        if not finished:
+            engine.cancel(st)

@@ -1,0 +1,9 @@
+"""HTTP layer: OpenAI-compatible and llama-server-compatible routes over the engine, plus metrics.
+
+`build_server(...)` loads a model and returns (app, state); `tokenseam serve` runs it with uvicorn.
+"""
+
+from .app import ServerState, create_app
+from .runtime import build_server
+
+__all__ = ["ServerState", "build_server", "create_app"]

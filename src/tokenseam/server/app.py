@@ -1,0 +1,427 @@
+"""The HTTP API: OpenAI-compatible routes, llama-server-compatible routes, health and metrics.
+
+Route functions are small: parse -> prepare an engine request -> stream or collect events -> format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from prometheus_client import generate_latest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..engine import ChoiceEvent, Engine, GenerationRequest, RequestDone
+from ..engine.chat_template import ChatTemplate
+from . import formatting as fmt
+from .errors import APIError, from_exception
+from .metrics import ServerMetrics
+from .protocol import ParsedRequest, bad, parse_llama_completion, parse_openai
+
+log = logging.getLogger("tokenseam.server")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class Prepared:
+    """An engine request plus what the response needs to report about how it was built."""
+
+    gen: GenerationRequest
+    prompt_tokens: int
+    healed: dict | None = None  # {"removed_ids": [...], "removed_bytes": [...], "removed_text": ...}
+    tool_call: dict | None = None  # set when the output is constrained to a tool call
+    extra: dict = field(default_factory=dict)
+
+
+class ServerState:
+    def __init__(self, engine: Engine, model_id: str, aliases: tuple[str, ...] = (),
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.engine = engine
+        self.backend = engine.backend
+        self.vocab = engine.vocab
+        self.tokenizer = engine.backend.tokenizer
+        self.model_id = model_id
+        self.model_names = {model_id, *aliases, engine.backend.model_name, engine.backend.path.name}
+        self.max_body_bytes = max_body_bytes
+        self.metrics = ServerMetrics()
+        self.chat = ChatTemplate(engine.backend.chat_template, self.vocab, self.tokenizer)
+        self.started = int(time.time())
+        # Extra per-request constraint source (an embedding application's own rules; tests use it to force
+        # exact outputs): (parsed request, body) -> constraint factory or None.
+        self.constraint_hook: Callable[[ParsedRequest, dict], Callable | None] | None = None
+
+
+def create_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="tokenseam", version="0.1.0", docs_url=None, redoc_url=None)
+    app.state.ts = state
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, e: APIError):
+        state.metrics.requests.labels(request.url.path, str(e.status)).inc()
+        return e.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, e: RequestValidationError):
+        return bad(f"invalid request: {e.errors()}").response()
+
+    @app.exception_handler(404)
+    async def _not_found(request: Request, e):
+        return APIError(404, f"no route {request.method} {request.url.path}", code="not_found").response()
+
+    @app.exception_handler(405)
+    async def _method(request: Request, e):
+        return APIError(405, f"method {request.method} not allowed on {request.url.path}").response()
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": state.model_id, "queue_depth": state.engine.queue_depth,
+                "running": state.engine.running_count}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": state.model_id, "object": "model", "created": state.started,
+                                            "owned_by": "tokenseam"}]}
+
+    @app.get("/v1/models/{name}")
+    async def model(name: str):
+        if name not in state.model_names:
+            raise APIError(404, f"model {name!r} does not exist", code="model_not_found", param="model")
+        return {"id": state.model_id, "object": "model", "created": state.started, "owned_by": "tokenseam"}
+
+    @app.get("/metrics")
+    async def metrics():
+        m = state.metrics
+        m.queue_depth.set(state.engine.queue_depth)
+        m.running.set(state.engine.running_count)
+        return Response(generate_latest(m.registry), media_type="text/plain; version=0.0.4")
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = await read_json(request, state)
+        content = body.get("content")
+        if not isinstance(content, str):
+            raise bad("content must be a string", "content")
+        ids = state.tokenizer.encode(content, add_special=bool(body.get("add_special", False)),
+                                     parse_special=bool(body.get("parse_special", False)))
+        if body.get("with_pieces"):
+            return {"tokens": [{"id": t, "piece": _piece(state, t)} for t in ids]}
+        return {"tokens": ids}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        body = await read_json(request, state)
+        toks = body.get("tokens")
+        if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
+            raise bad("tokens must be a list of integers", "tokens")
+        if any(not 0 <= t < state.vocab.size for t in toks):
+            raise bad(f"token ids must be in 0..{state.vocab.size - 1}", "tokens")
+        return {"content": state.vocab.decode_bytes(toks).decode("utf-8", errors="replace")}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await _generate(request, state, "/v1/completions")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await _generate(request, state, "/v1/chat/completions")
+
+    @app.post("/completion")
+    async def llama_completion(request: Request):
+        return await _generate(request, state, "/completion")
+
+    return app
+
+
+def _piece(state: ServerState, t: int) -> str | list[int]:
+    b = state.vocab.token_bytes[t]
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(b)
+
+
+async def read_json(request: Request, state: ServerState) -> dict:
+    cl = request.headers.get("content-length")
+    if cl is not None and cl.isdigit() and int(cl) > state.max_body_bytes:
+        raise APIError(413, f"request body is {cl} bytes; the limit is {state.max_body_bytes}",
+                       code="request_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > state.max_body_bytes:
+            raise APIError(413, f"request body exceeds the limit of {state.max_body_bytes} bytes",
+                           code="request_too_large")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise bad("the request body is empty; send a JSON object")
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise bad(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    return body
+
+
+# ---------------------------------------------------------------------------------------------- generation
+def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
+    """Tokenize the prompt and build the engine request (constraints and healing plug in here)."""
+    if parsed.model is not None and parsed.model not in state.model_names:
+        raise APIError(404, f"the model {parsed.model!r} does not exist; this server serves {state.model_id!r}",
+                       code="model_not_found", param="model")
+    if parsed.messages is not None:
+        ids = state.chat.encode(parsed.messages)
+    elif parsed.prompt_ids is not None:
+        ids = parsed.prompt_ids
+        if any(not 0 <= t < state.vocab.size for t in ids):
+            raise bad(f"prompt token ids must be in 0..{state.vocab.size - 1}", "prompt")
+    else:
+        ids = state.tokenizer.encode(parsed.prompt_text or "", add_special=True, parse_special=False)
+    gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params)
+    if state.constraint_hook is not None:
+        gen.constraint_factory = state.constraint_hook(parsed, body)
+    return Prepared(gen=gen, prompt_tokens=len(ids))
+
+
+async def _generate(request: Request, state: ServerState, route: str):
+    t0 = time.perf_counter()
+    body = await read_json(request, state)
+    parsed = parse_llama_completion(body) if route == "/completion" else parse_openai(body, route)
+    try:
+        prep = prepare(state, parsed, body)
+    except Exception as e:
+        raise from_exception(e) from e
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def emit(events: list) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, events)
+        except RuntimeError:  # the event loop is gone (shutdown); the engine must not die for it
+            pass
+
+    try:
+        handle = state.engine.submit(prep.gen, emit)
+    except Exception as e:
+        raise from_exception(e) from e
+    rid = ("chatcmpl-" if route.endswith("chat/completions") else "cmpl-") + uuid.uuid4().hex[:24]
+    fmt_ = Formatter(state, parsed, prep, rid, route)
+    if parsed.stream:
+        return StreamingResponse(_stream(request, state, handle, queue, fmt_, t0), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return await _collect(request, state, handle, queue, fmt_, t0)
+
+
+async def _events(request: Request, state: ServerState, handle, queue: asyncio.Queue) -> AsyncIterator[list]:
+    """Engine events for one request; cancels the request if the client goes away."""
+    done = False
+    try:
+        while True:
+            try:
+                evs = await asyncio.wait_for(queue.get(), timeout=0.5)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    return
+                continue
+            yield evs
+            if any(isinstance(e, RequestDone) for e in evs):
+                done = True
+                return
+    finally:
+        if not done:
+            state.engine.cancel(handle)
+
+
+async def _collect(request, state, handle, queue, f: Formatter, t0: float):
+    first = True
+    async for evs in _events(request, state, handle, queue):
+        if first:
+            state.metrics.ttft.labels(f.route).observe(time.perf_counter() - t0)
+            first = False
+        f.absorb(evs)
+    if f.done is None:
+        raise APIError(499, "client closed the request")
+    if f.done.error:
+        raise APIError(503, f"generation failed: {f.done.error}", "server_error", code="generation_failed")
+    f.record_metrics(t0)
+    return JSONResponse(f.final_response())
+
+
+async def _stream(request, state, handle, queue, f: Formatter, t0: float) -> AsyncIterator[bytes]:
+    first = True
+    for chunk in f.opening_chunks():
+        yield chunk
+    async for evs in _events(request, state, handle, queue):
+        if first:
+            state.metrics.ttft.labels(f.route).observe(time.perf_counter() - t0)
+            first = False
+        for chunk in f.stream_chunks(evs):
+            yield chunk
+    if f.done is not None:
+        f.record_metrics(t0)
+        for chunk in f.closing_chunks():
+            yield chunk
+
+
+class Formatter:
+    """Accumulates one request's events and renders them in its route's wire format."""
+
+    def __init__(self, state: ServerState, parsed: ParsedRequest, prep: Prepared, rid: str, route: str) -> None:
+        self.state = state
+        self.vocab = state.vocab
+        self.p = parsed
+        self.prep = prep
+        self.rid = rid
+        self.route = route
+        self.created = int(time.time())
+        self.choices = [fmt.ChoiceState(i) for i in range(parsed.params.n)]
+        self.done: RequestDone | None = None
+        self.chat = route == "/v1/chat/completions"
+
+    # ------------------------------------------------------------------ accumulate
+    def absorb(self, evs: list) -> list[tuple[ChoiceEvent, bytes]]:
+        """Record events; return (event, bytes generated before it) for the streaming formatter."""
+        out = []
+        for e in evs:
+            if isinstance(e, RequestDone):
+                self.done = e
+                continue
+            c = self.choices[e.index]
+            prev = self.vocab.decode_bytes(c.token_ids)
+            c.token_ids += e.token_ids
+            c.text += e.text
+            c.logprobs += e.logprobs
+            if e.finish_reason:
+                c.finish_reason = e.finish_reason
+                c.stop_string = e.stop_string
+            out.append((e, prev))
+        return out
+
+    def record_metrics(self, t0: float) -> None:
+        m = self.state.metrics
+        d = self.done
+        m.requests.labels(self.route, "200").inc()
+        m.latency.labels(self.route).observe(time.perf_counter() - t0)
+        m.prompt_tokens.inc(d.prompt_tokens)
+        m.completion_tokens.inc(d.completion_tokens)
+        m.prefix_hit_tokens.inc(d.cached_tokens)
+        m.prefix_miss_tokens.inc(d.prompt_tokens - d.cached_tokens)
+
+    def _usage(self) -> dict:
+        d = self.done
+        return fmt.usage(d.prompt_tokens, sum(len(c.token_ids) for c in self.choices), d.cached_tokens)
+
+    def _finish(self, c: fmt.ChoiceState) -> str | None:
+        if c.finish_reason == "abort":
+            return None
+        return c.finish_reason
+
+    # ------------------------------------------------------------------ non-streaming
+    def final_response(self) -> dict:
+        if self.route == "/completion":
+            return self._llama_final()
+        choices = []
+        for c in self.choices:
+            ch: dict = {"index": c.index, "finish_reason": self._finish(c)}
+            if self.chat:
+                ch["message"] = {"role": "assistant", "content": c.text}
+                ch["logprobs"] = fmt.chat_logprobs(self.vocab, c.logprobs) if self.p.params.logprobs else None
+            else:
+                ch["text"] = c.text
+                ch["logprobs"] = (fmt.completion_logprobs(self.vocab, c.logprobs, 0, b"")
+                                  if self.p.params.logprobs else None)
+            if self.p.return_token_ids:
+                ch["token_ids"] = c.token_ids
+            choices.append(ch)
+        out = {"id": self.rid, "object": "chat.completion" if self.chat else "text_completion",
+               "created": self.created, "model": self.state.model_id, "system_fingerprint": _fingerprint(self.state),
+               "choices": choices, "usage": self._usage()}
+        if self.prep.healed:
+            out["token_healing"] = self.prep.healed
+        return out
+
+    def _llama_final(self) -> dict:
+        c = self.choices[0]
+        d = self.done
+        stop_type = {"length": "limit", "stop": "word" if c.stop_string else "eos"}.get(c.finish_reason or "", "none")
+        out = {"index": 0, "content": c.text, "id_slot": -1, "stop": True, "model": self.state.model_id,
+               "tokens_predicted": len(c.token_ids), "tokens_evaluated": d.prompt_tokens,
+               "tokens_cached": d.cached_tokens, "stop_type": stop_type, "stopping_word": c.stop_string or "",
+               "truncated": False}
+        if self.p.return_token_ids:
+            out["tokens"] = c.token_ids
+        if self.p.params.logprobs:
+            out["completion_probabilities"] = fmt.llama_probs(self.vocab, c.logprobs)
+        if self.prep.healed:
+            out["token_healing"] = self.prep.healed
+        return out
+
+    # ------------------------------------------------------------------ streaming
+    def _chunk(self, choices: list[dict]) -> dict:
+        return {"id": self.rid, "object": "chat.completion.chunk" if self.chat else "text_completion",
+                "created": self.created, "model": self.state.model_id,
+                "system_fingerprint": _fingerprint(self.state), "choices": choices}
+
+    def opening_chunks(self) -> list[bytes]:
+        if not self.chat:
+            return []
+        out = []
+        for c in self.choices:
+            out.append(fmt.sse(self._chunk([{"index": c.index, "delta": {"role": "assistant", "content": ""},
+                                             "logprobs": None, "finish_reason": None}])))
+        return out
+
+    def stream_chunks(self, evs: list) -> list[bytes]:
+        out = []
+        for e, prev in self.absorb(evs):
+            c = self.choices[e.index]
+            last = e.finish_reason is not None
+            if self.route == "/completion":
+                obj = {"index": 0, "content": e.text, "tokens": e.token_ids, "stop": False, "id_slot": -1}
+                if self.p.params.logprobs:
+                    obj["completion_probabilities"] = fmt.llama_probs(self.vocab, e.logprobs)
+                if last:
+                    obj.update(self._llama_final())
+                    obj["content"] = e.text
+                    obj["tokens"] = e.token_ids
+                    obj["all_tokens"] = c.token_ids
+                out.append(fmt.sse(obj))
+                continue
+            ch: dict = {"index": e.index, "finish_reason": self._finish(c) if last else None}
+            if self.chat:
+                ch["delta"] = {"content": e.text} if e.text or not last else {}
+                ch["logprobs"] = fmt.chat_logprobs(self.vocab, e.logprobs) if self.p.params.logprobs else None
+            else:
+                ch["text"] = e.text
+                ch["logprobs"] = (fmt.completion_logprobs(self.vocab, e.logprobs, len(c.text) - len(e.text), prev)
+                                  if self.p.params.logprobs else None)
+            if self.p.return_token_ids:
+                ch["token_ids"] = e.token_ids
+                if last:
+                    ch["all_token_ids"] = c.token_ids
+            out.append(fmt.sse(self._chunk([ch])))
+        return out
+
+    def closing_chunks(self) -> list[bytes]:
+        if self.route == "/completion":
+            return []
+        out = []
+        if self.p.include_usage:
+            u = self._chunk([])
+            u["usage"] = self._usage()
+            out.append(fmt.sse(u))
+        out.append(fmt.sse("[DONE]"))
+        return out
+
+
+def _fingerprint(state: ServerState) -> str:
+    return "ts-" + state.vocab.fingerprint[:12]

@@ -1,0 +1,49 @@
+"""OpenAI-style error objects and the one place exceptions become HTTP statuses."""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+
+
+class APIError(Exception):
+    """An error to return to the client as `{"error": {"message", "type", "param", "code"}}`."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def from_exception(e: Exception) -> APIError:
+    """Map a part's exception to an APIError (never a bare 500 for bad input)."""
+    from ..engine.errors import BackendError, ContextLengthError, InvalidRequestError, QueueFullError
+
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, ContextLengthError):
+        return APIError(400, str(e), param=e.param, code="context_length_exceeded")
+    if isinstance(e, InvalidRequestError):
+        return APIError(400, str(e), param=e.param)
+    if isinstance(e, QueueFullError):
+        return APIError(503, str(e), "server_overloaded", code="queue_full", headers={"Retry-After": "1"})
+    if isinstance(e, BackendError):
+        return APIError(503, f"the model backend failed: {e}", "server_error", code="backend_error")
+    try:
+        from ..grammar import GrammarError
+
+        if isinstance(e, GrammarError):
+            return APIError(400, str(e), param=getattr(e, "param", None), code="invalid_grammar")
+    except ImportError:
+        pass
+    return APIError(500, f"internal error: {type(e).__name__}: {e}", "server_error")
