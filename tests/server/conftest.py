@@ -1,0 +1,89 @@
+"""A real tokenseam server per model, on a free loopback port, shared by the server tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from tokenseam.engine.constraint import bitmask_from_ids
+from tokenseam.server.runtime import build_server
+
+
+class ForcedIds:
+    """Test-only constraint: allows exactly the given ids in order, then only end-of-generation."""
+
+    def __init__(self, ids: list[int], eog: list[int], vocab_size: int) -> None:
+        self.ids, self.eog, self.v, self.k = ids, eog, vocab_size, 0
+
+    def fill_mask(self, out) -> None:
+        bitmask_from_ids([self.ids[self.k]] if self.k < len(self.ids) else self.eog, self.v, out)
+
+    def accept(self, token_id: int) -> bool:
+        self.k += 1
+        return True
+
+    def is_finished(self) -> bool:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RunningServer:
+    def __init__(self, model: str, **kw) -> None:
+        self.app, self.state = build_server(model, threads=2, **kw)
+        eog = sorted(self.state.backend.eog_ids)
+
+        def hook(parsed, body):
+            ids = body.get("_force_ids")
+            if ids is None:
+                return None
+            return lambda i: ForcedIds(ids, eog, self.state.vocab.size)
+
+        self.state.constraint_hook = hook
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("server did not start")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.state.engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def smollm2_server():
+    s = RunningServer("smollm2", n_ctx=1024, parallel=4)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def gemma3_server():
+    s = RunningServer("gemma3", n_ctx=1024, parallel=2)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(params=["smollm2", "gemma3"])
+def server(request):
+    return request.getfixturevalue(f"{request.param}_server")
