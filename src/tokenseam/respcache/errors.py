@@ -1,0 +1,22 @@
+"""The response cache's exception types: one base, two causes a caller handles differently.
+
+`CacheStoreError` means the store failed (requests pass through); `CacheRequestError` means the request body is malformed (HTTP 400).
+"""
+
+from __future__ import annotations
+
+
+class ResponseCacheError(Exception):
+    """Base of every error raised by `tokenseam.respcache` (the message says what to fix)."""
+
+
+class CacheStoreError(ResponseCacheError):
+    """A cache store (SQLite, Redis, memory) could not be read or written; the request can still be served."""
+
+
+class CacheRequestError(ResponseCacheError):
+    """A request body cannot be canonicalized (wrong type, bad field value); `param` names the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param

@@ -1,0 +1,482 @@
+"""`ResponseCache`: the policy around "generate" — lookup, single-flight coalescing, storing, metrics.
+
+Servers call `plan()` then one of `respond()` (non-streamed) or `respond_stream()` (SSE); the store never causes a 500.
+
+Decisions worth knowing:
+- `mode`: `off` (never consulted), `deterministic` (default: temperature 0 or an explicit seed), `always`.
+- Bypass per request: header `x-tokenseam-cache: bypass`, or `cache-control: no-cache` / `no-store`.
+- Response header `x-tokenseam-cache`: `hit` (from the store, or from a coalesced in-flight leader), `miss`
+  (generated here, stored when cacheable), `bypass` (the cache was not consulted: policy, header, store down).
+- Single flight (per process): identical concurrent requests wait for one leader. If the leader's generation
+  raises, every waiter gets the same exception (same request, same answer — the server maps it to the same
+  status). If the leader is aborted (its client went away, the stream was cut), waiters start over and one
+  of them becomes the new leader. Across processes there is no coalescing (each may generate once).
+- A store failure logs a warning, counts `store_errors`, opens a short circuit (`store_retry_seconds`) during
+  which requests pass straight through, then the store is tried again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter as _Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .canonical import (
+    ROUTE_LLAMA,
+    canonicalize_request,
+    fingerprint_canonical,
+    is_deterministic,
+)
+from .entry import (
+    IncompleteStreamError,
+    entry_from_response,
+    entry_from_stream_events,
+    replay_as_sse,
+    response_from_entry,
+    sse,
+    uncacheable_reason,
+    validate_entry,
+)
+from .errors import CacheStoreError, ResponseCacheError
+from .stores import CacheStore
+
+log = logging.getLogger(__name__)
+
+CACHE_HEADER = "x-tokenseam-cache"
+MODES = ("off", "deterministic", "always")
+
+Generate = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+GenerateStream = Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
+
+
+class LeaderAbortedError(ResponseCacheError):
+    """The request a waiter was coalesced onto was aborted; the waiter retries (never reaches a client)."""
+
+
+@dataclass
+class CachePlan:
+    """What the cache decided for one request, before any generation."""
+
+    route: str
+    canonical: dict[str, Any]
+    stream: bool
+    include_usage: bool
+    fingerprint: str | None  # None: the cache is bypassed for this request
+    bypass_reason: str | None = None
+
+    def generation_request(self) -> dict[str, Any]:
+        """The body to generate or forward: the canonical request plus the transport fields for streaming.
+
+        A forwarded stream always asks for usage so the stored entry has it; the cache drops the usage chunk
+        for a client that did not ask for it."""
+        body = dict(self.canonical)
+        if self.stream:
+            body["stream"] = True
+            if self.route != ROUTE_LLAMA:
+                body["stream_options"] = {"include_usage": True}
+        return body
+
+
+@dataclass
+class CacheResult:
+    """A non-streamed answer and the cache status to send as `x-tokenseam-cache`."""
+
+    status: str
+    body: dict[str, Any]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {CACHE_HEADER: self.status}
+
+
+@dataclass
+class CacheStream:
+    """A streamed answer: SSE byte strings to send as they come, and the cache status header."""
+
+    status: str
+    events: AsyncIterator[bytes]
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.headers.setdefault(CACHE_HEADER, self.status)
+
+
+class _Metrics:
+    def __init__(self, registry: Any) -> None:
+        from prometheus_client import Counter, Histogram
+
+        buckets = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+        self.requests = Counter("tokenseam_respcache_requests", "Cacheable-route requests by cache result",
+                                ["route", "result"], registry=registry)
+        self.coalesced = Counter("tokenseam_respcache_coalesced", "Requests answered by an in-flight identical "
+                                 "request", ["route"], registry=registry)
+        self.store_errors = Counter("tokenseam_respcache_store_errors", "Cache store failures (requests passed "
+                                    "through)", ["op"], registry=registry)
+        self.not_stored = Counter("tokenseam_respcache_not_stored", "Answers not stored, by reason", ["reason"],
+                                  registry=registry)
+        self.corrupt = Counter("tokenseam_respcache_corrupt_entries", "Stored values that were not valid entries",
+                               registry=registry)
+        self.lookup = Histogram("tokenseam_respcache_lookup_seconds", "Store lookup time", buckets=buckets,
+                                registry=registry)
+        self.hit = Histogram("tokenseam_respcache_hit_seconds", "Hit time: lookup plus building the response",
+                             ["route"], buckets=buckets, registry=registry)
+
+
+_METRICS: dict[int, tuple[Any, _Metrics]] = {}
+
+
+def _metrics_for(registry: Any) -> _Metrics:
+    if registry is None:
+        from prometheus_client import REGISTRY
+
+        registry = REGISTRY
+    got = _METRICS.get(id(registry))
+    if got is None or got[0] is not registry:
+        got = (registry, _Metrics(registry))
+        _METRICS[id(registry)] = got
+    return got[1]
+
+
+def _header(headers: Mapping[str, str] | None, name: str) -> str:
+    if not headers:
+        return ""
+    value = headers.get(name)
+    if value is None:
+        for k, v in headers.items():
+            if k.lower() == name:
+                return str(v).lower()
+        return ""
+    return str(value).lower()
+
+
+class _Flight:
+    def __init__(self) -> None:
+        self.future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        # Retrieve the exception so an un-awaited failure does not log "never retrieved".
+        self.future.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    def resolve(self, entry: dict[str, Any]) -> None:
+        if not self.future.done():
+            self.future.set_result(entry)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+class ResponseCache:
+    """Exact-match response cache with single-flight coalescing over a `CacheStore` (None = no store)."""
+
+    def __init__(self, store: CacheStore | None, *, mode: str = "deterministic", ttl_seconds: float | None = None,
+                 namespace: str = "", cache_empty: bool = False, cache_truncated: bool = False,
+                 registry: Any = None, store_retry_seconds: float = 5.0, replay_event_delay: float = 0.0,
+                 wait_timeout: float = 600.0) -> None:
+        if mode not in MODES:
+            raise ResponseCacheError(f"cache mode {mode!r} is not one of {', '.join(MODES)}")
+        self.store = store
+        self.mode = mode
+        self.ttl_seconds = ttl_seconds
+        self.namespace = namespace
+        self.cache_empty = cache_empty
+        self.cache_truncated = cache_truncated
+        self.store_retry_seconds = store_retry_seconds
+        self.replay_event_delay = replay_event_delay
+        self.wait_timeout = wait_timeout
+        self.metrics = _metrics_for(registry)
+        self.stats: _Counter[str] = _Counter()
+        self._inflight: dict[str, _Flight] = {}
+        self._store_down_until = 0.0
+
+    # ------------------------------------------------------------ planning
+
+    def plan(self, route: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None,
+             tenant: str = "") -> CachePlan:
+        """Canonicalize (raises `CacheRequestError` for a malformed body) and decide lookup or bypass."""
+        canonical = canonicalize_request(route, body)
+        stream = body.get("stream") is True
+        so = body.get("stream_options")
+        include_usage = stream and isinstance(so, Mapping) and so.get("include_usage") is True
+        reason = None
+        if self.mode == "off":
+            reason = "off"
+        elif _header(headers, CACHE_HEADER) == "bypass" or any(
+                d.strip() in ("no-cache", "no-store") for d in _header(headers, "cache-control").split(",")):
+            reason = "header"
+        elif self.mode == "deterministic" and not is_deterministic(route, canonical):
+            reason = "nondeterministic"
+        fp = None if reason else fingerprint_canonical(route, canonical, tenant=tenant, namespace=self.namespace)
+        return CachePlan(route, canonical, stream, include_usage, fp, reason)
+
+    # ------------------------------------------------------------ store access (never raises)
+
+    def store_available(self) -> bool:
+        return self.store is not None and time.monotonic() >= self._store_down_until
+
+    def _store_failed(self, op: str, exc: BaseException) -> None:
+        self.metrics.store_errors.labels(op).inc()
+        self.stats["store_errors"] += 1
+        if time.monotonic() >= self._store_down_until:
+            log.warning("response cache store %s failed on %s (%s); passing requests through for %.1fs",
+                        getattr(self.store, "description", "?"), op, exc, self.store_retry_seconds)
+        self._store_down_until = time.monotonic() + self.store_retry_seconds
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if getattr(self.store, "blocking", True):
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    async def _get(self, fp: str) -> tuple[bool, dict[str, Any] | None]:
+        """(store ok, entry or None)."""
+        if not self.store_available():
+            return False, None
+        t0 = time.perf_counter()
+        try:
+            value = await self._call(self.store.get, fp)
+        except (CacheStoreError, OSError) as e:
+            self._store_failed("get", e)
+            return False, None
+        self.metrics.lookup.observe(time.perf_counter() - t0)
+        if value is not None and not validate_entry(value):
+            self.metrics.corrupt.inc()
+            self.stats["corrupt"] += 1
+            log.warning("response cache entry %s is not a valid entry; removed", fp[:16])
+            with contextlib.suppress(CacheStoreError, OSError):
+                await self._call(self.store.delete, fp)
+            return True, None
+        return True, value
+
+    async def _put(self, fp: str, entry: dict[str, Any]) -> None:
+        if not self.store_available():
+            return
+        try:
+            await self._call(self.store.put, fp, entry, self.ttl_seconds)
+            self.stats["stored"] += 1
+        except (CacheStoreError, OSError) as e:
+            self._store_failed("put", e)
+
+    # ------------------------------------------------------------ lookup or lead
+
+    async def _acquire(self, plan: CachePlan) -> tuple[str, Any]:
+        """("hit", entry) | ("coalesced", entry) | ("lead", flight) | ("down", None)."""
+        fp = plan.fingerprint
+        assert fp is not None
+        while True:
+            flight = self._inflight.get(fp)
+            if flight is None:
+                ok, entry = await self._get(fp)
+                if not ok:
+                    return "down", None
+                if entry is not None:
+                    return "hit", entry
+                flight = self._inflight.get(fp)
+                if flight is None:
+                    flight = _Flight()
+                    self._inflight[fp] = flight
+                    # A leader that finished between our read and our registration has stored its entry.
+                    ok, entry = await self._get(fp)
+                    if ok and entry is not None:
+                        self._inflight.pop(fp, None)
+                        flight.resolve(entry)
+                        return "hit", entry
+                    return "lead", flight
+            try:
+                entry = await asyncio.wait_for(asyncio.shield(flight.future), self.wait_timeout)
+            except LeaderAbortedError:
+                continue
+            except TimeoutError:
+                log.warning("waited %.0fs for an identical in-flight request; generating without it",
+                            self.wait_timeout)
+                return "down", None
+            return "coalesced", entry
+
+    async def _finish(self, plan: CachePlan, flight: _Flight, entry: dict[str, Any]) -> None:
+        fp = plan.fingerprint
+        try:
+            reason = uncacheable_reason(entry, cache_empty=self.cache_empty, cache_truncated=self.cache_truncated)
+            if reason is None:
+                await self._put(fp, entry)
+            else:
+                self.metrics.not_stored.labels(reason).inc()
+                self.stats[f"not_stored_{reason}"] += 1
+        finally:
+            # Unregister only after the put so a newcomer either finds the flight or the stored entry.
+            if self._inflight.get(fp) is flight:
+                del self._inflight[fp]
+            flight.resolve(entry)
+
+    def _abandon(self, plan: CachePlan, flight: _Flight, exc: BaseException) -> None:
+        if self._inflight.get(plan.fingerprint) is flight:
+            del self._inflight[plan.fingerprint]
+        flight.fail(exc)
+
+    def _count(self, plan: CachePlan, result: str) -> None:
+        self.metrics.requests.labels(plan.route, result).inc()
+        self.stats[result] += 1
+
+    # ------------------------------------------------------------ non-streamed
+
+    async def respond(self, plan: CachePlan, generate: Generate) -> CacheResult:
+        """Answer a non-streamed request: from the cache, from a coalesced leader, or `await generate(body)`."""
+        if plan.fingerprint is None:
+            self._count(plan, "bypass")
+            return CacheResult("bypass", await generate(plan.generation_request()))
+        t0 = time.perf_counter()
+        kind, got = await self._acquire(plan)
+        if kind in ("hit", "coalesced"):
+            body = response_from_entry(got)
+            self.metrics.hit.labels(plan.route).observe(time.perf_counter() - t0)
+            if kind == "coalesced":
+                self.metrics.coalesced.labels(plan.route).inc()
+                self.stats["coalesced"] += 1
+            self._count(plan, "hit")
+            return CacheResult("hit", body)
+        if kind == "down":
+            self._count(plan, "bypass")
+            return CacheResult("bypass", await generate(plan.generation_request()))
+        flight: _Flight = got
+        try:
+            body = await generate(plan.generation_request())
+        except (asyncio.CancelledError, GeneratorExit):
+            self._abandon(plan, flight, LeaderAbortedError("the leading request was cancelled"))
+            raise
+        except BaseException as e:
+            self._abandon(plan, flight, e)
+            raise
+        try:
+            entry = entry_from_response(plan.route, body)
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            log.warning("response for %s could not be turned into a cache entry: %s", plan.route, e)
+            self._abandon(plan, flight, LeaderAbortedError("the leading response was not cacheable"))
+            self._count(plan, "miss")
+            return CacheResult("miss", body)
+        await self._finish(plan, flight, entry)
+        self._count(plan, "miss")
+        return CacheResult("miss", body)
+
+    # ------------------------------------------------------------ streamed
+
+    def _encode(self, plan: CachePlan, chunk: Any) -> bytes | None:
+        if plan.route != ROUTE_LLAMA and isinstance(chunk, dict) and not plan.include_usage:
+            if chunk.get("choices") == [] and chunk.get("usage") is not None:
+                return None  # the client did not ask for the usage chunk we requested upstream
+            if "usage" in chunk:
+                chunk = {k: v for k, v in chunk.items() if k != "usage"}
+        return sse(chunk)
+
+    async def _relay(self, plan: CachePlan, first: Any, agen: AsyncIterator[dict[str, Any]],
+                     flight: _Flight | None) -> AsyncIterator[bytes]:
+        chunks = [first]
+        done = False
+        try:
+            data = self._encode(plan, first)
+            if data:
+                yield data
+            async for chunk in agen:
+                chunks.append(chunk)
+                data = self._encode(plan, chunk)
+                if data:
+                    yield data
+            done = True
+            if flight is not None:
+                try:
+                    entry = entry_from_stream_events(plan.route, chunks)
+                except IncompleteStreamError as e:
+                    self.metrics.not_stored.labels("aborted").inc()
+                    self.stats["not_stored_aborted"] += 1
+                    self._abandon(plan, flight, LeaderAbortedError(str(e)))
+                    flight = None
+                    yield sse({"error": {"message": f"stream ended early: {e}", "type": "upstream_error",
+                                         "param": None, "code": "incomplete_stream"}})
+                    return
+                await self._finish(plan, flight, entry)
+                flight = None
+            if plan.route != ROUTE_LLAMA:
+                yield sse("[DONE]")
+        except (asyncio.CancelledError, GeneratorExit):
+            if flight is not None:
+                self._abandon(plan, flight, LeaderAbortedError("the leading stream's client went away"))
+                flight = None
+            raise
+        except Exception as e:
+            if flight is not None:
+                self._abandon(plan, flight, e if not done else LeaderAbortedError(str(e)))
+                flight = None
+            log.warning("stream for %s failed mid-way: %s", plan.route, e)
+            yield sse({"error": {"message": f"generation failed mid-stream: {e}", "type": "upstream_error",
+                                 "param": None, "code": getattr(e, "code", None) or "stream_error"}})
+        finally:
+            if flight is not None:
+                self._abandon(plan, flight, LeaderAbortedError("the leading stream stopped"))
+            aclose = getattr(agen, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+    async def _open(self, plan: CachePlan, generate_stream: GenerateStream,
+                    flight: _Flight | None) -> tuple[Any, AsyncIterator[dict[str, Any]]]:
+        agen = generate_stream(plan.generation_request())
+        try:
+            first = await agen.__anext__()
+        except StopAsyncIteration:
+            exc = LeaderAbortedError("the generator produced no events")
+            if flight is not None:
+                self._abandon(plan, flight, exc)
+            raise exc from None
+        except (asyncio.CancelledError, GeneratorExit):
+            if flight is not None:
+                self._abandon(plan, flight, LeaderAbortedError("the leading request was cancelled"))
+            raise
+        except BaseException as e:
+            if flight is not None:
+                self._abandon(plan, flight, e)
+            raise
+        return first, agen
+
+    async def respond_stream(self, plan: CachePlan, generate_stream: GenerateStream) -> CacheStream:
+        """Answer a `stream: true` request. Errors before the first event raise here (so the caller can send a
+        proper status); after that they become an SSE error event. `generate_stream(body)` yields chunk dicts."""
+        if plan.fingerprint is None:
+            self._count(plan, "bypass")
+            first, agen = await self._open(plan, generate_stream, None)
+            return CacheStream("bypass", self._relay(plan, first, agen, None))
+        t0 = time.perf_counter()
+        kind, got = await self._acquire(plan)
+        if kind in ("hit", "coalesced"):
+            if kind == "coalesced":
+                self.metrics.coalesced.labels(plan.route).inc()
+                self.stats["coalesced"] += 1
+            self._count(plan, "hit")
+            self.metrics.hit.labels(plan.route).observe(time.perf_counter() - t0)
+            return CacheStream("hit", replay_as_sse(got, include_usage=plan.include_usage,
+                                                    event_delay=self.replay_event_delay))
+        if kind == "down":
+            self._count(plan, "bypass")
+            first, agen = await self._open(plan, generate_stream, None)
+            return CacheStream("bypass", self._relay(plan, first, agen, None))
+        first, agen = await self._open(plan, generate_stream, got)
+        self._count(plan, "miss")
+        return CacheStream("miss", self._relay(plan, first, agen, got))
+
+    async def serve(self, route: str, body: Mapping[str, Any], *, generate: Generate,
+                    generate_stream: GenerateStream, headers: Mapping[str, str] | None = None,
+                    tenant: str = "") -> CacheResult | CacheStream:
+        """plan + respond/respond_stream in one call, chosen by the request's `stream` flag."""
+        plan = self.plan(route, body, headers, tenant)
+        if plan.stream:
+            return await self.respond_stream(plan, generate_stream)
+        return await self.respond(plan, generate)
+
+    def health(self) -> dict[str, Any]:
+        """Store status for a health endpoint (does not raise)."""
+        if self.store is None:
+            return {"store": None, "ok": True}
+        try:
+            self.store.ping()
+            return {"store": self.store.description, "ok": True}
+        except (CacheStoreError, OSError) as e:
+            return {"store": self.store.description, "ok": False, "error": str(e)}
