@@ -1,4 +1,4 @@
-"""Fixtures for the healing tests: a small fake grammar matcher and 50 RAG-style appended chunks."""
+"""Fixtures for the healing tests: a small fake grammar matcher and the 50 RAG-style appended chunks."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tokenseam.engine.constraint import bitmask_from_ids
+from tokenseam.healing.cases import RAG_CHUNKS
 from tokenseam.vocab import Vocabulary
 
 
@@ -57,18 +58,6 @@ def fake_matcher():
     return FakeMatcher
 
 
-def rag_chunks() -> list[str]:
-    """50 different texts a RAG system might append after a fixed header."""
-    starts = ["The", "In 2019,", "Paris", "def main():", "# Title", "- item", "1. First", "中文文本", "東京都",
-              "\"Quoted", "(see above)", "https://example.com", "  indented", "\nblank first", "α-helix",
-              "$E=mc^2$", "\\section{Intro}", "Über", "née", "SELECT *", "{\"a\": 1}", "<div>", "...", "?", "!",
-              "42 is", "0x1F", "_private", "CamelCase", "snake_case", "ALLCAPS", "'single'", "`code`", "@user",
-              "#tag", "~tilde", "|pipe|", "&amp;", "%d", "*bold*", "> quote", "\ttab", "\r\nCRLF", "😀 emoji",
-              "한국어", "Ωmega", "ßtraße", "año", "x", " leading space"]
-    assert len(set(starts)) == 50
-    return [s + " and some more text follows here." for s in starts]
-
-
 @pytest.fixture
 def chunks():
-    return rag_chunks()
+    return list(RAG_CHUNKS)

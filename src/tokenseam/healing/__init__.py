@@ -6,6 +6,8 @@ The engine calls `heal_prompt` on prompt ids, prefills `kept_ids` and installs a
 from .constraint import HealedGrammarConstraint, HealingConstraint, all_allowed_mask, healing_step_ids
 from .errors import HealingError
 from .heal import DEFAULT_MAX_ROLLBACK, HealResult, heal_prompt
+from .lint import LintReport, lint_prompt
+from .stable import StablePrefix, join_stable, stable_prefix
 
 __all__ = [
     "DEFAULT_MAX_ROLLBACK",
@@ -13,7 +15,12 @@ __all__ = [
     "HealedGrammarConstraint",
     "HealingConstraint",
     "HealingError",
+    "LintReport",
+    "StablePrefix",
     "all_allowed_mask",
     "heal_prompt",
     "healing_step_ids",
+    "join_stable",
+    "lint_prompt",
+    "stable_prefix",
 ]

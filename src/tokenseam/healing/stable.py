@@ -1,0 +1,59 @@
+"""Stable prefixes: the tokens of a text that no appended text can re-tokenize, and joining new text onto them.
+
+The stable prefix is the healing rollback point; reusing its ids verbatim keeps prefix-cache keys fixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..vocab import Tokenizer, Vocabulary
+from .errors import HealingError
+from .heal import DEFAULT_MAX_ROLLBACK, heal_prompt
+
+
+@dataclass(frozen=True)
+class StablePrefix:
+    """`ids` never change whatever is appended; `tail_ids` (bytes `tail_bytes`) may merge with appended text."""
+
+    ids: list[int]
+    tail_ids: list[int]
+    tail_bytes: bytes
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.ids + self.tail_ids
+
+
+def stable_prefix(tokenizer: Tokenizer, vocab: Vocabulary, text_or_ids: str | bytes | Sequence[int],
+                  max_rollback: int = DEFAULT_MAX_ROLLBACK, parse_special: bool = False) -> StablePrefix:
+    """Split a text (tokenized without BOS) or a token-id list at its stable point."""
+    if isinstance(text_or_ids, str | bytes):
+        ids = tokenizer.encode(text_or_ids, add_special=False, parse_special=parse_special)
+    else:
+        ids = list(text_or_ids)
+    h = heal_prompt(ids, vocab, max_rollback)
+    kept, tail = h.kept_ids, h.removed_ids
+    # The tail is re-tokenized on its own, so it must start on a UTF-8 character boundary: byte-level
+    # vocabularies split CJK characters across tokens.
+    tb = vocab.token_bytes
+    while tail and kept and not vocab.is_special[kept[-1]] and tb[tail[0]][:1] and 0x80 <= tb[tail[0]][0] < 0xC0:
+        tail = [kept[-1], *tail]
+        kept = kept[:-1]
+    return StablePrefix(kept, tail, b"".join(tb[t] for t in tail))
+
+
+def join_stable(tokenizer: Tokenizer, prefix: str | bytes | StablePrefix, appended: str | bytes,
+                vocab: Vocabulary | None = None, max_rollback: int = DEFAULT_MAX_ROLLBACK) -> list[int]:
+    """Ids of `prefix + appended` that reuse the prefix's stable ids verbatim and re-tokenize only the tail.
+
+    Pass a precomputed `StablePrefix` to skip tokenizing the fixed prefix on every call; a text prefix needs
+    `vocab`. Appended text is ordinary text: special-token markup in it is not parsed.
+    """
+    if not isinstance(prefix, StablePrefix):
+        if vocab is None:
+            raise HealingError("join_stable needs the vocabulary when the prefix is given as text")
+        prefix = stable_prefix(tokenizer, vocab, prefix, max_rollback)
+    data = appended.encode("utf-8") if isinstance(appended, str) else bytes(appended)
+    return prefix.ids + tokenizer.encode(prefix.tail_bytes + data, add_special=False, parse_special=False)
