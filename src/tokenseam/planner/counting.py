@@ -1,0 +1,117 @@
+"""Token counting for the planner: the target model's own tokenizer when it is local, else a named approximation.
+
+The approximation (`bytes/4`) states its error bound wherever a count is shown, and is cross-checked on the same text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import PlannerError
+
+MAX_PROMPT_BYTES = 4 * 1024 * 1024  # a prompt file beyond this is almost surely the wrong file
+APPROX_NAME = "bytes/4"
+APPROX_REL_ERROR = 0.25
+
+
+@dataclass
+class TokenCounter:
+    """Counts tokens of a text. `exact` counters wrap a llama.cpp tokenizer; the approximation has none.
+
+    `leading_tokens` are tokens the request puts before the text (BOS, chat-template headers): they sit in the
+    cached prefix too, so they count toward the floor and the block alignment.
+    """
+
+    name: str
+    exact: bool
+    leading_tokens: int = 0
+    tokenizer: object | None = None
+    error_note: str = ""
+    _memo: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def count(self, text: str) -> int:
+        if text in self._memo:
+            return self._memo[text]
+        n = self.leading_tokens + self.count_text(text)
+        if len(self._memo) < 100_000:
+            self._memo[text] = n
+        return n
+
+    def count_text(self, text: str) -> int:
+        """Tokens of `text` alone (no leading tokens)."""
+        if self.tokenizer is not None:
+            return len(self.tokenizer.encode(text, add_special=False))
+        return math.ceil(len(text.encode("utf-8")) / 4)
+
+    def encode(self, text: str) -> list[int] | None:
+        return None if self.tokenizer is None else self.tokenizer.encode(text, add_special=False)
+
+    def describe(self, text: str | None = None) -> dict:
+        """What the count means: method, exactness and, for the approximation, its stated error bound."""
+        out: dict = {"method": self.name, "exact": self.exact, "leading_tokens": self.leading_tokens}
+        if not self.exact:
+            out["relative_error_bound"] = APPROX_REL_ERROR
+            out["error_note"] = self.error_note
+            if text is not None:
+                nbytes = len(text.encode("utf-8"))
+                out["hard_bounds"] = [min(1, nbytes) + self.leading_tokens, nbytes + self.leading_tokens]
+                out["cross_check"] = _cross_check(text)
+        return out
+
+
+def _cross_check(text: str) -> dict | None:
+    """Count the same text with the bundled SmolLM2 tokenizer so the user sees how far bytes/4 is on *this* text."""
+    try:
+        from ..models import smollm2_path
+        from ..vocab import Tokenizer
+
+        n = len(Tokenizer.from_gguf(smollm2_path()).encode(text, add_special=False))
+    except Exception:  # the check is a courtesy; a missing model must not break planning
+        return None
+    est = math.ceil(len(text.encode("utf-8")) / 4)
+    return {"tokenizer": "smollm2", "tokens": n, "estimate": est,
+            "estimate_error": None if n == 0 else (est - n) / n}
+
+
+def make_counter(tokenizer: str | None, profile_tokenizer: str | None = None,
+                 leading_tokens: int | None = None) -> TokenCounter:
+    """A counter for `--tokenizer` (alias or .gguf path), else the profile's local tokenizer, else bytes/4."""
+    name = tokenizer or profile_tokenizer
+    if name in (None, "", APPROX_NAME, "approx"):
+        return TokenCounter(
+            name=APPROX_NAME, exact=False, leading_tokens=leading_tokens or 0,
+            error_note=(f"approximation {APPROX_NAME}: no local tokenizer for this profile. Expect up to "
+                        f"±{APPROX_REL_ERROR:.0%} on English prose (BPE vocabularies average 3.5-4.5 bytes per "
+                        "token), more on code, digits and non-Latin scripts; the true count is never above the "
+                        "byte count. Pass --tokenizer PATH.gguf for an exact count."))
+    from ..models import ModelNotFoundError, resolve_model
+    from ..vocab import Tokenizer, VocabularyError
+
+    try:
+        path = resolve_model(name)
+        tok = Tokenizer.from_gguf(path)
+    except (ModelNotFoundError, VocabularyError) as e:
+        raise PlannerError(f"tokenizer {name!r}: {e}") from None
+    lead = leading_tokens if leading_tokens is not None else (1 if tok.add_bos else 0)
+    return TokenCounter(name=f"{Path(path).name} (llama.cpp)", exact=True, leading_tokens=lead, tokenizer=tok)
+
+
+def read_text_file(path: str | Path, what: str, max_bytes: int = MAX_PROMPT_BYTES, allow_empty: bool = False) -> str:
+    """Read a UTF-8 text file with errors a user can act on (missing, directory, binary, empty, too big)."""
+    p = Path(path)
+    if not p.exists():
+        raise PlannerError(f"{what} not found: {p}")
+    if not p.is_file():
+        raise PlannerError(f"{what} is not a regular file: {p}")
+    size = p.stat().st_size
+    if size > max_bytes:
+        raise PlannerError(f"{what} {p} is {size:,} bytes; the limit is {max_bytes:,} bytes")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PlannerError(f"{what} {p} is not UTF-8 text (byte offset {e.start})") from None
+    if not text.strip() and not allow_empty:
+        raise PlannerError(f"{what} {p} is empty")
+    return text
