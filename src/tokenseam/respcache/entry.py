@@ -49,6 +49,37 @@ class IncompleteStreamError(ResponseCacheError):
     """A recorded stream ended before every choice finished (the answer was aborted); it is never cached."""
 
 
+class SSEParser:
+    """Incremental SSE parser: feed bytes as they arrive, get back the JSON payloads of complete events
+    (the literal `[DONE]` comes back as the string "[DONE]"; comments and non-data fields are skipped)."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[Any]:
+        self._buf += data.replace(b"\r\n", b"\n")
+        out: list[Any] = []
+        while True:
+            cut = self._buf.find(b"\n\n")
+            if cut < 0:
+                return out
+            block, self._buf = self._buf[:cut], self._buf[cut + 2:]
+            payload = b"\n".join(line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:"))
+            if not payload:
+                continue
+            if payload.strip() == b"[DONE]":
+                out.append("[DONE]")
+                continue
+            try:
+                out.append(json.loads(payload))
+            except ValueError as e:
+                raise ResponseCacheError(f"a stream event is not valid JSON: {payload[:80]!r}") from e
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._buf.strip())
+
+
 def sse(obj: Any) -> bytes:
     """One SSE event carrying a JSON object (or the literal `[DONE]`)."""
     if obj == "[DONE]":
@@ -156,7 +187,7 @@ def _assemble_llama(events: list[dict[str, Any]]) -> dict[str, Any]:
     for ev in events:
         if isinstance(ev.get("content"), str):
             content.append(ev["content"])
-        if isinstance(ev.get("tokens"), list) and not ev.get("stop"):
+        if isinstance(ev.get("tokens"), list):
             tokens.extend(ev["tokens"])
         if isinstance(ev.get("completion_probabilities"), list):
             probs.extend(ev["completion_probabilities"])
@@ -164,9 +195,12 @@ def _assemble_llama(events: list[dict[str, Any]]) -> dict[str, Any]:
             final = ev
     resp = {k: v for k, v in final.items() if k not in ("content", "tokens", "completion_probabilities", "index")}
     resp["content"] = "".join(content)
-    # Our server's final event carries every id (`all_token_ids` / non-empty `tokens`); prefer it when present.
-    all_ids = final.get("all_token_ids")
-    resp["tokens"] = list(all_ids) if isinstance(all_ids, list) else tokens
+    # tokenseam's final event carries every id (`all_tokens`); prefer it over the per-event sum when present.
+    all_ids = final.get("all_tokens", final.get("all_token_ids"))
+    resp.pop("all_tokens", None)
+    resp.pop("all_token_ids", None)
+    if isinstance(all_ids, list) or tokens:
+        resp["tokens"] = list(all_ids) if isinstance(all_ids, list) else tokens
     resp["stop"] = True
     if probs:
         resp["completion_probabilities"] = probs

@@ -34,6 +34,7 @@ from .canonical import (
 )
 from .entry import (
     IncompleteStreamError,
+    SSEParser,
     entry_from_response,
     entry_from_stream_events,
     replay_as_sse,
@@ -51,7 +52,19 @@ CACHE_HEADER = "x-tokenseam-cache"
 MODES = ("off", "deterministic", "always")
 
 Generate = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-GenerateStream = Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
+GenerateStream = Callable[[dict[str, Any]], AsyncIterator[Any]]  # chunk dicts or SSE bytes
+
+
+def _as_chunks(item: Any, parser: SSEParser) -> list[Any]:
+    """A generator item as chunk objects: dicts pass through; SSE bytes/str are parsed (`[DONE]` dropped,
+    the cache writes its own)."""
+    if isinstance(item, dict):
+        return [item]
+    if isinstance(item, str):
+        item = item.encode("utf-8")
+    if isinstance(item, bytes | bytearray):
+        return [c for c in parser.feed(bytes(item)) if c != "[DONE]"]
+    raise ResponseCacheError(f"generate_stream yielded a {type(item).__name__}; expected a chunk dict or SSE bytes")
 
 
 class LeaderAbortedError(ResponseCacheError):
@@ -368,19 +381,31 @@ class ResponseCache:
                 chunk = {k: v for k, v in chunk.items() if k != "usage"}
         return sse(chunk)
 
-    async def _relay(self, plan: CachePlan, first: Any, agen: AsyncIterator[dict[str, Any]],
-                     flight: _Flight | None) -> AsyncIterator[bytes]:
-        chunks = [first]
+    async def _relay(self, plan: CachePlan, first: list[Any], agen: AsyncIterator[Any],
+                     flight: _Flight | None, parser: SSEParser) -> AsyncIterator[bytes]:
+        chunks: list[Any] = []
         done = False
         try:
-            data = self._encode(plan, first)
-            if data:
-                yield data
-            async for chunk in agen:
+            for chunk in first:
                 chunks.append(chunk)
                 data = self._encode(plan, chunk)
                 if data:
                     yield data
+            async for item in agen:
+                for chunk in _as_chunks(item, parser):
+                    if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):
+                        # The generator reported an error mid-stream: pass it on, store nothing.
+                        yield sse(chunk)
+                        if flight is not None:
+                            self.metrics.not_stored.labels("error").inc()
+                            self.stats["not_stored_error"] += 1
+                            self._abandon(plan, flight, LeaderAbortedError("the leading stream reported an error"))
+                            flight = None
+                        return
+                    chunks.append(chunk)
+                    data = self._encode(plan, chunk)
+                    if data:
+                        yield data
             done = True
             if flight is not None:
                 try:
@@ -418,10 +443,13 @@ class ResponseCache:
                     await aclose()
 
     async def _open(self, plan: CachePlan, generate_stream: GenerateStream,
-                    flight: _Flight | None) -> tuple[Any, AsyncIterator[dict[str, Any]]]:
+                    flight: _Flight | None) -> tuple[list[Any], AsyncIterator[Any], SSEParser]:
         agen = generate_stream(plan.generation_request())
+        parser = SSEParser()
         try:
-            first = await agen.__anext__()
+            first: list[Any] = []
+            while not first:  # SSE bytes may carry no complete event yet (a comment, half an event)
+                first = _as_chunks(await agen.__anext__(), parser)
         except StopAsyncIteration:
             exc = LeaderAbortedError("the generator produced no events")
             if flight is not None:
@@ -435,15 +463,15 @@ class ResponseCache:
             if flight is not None:
                 self._abandon(plan, flight, e)
             raise
-        return first, agen
+        return first, agen, parser
 
     async def respond_stream(self, plan: CachePlan, generate_stream: GenerateStream) -> CacheStream:
         """Answer a `stream: true` request. Errors before the first event raise here (so the caller can send a
         proper status); after that they become an SSE error event. `generate_stream(body)` yields chunk dicts."""
         if plan.fingerprint is None:
             self._count(plan, "bypass")
-            first, agen = await self._open(plan, generate_stream, None)
-            return CacheStream("bypass", self._relay(plan, first, agen, None))
+            first, agen, parser = await self._open(plan, generate_stream, None)
+            return CacheStream("bypass", self._relay(plan, first, agen, None, parser))
         t0 = time.perf_counter()
         kind, got = await self._acquire(plan)
         if kind in ("hit", "coalesced"):
@@ -456,11 +484,11 @@ class ResponseCache:
                                                     event_delay=self.replay_event_delay))
         if kind == "down":
             self._count(plan, "bypass")
-            first, agen = await self._open(plan, generate_stream, None)
-            return CacheStream("bypass", self._relay(plan, first, agen, None))
-        first, agen = await self._open(plan, generate_stream, got)
+            first, agen, parser = await self._open(plan, generate_stream, None)
+            return CacheStream("bypass", self._relay(plan, first, agen, None, parser))
+        first, agen, parser = await self._open(plan, generate_stream, got)
         self._count(plan, "miss")
-        return CacheStream("miss", self._relay(plan, first, agen, got))
+        return CacheStream("miss", self._relay(plan, first, agen, got, parser))
 
     async def serve(self, route: str, body: Mapping[str, Any], *, generate: Generate,
                     generate_stream: GenerateStream, headers: Mapping[str, str] | None = None,

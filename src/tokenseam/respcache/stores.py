@@ -40,7 +40,8 @@ def encode_value(value: dict[str, Any]) -> str:
     if not isinstance(value, dict):
         raise CacheStoreError(f"cache values must be JSON objects, got {type(value).__name__}")
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        # ASCII escapes: a lone surrogate (legal in JSON text, illegal in UTF-8) must not break a store.
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise CacheStoreError(f"cache value is not JSON-serialisable: {e}") from e
 
@@ -192,7 +193,7 @@ class SQLiteStore:
     def _run(self, fn: Any) -> Any:
         try:
             return fn()
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, UnicodeError) as e:
             raise CacheStoreError(f"SQLite cache {self.path} failed: {e}") from e
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -219,7 +220,7 @@ class SQLiteStore:
     def put(self, key: str, value: dict[str, Any], ttl_seconds: float | None = None) -> None:
         self.put_raw(key, encode_value(value), ttl_seconds)
 
-    def put_raw(self, key: str, raw: str, ttl_seconds: float | None = None) -> None:
+    def put_raw(self, key: str, raw: str | bytes, ttl_seconds: float | None = None) -> None:
         conn = self._conn()
         ttl = ttl_seconds if ttl_seconds is not None else self.default_ttl
         now = time.time()
