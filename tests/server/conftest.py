@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
-import httpx
 import pytest
-import uvicorn
 
 from tokenseam.engine.constraint import bitmask_from_ids
-from tokenseam.server.runtime import build_server
+from tokenseam.server.runtime import BackgroundServer, build_server
 
 
 class ForcedIds:
@@ -31,12 +25,6 @@ class ForcedIds:
         return False
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class RunningServer:
     def __init__(self, model: str, **kw) -> None:
         self.app, self.state = build_server(model, threads=2, **kw)
@@ -49,24 +37,11 @@ class RunningServer:
             return lambda i: ForcedIds(ids, eog, self.state.vocab.size)
 
         self.state.constraint_hook = hook
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError("server did not start")
+        self.bg = BackgroundServer(self.app)
+        self.url = self.bg.url
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.bg.stop()
         self.state.engine.shutdown()
 
 

@@ -19,3 +19,37 @@ def build_server(model: str | None = None, n_ctx: int = 4096, parallel: int = 8,
     model_id = alias or Path(path).stem
     state = ServerState(engine, model_id, aliases=tuple(a for a in (alias, Path(path).stem) if a))
     return create_app(state), state
+
+
+class BackgroundServer:
+    """Run an ASGI app with uvicorn in a daemon thread on a free loopback port (benchmarks, tests, eval)."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, startup_timeout: float = 60) -> None:
+        import socket
+        import threading
+        import time
+
+        import httpx
+        import uvicorn
+
+        if port == 0:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+        self.url = f"http://{host}:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + startup_timeout
+        while time.time() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"server at {self.url} did not become healthy within {startup_timeout}s")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

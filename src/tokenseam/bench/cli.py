@@ -1,0 +1,30 @@
+"""`tokenseam bench NAME`: dispatch to the benchmark modules (each defines add_arguments and run)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHES = {
+    "serve": ("tokenseam.bench.serve", "decode speed vs llama-cpp-python and raw llama.cpp batching"),
+    "grammar": ("tokenseam.bench.grammar", "constrained decoding masks vs xgrammar / llguidance (MaskBench)"),
+    "healing": ("tokenseam.bench.healing", "token healing cost and canonicality"),
+    "prefix-cache": ("tokenseam.bench.prefix_cache", "prefix KV cache reuse and TTFT on a RAG workload"),
+    "cache": ("tokenseam.bench.cache", "response cache fingerprint, hit latency and gateway load"),
+}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="run a benchmark against its anchors")
+    bsub = p.add_subparsers(dest="bench", metavar="BENCH")
+    for name, (module, help_) in BENCHES.items():
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name and e.name.startswith("tokenseam"):
+                continue  # not built yet
+            raise
+        bp = bsub.add_parser(name, help=help_)
+        mod.add_arguments(bp)
+        bp.set_defaults(func=mod.run)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
