@@ -135,3 +135,21 @@ def _fill(m, vocab):
     out = allocate_token_bitmask(vocab.size)
     m.fill_next_token_bitmask(out)
     return out
+
+
+def test_with_the_real_grammar_matcher(vocabs):
+    grammar = pytest.importorskip("tokenseam.grammar")
+    vocab = vocabs["smollm2"]
+    compiled = grammar.GrammarCompiler(vocab).compile_regex("[a-z]+")
+    m = grammar.GrammarMatcher(compiled)
+    c = HealedGrammarConstraint(vocab, b" ", m)
+    got = _mask(c, vocab)
+    assert not (got & ~_brute(vocab, b" ")).any()
+    the, cap = vocab.trie.tokens_equal(b" the")[0], vocab.trie.tokens_equal(b" The")[0]
+    assert got[the] and not got[cap]
+    assert c.accept(cap) is False
+    assert c.accept(the) and not c.is_active()
+    # The grammar consumed "the" only (the space belonged to the prompt): it now allows more letters or EOS.
+    after = _mask(c, vocab)
+    assert after[vocab.trie.tokens_equal(b"ory")[0]] and not after[the]
+    assert any(after[e] for e in vocab.eos_token_ids)

@@ -18,6 +18,9 @@ from .errors import HealingError
 _SCATTER_LIMIT = 2048
 
 _all_allowed_cache: weakref.WeakKeyDictionary[Vocabulary, np.ndarray] = weakref.WeakKeyDictionary()
+_rank_cache: weakref.WeakKeyDictionary[Vocabulary, np.ndarray] = weakref.WeakKeyDictionary()
+# Above this many ids a compare over the whole vocabulary (by trie rank) beats scattering the ids.
+_RANGE_COMPARE_LIMIT = 1024
 
 
 def set_bits(out: np.ndarray, ids: np.ndarray) -> None:
@@ -31,6 +34,30 @@ def set_bits(out: np.ndarray, ids: np.ndarray) -> None:
     flags = np.zeros(out.shape[-1] * 32, dtype=bool)
     flags[ids] = True
     out |= np.packbits(flags, bitorder="little").view(np.int32)
+
+
+def trie_rank(vocab: Vocabulary) -> np.ndarray:
+    """Each token's position in `vocab.trie.sorted_ids` (int32 max for tokens outside the trie), padded to a
+    whole number of mask words; built once per vocabulary."""
+    rank = _rank_cache.get(vocab)
+    if rank is None:
+        trie = vocab.trie
+        rank = np.full(vocab.mask_words * 32, np.iinfo(np.int32).max, dtype=np.int32)
+        rank[trie.sorted_ids] = np.arange(len(trie.sorted_ids), dtype=np.int32)
+        rank.setflags(write=False)
+        _rank_cache[vocab] = rank
+    return rank
+
+
+def set_sorted_range(out: np.ndarray, vocab: Vocabulary, lo: int, hi: int) -> None:
+    """OR the tokens `vocab.trie.sorted_ids[lo:hi]` into `out`. A trie prefix is such a range; a wide one
+    (e.g. every token starting with a space) is written with one vectorised compare instead of a scatter."""
+    if hi - lo <= _RANGE_COMPARE_LIMIT:
+        set_bits(out, vocab.trie.sorted_ids[lo:hi])
+        return
+    # rank - lo < hi - lo as unsigned is lo <= rank < hi in one pass.
+    inside = (trie_rank(vocab) - np.int32(lo)).view(np.uint32) < np.uint32(hi - lo)
+    out |= np.packbits(inside, bitorder="little").view(np.int32)
 
 
 def all_allowed_mask(vocab: Vocabulary) -> np.ndarray:
@@ -53,11 +80,15 @@ def healing_step_ids(vocab: Vocabulary, remaining: bytes) -> tuple[np.ndarray, n
 
     Extensions are one contiguous slice of `vocab.trie.sorted_ids`; prefixes come from exact-match lookups.
     """
+    lo, hi, pre = _healing_step(vocab, remaining)
+    return vocab.trie.sorted_ids[lo:hi], pre
+
+
+def _healing_step(vocab: Vocabulary, remaining: bytes) -> tuple[int, int, np.ndarray]:
     trie = vocab.trie
     lo, hi = trie.prefix_range(remaining)
-    ext = trie.sorted_ids[lo:hi]
     pre = [i for n, i in trie.prefixes_of(remaining) if n < len(remaining)]
-    return ext, np.asarray(pre, dtype=np.int32)
+    return lo, hi, np.asarray(pre, dtype=np.int32)
 
 
 class HealingConstraint:
@@ -73,7 +104,7 @@ class HealingConstraint:
         self.vocab = vocab
         self.removed_bytes = bytes(removed_bytes)
         self._pos = 0
-        self._step: tuple[np.ndarray, np.ndarray] | None = None
+        self._step: tuple[int, int, np.ndarray] | None = None
         self.overflow = b""  # bytes of the completing token beyond the removed ones (new text for the user)
         self.output_ids: list[int] = []
 
@@ -92,17 +123,21 @@ class HealingConstraint:
         ext, pre = self._current()
         return np.concatenate([ext, pre])
 
-    def _current(self) -> tuple[np.ndarray, np.ndarray]:
+    def _range(self) -> tuple[int, int, np.ndarray]:
         if self._step is None:
-            self._step = healing_step_ids(self.vocab, self.remaining)
+            self._step = _healing_step(self.vocab, self.remaining)
         return self._step
+
+    def _current(self) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi, pre = self._range()
+        return self.vocab.trie.sorted_ids[lo:hi], pre
 
     def fill_mask(self, out: np.ndarray) -> None:
         if not self.is_active():
             out |= all_allowed_mask(self.vocab)
             return
-        ext, pre = self._current()
-        set_bits(out, ext)
+        lo, hi, pre = self._range()
+        set_sorted_range(out, self.vocab, lo, hi)
         set_bits(out, pre)
 
     def accept(self, token_id: int) -> bool:

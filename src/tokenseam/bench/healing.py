@@ -1,0 +1,133 @@
+"""`tokenseam bench healing`: per-request cost of token healing and canonicality with vs without it.
+
+Times heal_prompt + HealingConstraint construction + first mask on both vocabularies; anchor: tokenizing the prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from .common import machine, median, percentile, write_json
+
+TARGET_US = 1000.0  # the issue's budget: healing adds at most 1 ms per request
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--models", default="smollm2,gemma3", help="comma-separated model aliases or .gguf paths")
+    p.add_argument("--repeats", type=int, default=20, help="timed repetitions per prompt (default 20)")
+    p.add_argument("--limit", type=int, default=0, help="use only the first N realistic prompts (0 = all 300)")
+    p.add_argument("--out", default="bench-results/healing.json", help="where to write the JSON results")
+
+
+def _time_request(vocab, ids: list[int], mask: np.ndarray) -> tuple[float, bool]:
+    from ..healing import HealingConstraint, heal_prompt
+
+    mask[:] = 0
+    t0 = time.perf_counter_ns()
+    h = heal_prompt(ids, vocab)
+    c = HealingConstraint(vocab, h.removed_bytes)
+    if c.is_active():
+        c.fill_mask(mask)
+    t1 = time.perf_counter_ns()
+    return (t1 - t0) / 1000.0, h.healed
+
+
+def _stats(xs: list[float]) -> dict:
+    return {"p50_us": median(xs), "p99_us": percentile(xs, 99), "max_us": max(xs) if xs else float("nan"),
+            "n": len(xs)}
+
+
+def bench_model(model: str, repeats: int, limit: int) -> dict:
+    from ..healing import HealingConstraint
+    from ..healing.canonical import check_seam
+    from ..healing.cases import BOUNDARY_CASES
+    from ..healing.workload import realistic_pairs
+    from ..models import resolve_model
+    from ..vocab import Tokenizer, Vocabulary
+
+    path = resolve_model(model)
+    vocab = Vocabulary.from_gguf(path)
+    tok = Tokenizer.from_gguf(path)
+    vocab.trie  # noqa: B018 - built once per vocabulary at load time in the server, not per request
+    pairs = realistic_pairs()
+    if limit:
+        pairs = pairs[:limit]
+    workloads = {"boundary": [(c.prefix, c.continuation) for c in BOUNDARY_CASES], "realistic": pairs}
+    mask = np.zeros(vocab.mask_words, dtype=np.int32)
+    out: dict = {"model": model, "vocab_size": vocab.size, "max_token_bytes": vocab.max_token_bytes}
+    for name, wl in workloads.items():
+        prompts = [tok.encode(p) for p, _ in wl]
+        for ids in prompts:  # warm-up
+            _time_request(vocab, ids, mask)
+        heal_us, tok_us, healed = [], [], 0
+        for _ in range(repeats):
+            for (p, _), ids in zip(wl, prompts, strict=True):
+                t0 = time.perf_counter_ns()
+                tok.encode(p)
+                tok_us.append((time.perf_counter_ns() - t0) / 1000.0)
+                us, was_healed = _time_request(vocab, ids, mask)
+                heal_us.append(us)
+        healed = sum(_time_request(vocab, ids, mask)[1] for ids in prompts)
+        seams = [check_seam(tok, vocab, p, c) for p, c in wl]
+        with_ok = sum(s.canonical_with for s in seams)
+        without_ok = sum(s.canonical_without for s in seams)
+        out[name] = {
+            "prompts": len(wl), "healed_prompts": healed,
+            "healing": _stats(heal_us), "tokenize_anchor": _stats(tok_us),
+            "canonical_with_healing": with_ok / len(wl), "canonical_without_healing": without_ok / len(wl),
+            "not_canonical_with_healing": [[s.prefix, s.continuation, s.reason] for s in seams if not s.canonical_with],
+        }
+    # After healing the engine only asks is_active(): that is the whole per-token cost.
+    c = HealingConstraint(vocab, b"")
+    n = 100_000
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        c.is_active()
+    out["per_token_after_healing_ns"] = (time.perf_counter_ns() - t0) / n
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..models import ModelNotFoundError
+    from ..vocab import VocabularyError
+
+    con = Console(width=170, highlight=False)
+    if args.repeats < 1 or args.limit < 0:
+        Console(stderr=True).print("[red]error:[/red] --repeats must be >= 1 and --limit >= 0")
+        return 2
+    results = []
+    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
+        try:
+            results.append(bench_model(model, args.repeats, args.limit))
+        except (ModelNotFoundError, VocabularyError) as e:
+            Console(stderr=True).print(f"[red]error:[/red] {e}")
+            return 2
+    table = Table(title="token healing: heal_prompt + constraint + first mask, per request")
+    for col in ("model", "workload", "prompts", "healed", "p50 µs", "p99 µs", "max µs", "tokenize p50 µs",
+                "p99 / 1 ms", "canonical with", "canonical without"):
+        table.add_column(col, justify="right")
+    for r in results:
+        for wl in ("boundary", "realistic"):
+            w = r[wl]
+            table.add_row(r["model"], wl, str(w["prompts"]), str(w["healed_prompts"]),
+                          f"{w['healing']['p50_us']:.1f}", f"{w['healing']['p99_us']:.1f}",
+                          f"{w['healing']['max_us']:.1f}", f"{w['tokenize_anchor']['p50_us']:.1f}",
+                          f"{w['healing']['p99_us'] / TARGET_US:.2f}",
+                          f"{100 * w['canonical_with_healing']:.1f}%", f"{100 * w['canonical_without_healing']:.1f}%")
+    con.print(table)
+    for r in results:
+        con.print(f"{r['model']}: after healing the engine pays {r['per_token_after_healing_ns']:.0f} ns per token "
+                  "(one is_active() call)")
+        for wl in ("boundary", "realistic"):
+            for p, c, why in r[wl]["not_canonical_with_healing"]:
+                con.print(f"  not canonical with healing ({wl}): {p!r} | {c!r}: {why}")
+    path = write_json(args.out, {"bench": "healing", "machine": machine(), "target_us": TARGET_US,
+                                 "results": results})
+    con.print(f"wrote {path}")
+    return 0
