@@ -19,6 +19,12 @@ def test_bench_healing_small(tmp_path, capsys):
     assert r["boundary"]["prompts"] == 21 and r["realistic"]["prompts"] == 15
     assert r["boundary"]["canonical_with_healing"] == 1.0
     assert r["boundary"]["canonical_without_healing"] < 1.0
+    heads = r["rag_key_reuse"]["heads"]
+    assert len(heads) == 4 and r["rag_key_reuse"]["chunks"] == 50
+    for h in heads:
+        assert h["join_stable_equals_full_tokenization"] == 1.0
+        assert 0 < h["stable_tokens"] <= h["head_tokens"]
+        assert h["mean_reuse_with_healing"] == h["stable_tokens"] / h["head_tokens"]
     for wl in ("boundary", "realistic"):
         h = r[wl]["healing"]
         assert h["n"] == r[wl]["prompts"] and 0 < h["p50_us"] <= h["p99_us"] <= h["max_us"]

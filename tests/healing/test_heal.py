@@ -91,3 +91,29 @@ def test_bad_max_rollback(bad, vocabs):
 def test_bad_token_id(bad, vocabs):
     with pytest.raises(HealingError, match="not in the vocabulary"):
         heal_prompt([5, bad], vocabs["smollm2"])
+
+
+def test_numpy_ids_are_accepted(vocabs, tokenizers):
+    import numpy as np
+
+    vocab, tok = vocabs["smollm2"], tokenizers["smollm2"]
+    ids = tok.encode("http:")
+    r = heal_prompt(np.asarray(ids, dtype=np.int32), vocab)
+    assert r.removed_ids == [ids[-1]] and all(type(t) is int for t in r.removed_ids)
+
+
+@pytest.mark.parametrize("value,default,want", [
+    (None, True, 4), (None, False, 0), (True, False, 4), (False, True, 0), (0, True, 0), (2, True, 2), (64, True, 64),
+])
+def test_resolve_token_healing(value, default, want):
+    from tokenseam.healing import resolve_token_healing
+
+    assert resolve_token_healing(value, default) == want
+
+
+@pytest.mark.parametrize("bad", [-1, 65, 10**18, 1.5, "true", [4], {"n": 4}])
+def test_resolve_token_healing_rejects(bad):
+    from tokenseam.healing import resolve_token_healing
+
+    with pytest.raises(HealingError, match="token_healing must be"):
+        resolve_token_healing(bad)

@@ -78,3 +78,52 @@ def test_accepts_ids_and_needs_vocab_for_text(vocabs, tokenizers):
     assert stable_prefix(tok, vocab, ids) == stable_prefix(tok, vocab, "about ")
     with pytest.raises(HealingError, match="vocabulary"):
         join_stable(tok, "about ", "the")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_rag_heads_join_exactly(model, vocabs, tokenizers):
+    from tokenseam.healing.cases import RAG_FIXED_PROMPTS
+
+    vocab, tok = vocabs[model], tokenizers[model]
+    for head in RAG_FIXED_PROMPTS:
+        sp = stable_prefix(tok, vocab, head)
+        for chunk in RAG_CHUNKS:
+            ids = join_stable(tok, sp, chunk)
+            assert ids[: len(sp.ids)] == sp.ids
+            assert ids == tok.encode(head + chunk), (head, chunk)
+
+
+def test_special_tokens_in_the_prefix(vocabs, tokenizers):
+    vocab, tok = vocabs["smollm2"], tokenizers["smollm2"]
+    head = "<|im_start|>user\nContext:\n"
+    sp = stable_prefix(tok, vocab, head, parse_special=True)
+    assert sp.ids[0] == tok.encode("<|im_start|>", parse_special=True)[0]
+    for chunk in ["The", "'single'", "\nblank", "中文"]:
+        ids = join_stable(tok, sp, chunk)
+        assert ids == tok.encode(head, parse_special=True)[: len(sp.ids)] + ids[len(sp.ids):]
+        assert tok.encode(head + chunk, parse_special=True) == ids
+
+
+class _CountingTokenizer:
+    def __init__(self, tok):
+        self.tok, self.calls = tok, 0
+
+    def encode(self, *a, **k):
+        self.calls += 1
+        return self.tok.encode(*a, **k)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_join_falls_back_when_the_context_does_not_reproduce(model, vocabs, tokenizers):
+    import dataclasses
+
+    vocab, tok = vocabs[model], tokenizers[model]
+    for head in ["Context:\n", "Read this: 'quoted", "以下是资料："]:
+        sp = stable_prefix(tok, vocab, head)
+        # A context that tokenizes differently alone (as when it starts inside a pre-tokenizer chunk).
+        bad = dataclasses.replace(sp, context_bytes=b"zq" + sp.context_bytes)
+        for chunk in ["the", "'single'", " more"]:
+            counting = _CountingTokenizer(tok)
+            ids = join_stable(counting, bad, chunk)
+            assert counting.calls == 2  # the context check failed; the special-free run was tokenized once
+            assert ids == tok.encode(head + chunk), (head, chunk)

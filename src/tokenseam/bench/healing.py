@@ -80,6 +80,7 @@ def bench_model(model: str, repeats: int, limit: int) -> dict:
             "canonical_with_healing": with_ok / len(wl), "canonical_without_healing": without_ok / len(wl),
             "not_canonical_with_healing": [[s.prefix, s.continuation, s.reason] for s in seams if not s.canonical_with],
         }
+    out["rag_key_reuse"] = rag_key_reuse(tok, vocab)
     # After healing the engine only asks is_active(): that is the whole per-token cost.
     c = HealingConstraint(vocab, b"")
     n = 100_000
@@ -88,6 +89,35 @@ def bench_model(model: str, repeats: int, limit: int) -> dict:
         c.is_active()
     out["per_token_after_healing_ns"] = (time.perf_counter_ns() - t0) / n
     return out
+
+
+def rag_key_reuse(tok, vocab) -> dict:
+    """Token-level upper bound of prefix-cache reuse on the RAG workload: the share of a fixed head's tokens
+    that the joined prompt starts with, keying on the raw head tokens (no healing) vs on its stable prefix."""
+    from ..healing import join_stable, stable_prefix
+    from ..healing.cases import RAG_CHUNKS, RAG_FIXED_PROMPTS
+
+    rows = []
+    for head in RAG_FIXED_PROMPTS:
+        raw = tok.encode(head)
+        sp = stable_prefix(tok, vocab, head)
+        reuse_raw, reuse_stable, exact = [], [], 0
+        for chunk in RAG_CHUNKS:
+            full = tok.encode(head + chunk)
+            joined = join_stable(tok, sp, chunk)
+            exact += joined == full
+            n = 0
+            while n < len(raw) and n < len(full) and raw[n] == full[n]:
+                n += 1
+            # Without healing a cache keyed on the head's tokens serves only the matching prefix.
+            reuse_raw.append(n / len(raw))
+            reuse_stable.append(len(sp.ids) / len(raw) if joined[: len(sp.ids)] == sp.ids else 0.0)
+        rows.append({"head": head, "head_tokens": len(raw), "stable_tokens": len(sp.ids),
+                     "whole_head_reused_without_healing": sum(r == 1.0 for r in reuse_raw) / len(RAG_CHUNKS),
+                     "mean_reuse_without_healing": sum(reuse_raw) / len(reuse_raw),
+                     "mean_reuse_with_healing": sum(reuse_stable) / len(reuse_stable),
+                     "join_stable_equals_full_tokenization": exact / len(RAG_CHUNKS)})
+    return {"chunks": len(RAG_CHUNKS), "heads": rows}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,6 +151,17 @@ def run(args: argparse.Namespace) -> int:
                           f"{w['healing']['p99_us'] / TARGET_US:.2f}",
                           f"{100 * w['canonical_with_healing']:.1f}%", f"{100 * w['canonical_without_healing']:.1f}%")
     con.print(table)
+    kt = Table(title="RAG heads x 50 chunks: share of the head's tokens a token-keyed cache can reuse")
+    for col in ("model", "head", "tokens", "stable", "whole head reused, no healing", "mean reuse, no healing",
+                "mean reuse, stable key", "join_stable exact"):
+        kt.add_column(col, justify="right")
+    for r in results:
+        for h in r["rag_key_reuse"]["heads"]:
+            kt.add_row(r["model"], repr(h["head"][-16:]), str(h["head_tokens"]), str(h["stable_tokens"]),
+                       f"{100 * h['whole_head_reused_without_healing']:.0f}%",
+                       f"{100 * h['mean_reuse_without_healing']:.1f}%", f"{100 * h['mean_reuse_with_healing']:.1f}%",
+                       f"{100 * h['join_stable_equals_full_tokenization']:.0f}%")
+    con.print(kt)
     for r in results:
         con.print(f"{r['model']}: after healing the engine pays {r['per_token_after_healing_ns']:.0f} ns per token "
                   "(one is_active() call)")

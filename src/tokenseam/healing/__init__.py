@@ -5,7 +5,7 @@ The engine calls `heal_prompt` on prompt ids, prefills `kept_ids` and installs a
 
 from .constraint import HealedGrammarConstraint, HealingConstraint, all_allowed_mask, healing_step_ids
 from .errors import HealingError
-from .heal import DEFAULT_MAX_ROLLBACK, HealResult, heal_prompt
+from .heal import DEFAULT_MAX_ROLLBACK, HealResult, heal_prompt, resolve_token_healing
 from .lint import LintReport, lint_prompt
 from .stable import StablePrefix, join_stable, stable_prefix
 
@@ -22,5 +22,6 @@ __all__ = [
     "healing_step_ids",
     "join_stable",
     "lint_prompt",
+    "resolve_token_healing",
     "stable_prefix",
 ]

@@ -63,3 +63,11 @@ _CHUNK_STARTS = (
     " leading space",
 )
 RAG_CHUNKS: tuple[str, ...] = tuple(s + " and some more text follows here." for s in _CHUNK_STARTS)
+
+# Fixed prompt heads of a RAG workload; each is followed by one of RAG_CHUNKS.
+RAG_FIXED_PROMPTS: tuple[str, ...] = (
+    "You answer questions using only the documents provided.\n\nContext:\n",
+    "Read the passage and answer the question in one word.\nAnswer: ",
+    "Complete the following Python module.\n```python\n",
+    "以下是参考资料，请根据资料回答问题。资料如下：",
+)

@@ -6,6 +6,7 @@ extends decides it; the fewest whole tokens covering that suffix are removed. On
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,6 +14,23 @@ from ..vocab import Vocabulary
 from .errors import HealingError
 
 DEFAULT_MAX_ROLLBACK = 4
+MAX_ROLLBACK_LIMIT = 64  # a request may ask for more look-back than the default, within reason
+
+
+def resolve_token_healing(value: object, default: bool = True) -> int:
+    """The request option `token_healing` (true, false, an integer cap, or None for the endpoint default)
+    as a `max_rollback` for `heal_prompt`: 0 means off."""
+    if value is None:
+        return DEFAULT_MAX_ROLLBACK if default else 0
+    if isinstance(value, bool):
+        return DEFAULT_MAX_ROLLBACK if value else 0
+    if isinstance(value, int):
+        if not 0 <= value <= MAX_ROLLBACK_LIMIT:
+            raise HealingError(f"token_healing must be true, false or an integer 0..{MAX_ROLLBACK_LIMIT} "
+                               f"(tokens to roll back at most), got {value}")
+        return value
+    raise HealingError(f"token_healing must be true, false or an integer 0..{MAX_ROLLBACK_LIMIT}, "
+                       f"got {type(value).__name__} {value!r}"[:200])
 
 
 @dataclass(frozen=True)
@@ -43,8 +61,16 @@ def heal_prompt(prompt_ids: Sequence[int], vocab: Vocabulary, max_rollback: int 
     start = n
     while start > 0 and n - start < max_rollback:
         t = ids[start - 1]
-        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < size:
-            raise HealingError(f"prompt token id {t!r} at position {start - 1} is not in the vocabulary (size {size})")
+        try:
+            if isinstance(t, bool):
+                raise TypeError
+            t = operator.index(t)  # numpy integers are fine, floats and strings are not
+        except TypeError:
+            t = None
+        if t is None or not 0 <= t < size:
+            raise HealingError(f"prompt token id {ids[start - 1]!r} at position {start - 1} is not in the "
+                               f"vocabulary (size {size})")
+        ids[start - 1] = t
         if special[t]:
             break
         start -= 1

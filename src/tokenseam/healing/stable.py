@@ -12,6 +12,10 @@ from ..vocab import Tokenizer, Vocabulary
 from .errors import HealingError
 from .heal import DEFAULT_MAX_ROLLBACK, heal_prompt
 
+# Stable tokens re-tokenized together with the tail: a pre-tokenizer chunk can start before the stable point
+# (GPT-2's regex joins "：" and "'" into one chunk) without changing those tokens, yet it changes what follows.
+_CONTEXT_TOKENS = 4
+
 
 @dataclass(frozen=True)
 class StablePrefix:
@@ -20,6 +24,12 @@ class StablePrefix:
     ids: list[int]
     tail_ids: list[int]
     tail_bytes: bytes
+    # For join_stable: the last few stable tokens after the last special token (count and bytes), and the
+    # start and bytes of that whole special-free run.
+    context_len: int = 0
+    context_bytes: bytes = b""
+    segment_start: int = 0
+    segment_bytes: bytes = b""
 
     @property
     def all_ids(self) -> list[int]:
@@ -41,7 +51,12 @@ def stable_prefix(tokenizer: Tokenizer, vocab: Vocabulary, text_or_ids: str | by
     while tail and kept and not vocab.is_special[kept[-1]] and tb[tail[0]][:1] and 0x80 <= tb[tail[0]][0] < 0xC0:
         tail = [kept[-1], *tail]
         kept = kept[:-1]
-    return StablePrefix(kept, tail, b"".join(tb[t] for t in tail))
+    seg = len(kept)
+    while seg > 0 and not vocab.is_special[kept[seg - 1]]:
+        seg -= 1
+    ctx = max(seg, len(kept) - _CONTEXT_TOKENS)
+    return StablePrefix(kept, tail, b"".join(tb[t] for t in tail), len(kept) - ctx,
+                        b"".join(tb[t] for t in kept[ctx:]), seg, b"".join(tb[t] for t in kept[seg:]))
 
 
 def join_stable(tokenizer: Tokenizer, prefix: str | bytes | StablePrefix, appended: str | bytes,
@@ -56,4 +71,15 @@ def join_stable(tokenizer: Tokenizer, prefix: str | bytes | StablePrefix, append
             raise HealingError("join_stable needs the vocabulary when the prefix is given as text")
         prefix = stable_prefix(tokenizer, vocab, prefix, max_rollback)
     data = appended.encode("utf-8") if isinstance(appended, str) else bytes(appended)
-    return prefix.ids + tokenizer.encode(prefix.tail_bytes + data, add_special=False, parse_special=False)
+    ids = prefix.ids
+    ctx = ids[len(ids) - prefix.context_len:]
+    joined = tokenizer.encode(prefix.context_bytes + prefix.tail_bytes + data, add_special=False, parse_special=False)
+    if joined[: len(ctx)] == ctx:
+        return ids + joined[len(ctx):]
+    # The context did not start on a pre-tokenizer boundary: tokenize the whole special-free run once. A special
+    # token is a hard boundary, so nothing before it can change.
+    seg = ids[prefix.segment_start:]
+    full = tokenizer.encode(prefix.segment_bytes + prefix.tail_bytes + data, add_special=False, parse_special=False)
+    if full[: len(seg)] == seg:
+        return ids + full[len(seg):]
+    return ids[: prefix.segment_start] + full  # the stable tokens themselves re-tokenized: keep the text right
