@@ -24,6 +24,9 @@ class Constraint(Protocol):
     def is_finished(self) -> bool:
         """True when the constraint allows nothing more (generation must stop)."""
 
+    # Optional: `is_active() -> bool`. When defined and False after an accept, the constraint no longer
+    # restricts anything and the engine drops it (token healing once the removed bytes are regenerated).
+
 
 def allocate_token_bitmask(vocab_size: int, batch: int | None = None) -> np.ndarray:
     """A zeroed packed bitmask for one sequence (or `batch` sequences)."""

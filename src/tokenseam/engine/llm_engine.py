@@ -245,8 +245,12 @@ class Engine:
             c.fill_mask(self._mask)
             allowed = bitmask_to_bool(self._mask, self.backend.n_vocab)
         tok, lp = s.sampler.sample(logits, allowed)
-        if c is not None and not c.accept(tok):
-            log.warning("constraint refused the token it allowed (id %d)", tok)
+        if c is not None:
+            if not c.accept(tok):
+                log.warning("constraint refused the token it allowed (id %d)", tok)
+            is_active = getattr(c, "is_active", None)
+            if is_active is not None and not is_active():
+                s.constraint = c = None  # it restricts nothing any more: no cost for later tokens
         s.generated.append(tok)
         p = s.req.request.params
         text = s.detok.push(tok)

@@ -28,6 +28,8 @@ from .protocol import ParsedRequest, bad, parse_llama_completion, parse_openai
 log = logging.getLogger("tokenseam.server")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+_GRAMMAR_FIELDS = ("response_format", "tools", "guided_json", "guided_regex", "guided_grammar", "guided_choice",
+                   "grammar", "json_schema")
 
 
 @dataclass
@@ -57,6 +59,25 @@ class ServerState:
         # Extra per-request constraint source (an embedding application's own rules; tests use it to force
         # exact outputs): (parsed request, body) -> constraint factory or None.
         self.constraint_hook: Callable[[ParsedRequest, dict], Callable | None] | None = None
+        self._grammar_compiler = None
+
+    def compile_request_grammar(self, body: dict, route: str):
+        """The request's grammar (response_format, guided_*, grammar, json_schema, tools) or None."""
+        try:
+            from ..grammar import GrammarCompiler
+            from ..grammar.request import constraint_from_request
+        except ImportError:
+            asked = [k for k in _GRAMMAR_FIELDS if body.get(k) not in (None, "", [], {})]
+            if asked:
+                raise APIError(400, f"{asked[0]} is not supported by this build (no grammar engine)", param=asked[0],
+                               code="unsupported_parameter") from None
+            return None
+        if self._grammar_compiler is None:
+            self._grammar_compiler = GrammarCompiler(self.vocab)
+        try:
+            return constraint_from_request(self._grammar_compiler, body, route)
+        except Exception as e:
+            raise from_exception(e) from e
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -174,7 +195,7 @@ async def read_json(request: Request, state: ServerState) -> dict:
 
 # ---------------------------------------------------------------------------------------------- generation
 def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
-    """Tokenize the prompt and build the engine request (constraints and healing plug in here)."""
+    """Tokenize the prompt and build the engine request: grammar constraint, token healing, test hooks."""
     if parsed.model is not None and parsed.model not in state.model_names:
         raise APIError(404, f"the model {parsed.model!r} does not exist; this server serves {state.model_id!r}",
                        code="model_not_found", param="model")
@@ -186,10 +207,54 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
             raise bad(f"prompt token ids must be in 0..{state.vocab.size - 1}", "prompt")
     else:
         ids = state.tokenizer.encode(parsed.prompt_text or "", add_special=True, parse_special=False)
-    gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params)
+    compiled = state.compile_request_grammar(body, parsed.route)
+    healed = None
+    removed = b""
+    rollback = 4 if parsed.token_healing is True else int(parsed.token_healing)
+    if rollback:
+        from ..healing import heal_prompt
+
+        hr = heal_prompt(ids, state.vocab, rollback)
+        if hr.healed and len(hr.kept_ids) > 0:
+            ids, removed = hr.kept_ids, hr.removed_bytes
+            healed = {"removed_ids": hr.removed_ids, "removed_bytes": list(removed),
+                      "removed_text": removed.decode("utf-8", errors="replace")}
+    gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, text_skip_bytes=len(removed))
+    gen.constraint_factory = _constraint_factory(state, compiled, removed)
     if state.constraint_hook is not None:
-        gen.constraint_factory = state.constraint_hook(parsed, body)
-    return Prepared(gen=gen, prompt_tokens=len(ids))
+        hooked = state.constraint_hook(parsed, body)
+        if hooked is not None:
+            gen.constraint_factory = hooked
+    return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed)
+
+
+def _constraint_factory(state: ServerState, compiled, removed: bytes):
+    vocab = state.vocab
+    if compiled is not None:
+        from ..grammar import GrammarMatcher
+
+        if removed:
+            from ..healing import HealedGrammarConstraint
+
+            return lambda i: _Opaque(HealedGrammarConstraint(vocab, removed, GrammarMatcher(compiled)))
+        return lambda i: _Opaque(GrammarMatcher(compiled))
+    if removed:
+        from ..healing import HealingConstraint
+
+        return lambda i: HealingConstraint(vocab, removed)
+    return None
+
+
+class _Opaque:
+    """Expose only the Constraint protocol, so the engine never drops a grammar for an unrelated is_active()."""
+
+    __slots__ = ("fill_mask", "accept", "is_finished", "inner")
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.fill_mask = inner.fill_mask
+        self.accept = inner.accept
+        self.is_finished = inner.is_finished
 
 
 async def _generate(request: Request, state: ServerState, route: str):
