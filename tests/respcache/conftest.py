@@ -56,3 +56,47 @@ def registry():
     from prometheus_client import CollectorRegistry
 
     return CollectorRegistry()
+
+
+@pytest.fixture(scope="session")
+def fake_upstream():
+    from tokenseam.respcache.fake_upstream import FakeUpstream
+
+    with FakeUpstream() as f:
+        yield f
+
+
+@pytest.fixture
+def fake(fake_upstream):
+    fake_upstream.set_mode("ok")
+    fake_upstream.state.latency = 0.0
+    fake_upstream.state.token_delay = 0.0
+    fake_upstream.reset()
+    return fake_upstream
+
+
+@pytest.fixture
+def make_gateway():
+    """Start gateways in-process (uvicorn on a free port); stopped at the end of the test."""
+    from prometheus_client import CollectorRegistry
+
+    from tokenseam.respcache import MemoryStore, ResponseCache
+    from tokenseam.respcache.fake_upstream import ThreadedServer
+    from tokenseam.respcache.gateway import create_gateway_app
+
+    running = []
+
+    def make(upstream_url, store=None, mode="deterministic", **kw):
+        reg = CollectorRegistry()
+        cache = ResponseCache(store if store is not None else MemoryStore(), mode=mode, registry=reg,
+                              store_retry_seconds=kw.pop("store_retry_seconds", 5.0))
+        app = create_gateway_app(upstream_url, cache=cache, registry=reg, **kw)
+        srv = ThreadedServer(app).start()
+        srv.cache = cache
+        srv.registry = reg
+        running.append(srv)
+        return srv
+
+    yield make
+    for s in running:
+        s.stop()

@@ -327,6 +327,13 @@ def _is_default(value: Any, default: Any) -> bool:
 
 def canonicalize_request(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """The canonical form of a generation request for `route`; idempotent. Raises `CacheRequestError`."""
+    try:
+        return _canonicalize(route, body)
+    except RecursionError:
+        raise CacheRequestError("the request body is nested too deeply to canonicalize") from None
+
+
+def _canonicalize(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
     if route not in DEFAULTS:
         raise CacheRequestError(f"route {route!r} is not cacheable; expected one of {', '.join(ROUTES)}")
     if not isinstance(body, Mapping):
@@ -442,7 +449,11 @@ def _emit(v: Any, out: list[str]) -> None:
 
 def fingerprint_canonical(route: str, canonical: Mapping[str, Any], tenant: str = "", namespace: str = "") -> str:
     """SHA-256 hex of an already canonical request (what `fingerprint_request` hashes)."""
-    text = "\n".join((FINGERPRINT_VERSION, namespace, tenant, route, canonical_json(canonical)))
+    try:
+        body = canonical_json(canonical)
+    except RecursionError:
+        raise CacheRequestError("the request body is nested too deeply to fingerprint") from None
+    text = "\n".join((FINGERPRINT_VERSION, namespace, tenant, route, body))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 

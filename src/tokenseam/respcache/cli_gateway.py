@@ -1,0 +1,78 @@
+"""`tokenseam gateway --upstream URL`: the response cache in front of any OpenAI-compatible server.
+
+Flags choose the store (`sqlite:PATH`, `redis://...`, `memory`) and the policy (`off`, `deterministic`, `always`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gateway", help="serve a response cache in front of an OpenAI-compatible server")
+    p.add_argument("--upstream", required=True, help="upstream base URL, e.g. http://127.0.0.1:8000 (a /v1 suffix is ok)")
+    p.add_argument("--upstream-key-env", default=None, metavar="VAR",
+                   help="environment variable holding the upstream API key (default: forward the client's key)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8090)
+    p.add_argument("--cache-store", default="sqlite", metavar="SPEC",
+                   help="sqlite:PATH | sqlite (default path) | redis://HOST:PORT/DB | memory")
+    p.add_argument("--cache", default="deterministic", choices=["off", "deterministic", "always"],
+                   help="which requests are cached (default: deterministic = temperature 0 or a seed)")
+    p.add_argument("--cache-ttl", type=float, default=None, metavar="SECONDS", help="entry lifetime (default: none)")
+    p.add_argument("--cache-max-entries", type=int, default=None, metavar="N", help="evict beyond N entries")
+    p.add_argument("--cache-truncated", action="store_true", help="also cache finish_reason=length answers")
+    p.add_argument("--timeout", type=float, default=120.0, help="upstream read timeout in seconds (-> 504)")
+    p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if not 0 < args.port < 65536:
+        return f"--port {args.port} is not a TCP port (1-65535)"
+    if args.timeout <= 0:
+        return "--timeout must be positive"
+    if args.cache_ttl is not None and args.cache_ttl <= 0:
+        return "--cache-ttl must be positive"
+    if args.cache_max_entries is not None and args.cache_max_entries <= 0:
+        return "--cache-max-entries must be positive"
+    if args.max_body_bytes <= 0:
+        return "--max-body-bytes must be positive"
+    if args.upstream_key_env and not os.environ.get(args.upstream_key_env):
+        return f"--upstream-key-env {args.upstream_key_env}: that environment variable is not set or empty"
+    return None
+
+
+def build_app(args: argparse.Namespace):
+    """The gateway app for parsed CLI arguments (raises ResponseCacheError with an actionable message)."""
+    from .gateway import create_gateway_app
+    from .policy import ResponseCache
+    from .stores import open_store
+
+    store = open_store(args.cache_store, max_entries=args.cache_max_entries, default_ttl=args.cache_ttl)
+    cache = ResponseCache(store, mode=args.cache, ttl_seconds=args.cache_ttl, cache_truncated=args.cache_truncated)
+    key = os.environ.get(args.upstream_key_env) if args.upstream_key_env else None
+    return create_gateway_app(args.upstream, cache=cache, api_key=key, timeout=args.timeout,
+                              max_body_bytes=args.max_body_bytes)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .errors import ResponseCacheError
+
+    problem = _check(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        app = build_app(args)
+    except ResponseCacheError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    print(f"tokenseam gateway on http://{args.host}:{args.port} -> {app.state.upstream} "
+          f"(cache {args.cache}, store {app.state.cache.store.description})", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
