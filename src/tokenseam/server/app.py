@@ -207,6 +207,10 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
             raise bad(f"prompt token ids must be in 0..{state.vocab.size - 1}", "prompt")
     else:
         ids = state.tokenizer.encode(parsed.prompt_text or "", add_special=True, parse_special=False)
+    hooked = state.constraint_hook(parsed, body) if state.constraint_hook is not None else None
+    if hooked is not None:  # an embedder's own constraint replaces grammar and healing
+        gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, constraint_factory=hooked)
+        return Prepared(gen=gen, prompt_tokens=len(ids))
     compiled = state.compile_request_grammar(body, parsed.route)
     healed = None
     removed = b""
@@ -221,10 +225,6 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
                       "removed_text": removed.decode("utf-8", errors="replace")}
     gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, text_skip_bytes=len(removed))
     gen.constraint_factory = _constraint_factory(state, compiled, removed)
-    if state.constraint_hook is not None:
-        hooked = state.constraint_hook(parsed, body)
-        if hooked is not None:
-            gen.constraint_factory = hooked
     return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed)
 
 
