@@ -428,8 +428,10 @@ def _fresh_id(route: str) -> str:
 
 def response_from_entry(entry: Mapping[str, Any], *, response_id: str | None = None,
                         created: int | None = None) -> dict[str, Any]:
-    """The non-streamed body for a hit: the stored response with a fresh id and creation time."""
-    resp = json.loads(json.dumps(entry["response"]))
+    """The non-streamed body for a hit: the stored response with a fresh id and creation time.
+
+    A shallow copy: nested objects are shared with `entry` (which a store returns freshly decoded)."""
+    resp = dict(entry["response"])
     if entry["route"] != ROUTE_LLAMA:
         resp["id"] = response_id or _fresh_id(entry["route"])
         resp["created"] = int(time.time()) if created is None else created
@@ -441,7 +443,7 @@ def replay_chunks(entry: Mapping[str, Any], *, include_usage: bool = False, resp
     """The chunk objects a live stream would have sent (ending with "[DONE]" on the OpenAI routes)."""
     route = entry["route"]
     if route == ROUTE_LLAMA:
-        return [json.loads(json.dumps(ev)) for ev in entry["events"]]
+        return list(entry["events"])
     rid = response_id or _fresh_id(route)
     ts = int(time.time()) if created is None else created
     obj = "chat.completion.chunk" if route == ROUTE_CHAT else "text_completion"
@@ -450,7 +452,7 @@ def replay_chunks(entry: Mapping[str, Any], *, include_usage: bool = False, resp
         head["system_fingerprint"] = entry["system_fingerprint"]
     out: list[Any] = []
     for ev in entry["events"]:
-        chunk = dict(head, choices=[json.loads(json.dumps(ev))])
+        chunk = dict(head, choices=[ev])
         if include_usage:
             chunk["usage"] = None
         out.append(chunk)
