@@ -153,3 +153,25 @@ def test_with_the_real_grammar_matcher(vocabs):
     after = _mask(c, vocab)
     assert after[vocab.trie.tokens_equal(b"ory")[0]] and not after[the]
     assert any(after[e] for e in vocab.eos_token_ids)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_excess_token_ids_match_a_direct_lookup(model, vocabs):
+    from tokenseam.healing import prepare_vocabulary
+    from tokenseam.healing.constraint import excess_token_ids
+
+    vocab = vocabs[model]
+    prepare_vocabulary(vocab)
+    trie, tb = vocab.trie, vocab.token_bytes
+    for rem in [b" ", b":", b"\n", b"http", b" t", b"\xe5", b"\x00", b"in", b"zzqqxx"]:
+        got = excess_token_ids(vocab, rem)
+        lo, hi = trie.prefix_range(rem)
+        assert len(got) == hi - lo
+        for k, b in enumerate(trie.sorted_bytes[lo:hi]):
+            rest = b[len(rem):]
+            if not rest:
+                assert got[k] == -2
+            elif trie.tokens_equal(rest):
+                assert got[k] >= 0 and tb[got[k]] == rest, (rem, b)
+            else:
+                assert got[k] == -1, (rem, b)

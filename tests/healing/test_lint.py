@@ -136,3 +136,13 @@ def test_cli_bad_files(tmp_path, capsys):
     assert "not a regular file" in capsys.readouterr().err
     assert main(["lint-prompt", "--text", "hi", "--model", str(latin1)]) == 2
     assert "GGUF" in capsys.readouterr().err
+
+
+def test_cli_reads_stdin(monkeypatch, capsys):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"self.max_")))
+    assert main(["lint-prompt", "-", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["source"] == "<stdin>" and data["heal_removed_text"] == "_"

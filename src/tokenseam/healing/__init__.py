@@ -3,7 +3,13 @@
 The engine calls `heal_prompt` on prompt ids, prefills `kept_ids` and installs a `HealingConstraint`.
 """
 
-from .constraint import HealedGrammarConstraint, HealingConstraint, all_allowed_mask, healing_step_ids
+from .constraint import (
+    HealedGrammarConstraint,
+    HealingConstraint,
+    all_allowed_mask,
+    healing_step_ids,
+    prepare_vocabulary,
+)
 from .errors import HealingError
 from .heal import DEFAULT_MAX_ROLLBACK, HealResult, heal_prompt, resolve_token_healing
 from .lint import LintReport, lint_prompt
@@ -22,6 +28,7 @@ __all__ = [
     "healing_step_ids",
     "join_stable",
     "lint_prompt",
+    "prepare_vocabulary",
     "resolve_token_healing",
     "stable_prefix",
 ]

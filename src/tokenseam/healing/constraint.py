@@ -178,29 +178,105 @@ _excess_cache: weakref.WeakKeyDictionary[Vocabulary, dict[bytes, np.ndarray]] = 
 _EXCESS_CACHE_ENTRIES = 4096
 
 
+# Two polynomial hashes modulo primes below 2**31: products stay below 2**62, so int64 numpy arithmetic is exact.
+_M1, _B1 = 2147483629, 1000003
+_M2, _B2 = 2147483587, 998244353 % 2147483587
+
+
+class _TokenHashes:
+    """Polynomial hashes of every trie token, in trie order. Tokens that extend `r` share its hash as a
+    prefix, so the hash of what follows `r` is one vectorised subtraction: H(r + s) = H(r) * B^len(s) + H(s)."""
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        trie = vocab.trie
+        sb = trie.sorted_bytes
+        lens = np.fromiter(map(len, sb), dtype=np.int64, count=len(sb))
+        buf = np.frombuffer(b"".join(sb), dtype=np.uint8)
+        offs = np.zeros(len(sb), dtype=np.int64)
+        offs[1:] = np.cumsum(lens)[:-1]
+        h1 = np.zeros(len(sb), dtype=np.int64)
+        h2 = np.zeros(len(sb), dtype=np.int64)
+        maxlen = int(lens.max()) if len(sb) else 0
+        for j in range(maxlen):  # Horner over byte positions: maxlen vector steps, not a loop over tokens
+            live = np.flatnonzero(lens > j)
+            c = buf[offs[live] + j].astype(np.int64) + 1  # +1 so a NUL byte still counts
+            h1[live] = (h1[live] * _B1 + c) % _M1
+            h2[live] = (h2[live] * _B2 + c) % _M2
+        self.lens, self.h1, self.h2 = lens, h1, h2
+        self.pow1 = np.ones(maxlen + 1, dtype=np.int64)
+        self.pow2 = np.ones(maxlen + 1, dtype=np.int64)
+        for n in range(1, maxlen + 1):
+            self.pow1[n] = self.pow1[n - 1] * _B1 % _M1
+            self.pow2[n] = self.pow2[n - 1] * _B2 % _M2
+        keys = h1 * _M2 + h2
+        order = np.argsort(keys, kind="stable")
+        self.sorted_keys = keys[order]
+        self.key_ids = trie.sorted_ids[order]
+        self.key_lens = lens[order]
+        # One-byte tails (b" ", b":", b"\n") have the widest ranges and are the most common; answer all of
+        # them from one pass now so no request pays for a 100k-token range.
+        first = buf[offs].astype(np.int64) + 1 if len(sb) else np.zeros(0, dtype=np.int64)
+        self.one_byte = self._lookup(lens - 1, first, first)
+
+    def _lookup(self, n: np.ndarray, r1: np.ndarray | int, r2: np.ndarray | int,
+                lo: int = 0, hi: int | None = None) -> np.ndarray:
+        hi = len(self.lens) if hi is None else hi
+        s1 = (self.h1[lo:hi] - r1 * self.pow1[n]) % _M1
+        s2 = (self.h2[lo:hi] - r2 * self.pow2[n]) % _M2
+        key = s1 * _M2 + s2
+        pos = np.minimum(np.searchsorted(self.sorted_keys, key), len(self.sorted_keys) - 1)
+        found = (self.sorted_keys[pos] == key) & (self.key_lens[pos] == n)
+        out = np.where(n == 0, -2, np.where(found, self.key_ids[pos], -1)).astype(np.int32)
+        out.setflags(write=False)
+        return out
+
+    @staticmethod
+    def hash_of(data: bytes) -> tuple[int, int]:
+        a = b = 0
+        for x in data:
+            a = (a * _B1 + x + 1) % _M1
+            b = (b * _B2 + x + 1) % _M2
+        return a, b
+
+    def excess(self, lo: int, hi: int, remaining: bytes) -> np.ndarray:
+        if len(remaining) == 1:
+            return self.one_byte[lo:hi]
+        r1, r2 = self.hash_of(remaining)
+        return self._lookup(self.lens[lo:hi] - len(remaining), r1, r2, lo, hi)
+
+
+_hash_cache: weakref.WeakKeyDictionary[Vocabulary, _TokenHashes] = weakref.WeakKeyDictionary()
+_excess_cache: weakref.WeakKeyDictionary[Vocabulary, dict[bytes, np.ndarray]] = weakref.WeakKeyDictionary()
+_EXCESS_CACHE_ENTRIES = 1024
+
+
 def excess_token_ids(vocab: Vocabulary, remaining: bytes) -> np.ndarray:
     """For each extension of `remaining` (in `healing_step_ids` order): the id of the token whose bytes equal
     the part beyond `remaining`, -2 when nothing lies beyond (the token equals `remaining`), -1 when no token
-    has exactly those bytes. Cached per vocabulary: common tails (b" ", b":") recur across requests."""
+    has exactly those bytes. Vectorised over the extensions; cached per vocabulary, since common tails
+    (b" ", b":") recur across requests."""
     per_vocab = _excess_cache.setdefault(vocab, {})
     hit = per_vocab.get(remaining)
     if hit is not None:
         return hit
-    trie = vocab.trie
-    lo, hi = trie.prefix_range(remaining)
-    n = len(remaining)
-    out = np.empty(hi - lo, dtype=np.int32)
-    for k, b in enumerate(trie.sorted_bytes[lo:hi]):
-        rest = b[n:]
-        if not rest:
-            out[k] = -2
-        else:
-            same = trie.tokens_equal(rest)
-            out[k] = same[0] if same else -1
+    hashes = _hash_cache.get(vocab)
+    if hashes is None:
+        hashes = _hash_cache[vocab] = _TokenHashes(vocab)
+    lo, hi = vocab.trie.prefix_range(remaining)
+    out = hashes.excess(lo, hi, remaining)
     if len(per_vocab) >= _EXCESS_CACHE_ENTRIES:
         per_vocab.clear()
     per_vocab[remaining] = out
     return out
+
+
+def prepare_vocabulary(vocab: Vocabulary, grammar: bool = True) -> None:
+    """Build the per-vocabulary tables healing uses (trie, rank, all-allowed mask, and with `grammar` the
+    token hashes), so the first request does not pay for them. Call once at model load."""
+    trie_rank(vocab)
+    all_allowed_mask(vocab)
+    if grammar and vocab not in _hash_cache:
+        _hash_cache[vocab] = _TokenHashes(vocab)
 
 
 def _bits_of(mask: np.ndarray, ids: np.ndarray) -> np.ndarray:
