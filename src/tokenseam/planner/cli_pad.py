@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from .pad import load_examples, pad_prompt
     from .profiles import load_profiles
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         profile = load_profiles(args.profiles).get(args.profile)
         prompt = read_text_file(args.prompt_file, "prompt file")

@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         rep = build_report(args)
     except PlannerError as e:
-        Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {e}", highlight=False)
         return 2
     if args.json:
         print(json.dumps(rep, indent=2))
