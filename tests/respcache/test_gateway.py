@@ -173,6 +173,9 @@ def test_garbage_and_broken_streams_from_upstream(fake, make_gateway):
         r = h.post(gw.url + "/v1/chat/completions", json=body)
         evs = sse_events(r)
         assert r.status_code == 200 and "error" in evs[-1] and "[DONE]" not in evs
+        fake.set_mode("nostream", count=1)
+        ns = h.post(gw.url + "/v1/chat/completions", json=body)
+        assert ns.status_code == 502 and ns.json()["error"]["code"] == "upstream_bad_response"
         again = h.post(gw.url + "/v1/chat/completions", json=body)
         assert again.headers["x-tokenseam-cache"] == "miss" and sse_events(again)[-1] == "[DONE]"
 

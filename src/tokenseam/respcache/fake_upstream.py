@@ -6,7 +6,7 @@ Behaviour: `/v1/chat/completions` and `/v1/completions` (streamed or not, `n`, `
 `return_token_ids`, `logprobs`, `stream_options.include_usage`), `/v1/models`, `/health`. Control
 (in-process via the `FakeUpstream` object, or `POST /_fake/mode`): `ok`, `error` (status + OpenAI error
 body), `hang` (never answers), `midstream` (a stream that breaks after two events), `garbage` (200 with a
-non-JSON body), each for the next `count` requests (or all). `GET /_fake/stats` reports calls.
+non-JSON body), `nostream` (answers a stream request with plain JSON), each for the next `count` requests (or all). `GET /_fake/stats` reports calls.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -
         want_lp = bool(body.get("logprobs"))
         usage = {"prompt_tokens": 7, "completion_tokens": sum(len(a[1]) for a in answers),
                  "total_tokens": 7 + sum(len(a[1]) for a in answers)}
-        if body.get("stream") is True:
+        if body.get("stream") is True and mode != "nostream":
             so = body.get("stream_options")
             include_usage = isinstance(so, dict) and so.get("include_usage") is True
             return StreamingResponse(_stream(state, chat, rid, created, model, answers, want_ids, want_lp,

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .canonical import ROUTE_CHAT, ROUTE_COMPLETIONS, tenant_from_api_key
-from .entry import SSEParser
+from .entry import IncompleteStreamError, SSEParser
 from .errors import CacheRequestError, ResponseCacheError
 from .policy import CacheStream, ResponseCache
 
@@ -189,6 +189,9 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
                 result = await cache.respond(plan, generate)
         except UpstreamError as e:
             return e.response()
+        except IncompleteStreamError as e:
+            return JSONResponse(error_body(f"the upstream {base} answered a stream request without any stream "
+                                           f"event ({e})", "upstream_error", "upstream_bad_response"), status_code=502)
         if isinstance(result, CacheStream):
             return StreamingResponse(result.events, media_type="text/event-stream",
                                      headers={**result.headers, "cache-control": "no-cache", "x-accel-buffering": "no"})
@@ -209,6 +212,11 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.exception("gateway error on %s", request.url.path)
+        return JSONResponse(error_body(f"gateway internal error: {type(exc).__name__}: {exc}", "server_error",
+                                       "internal_error"), status_code=500)
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return JSONResponse(error_body(f"no route {request.method} {request.url.path}", "invalid_request_error",
                                        "not_found"), status_code=404)
@@ -223,7 +231,7 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-    ], lifespan=lifespan, exception_handlers={404: not_found, 405: not_allowed})
+    ], lifespan=lifespan, exception_handlers={404: not_found, 405: not_allowed, Exception: internal})
     app.state.cache = cache
     app.state.upstream = base
     return app

@@ -451,10 +451,9 @@ class ResponseCache:
             while not first:  # SSE bytes may carry no complete event yet (a comment, half an event)
                 first = _as_chunks(await agen.__anext__(), parser)
         except StopAsyncIteration:
-            exc = LeaderAbortedError("the generator produced no events")
             if flight is not None:
-                self._abandon(plan, flight, exc)
-            raise exc from None
+                self._abandon(plan, flight, LeaderAbortedError("the leading stream produced no events"))
+            raise IncompleteStreamError("the stream ended before its first event") from None
         except (asyncio.CancelledError, GeneratorExit):
             if flight is not None:
                 self._abandon(plan, flight, LeaderAbortedError("the leading request was cancelled"))
@@ -467,7 +466,8 @@ class ResponseCache:
 
     async def respond_stream(self, plan: CachePlan, generate_stream: GenerateStream) -> CacheStream:
         """Answer a `stream: true` request. Errors before the first event raise here (so the caller can send a
-        proper status); after that they become an SSE error event. `generate_stream(body)` yields chunk dicts."""
+        proper status; a stream with no event at all raises `IncompleteStreamError`); after that they become
+        an SSE error event. `generate_stream(body)` yields chunk dicts or SSE bytes."""
         if plan.fingerprint is None:
             self._count(plan, "bypass")
             first, agen, parser = await self._open(plan, generate_stream, None)
