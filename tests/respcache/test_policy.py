@@ -354,3 +354,62 @@ def test_error_before_first_event_raises_from_respond_stream(cache):
 
     with pytest.raises(Upstream):
         asyncio.run(cache.respond_stream(cache.plan(ROUTE_CHAT, body("f", stream=True)), failing))
+
+
+def test_pitfall_suite_end_to_end_through_the_cache(registry):
+    """Every must-hit variant is served from the base request's entry; no must-miss variant is."""
+    from tokenseam.respcache.pitfalls import BASE_TENANT, MUST_HIT, MUST_MISS, base_chat, base_completion
+
+    cache = ResponseCache(MemoryStore(), registry=registry)
+    gen = FakeGen(content="cached answer")
+
+    async def gen_any(req):
+        if "messages" in req:
+            return await gen.generate(req)
+        gen.calls += 1
+        return {"id": "c", "object": "text_completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "text": "cached answer", "finish_reason": "stop"}]}
+
+    async def go():
+        for route, base in ((ROUTE_CHAT, base_chat()), ("/v1/completions", base_completion())):
+            assert (await cache.respond(cache.plan(route, base, tenant=BASE_TENANT), gen_any)).status == "miss"
+        out = {}
+        for v in MUST_HIT + MUST_MISS:
+            base_route = "/v1/completions" if v.name.startswith("completion:") else ROUTE_CHAT
+            base = base_completion() if base_route != ROUTE_CHAT else base_chat()
+            r = await cache.respond(cache.plan(v.route, v.mutate(base), tenant=v.tenant), gen_any)
+            out[v.name] = r.status
+            if r.status == "miss":  # keep the store holding only the two base entries
+                cache.store.delete(cache.plan(v.route, v.mutate(base), tenant=v.tenant).fingerprint)
+        return out
+
+    out = asyncio.run(go())
+    assert {v.name: out[v.name] for v in MUST_HIT} == {v.name: "hit" for v in MUST_HIT}
+    assert [v.name for v in MUST_MISS if out[v.name] == "hit"] == []
+
+
+def test_llama_completion_route_through_the_cache(cache):
+    """tokenseam's own /completion stream shape: the final event carries content, ids and all_tokens."""
+    calls = []
+
+    async def llama_stream(req):
+        calls.append(req)
+        assert req["stream"] is True and "stream_options" not in req and req["top_k"] == 40
+        yield {"index": 0, "content": "Hel", "tokens": [1], "stop": False, "id_slot": -1}
+        yield {"index": 0, "content": "lo", "tokens": [2], "stop": True, "stop_type": "eos", "all_tokens": [1, 2],
+               "tokens_predicted": 2}
+
+    async def never(req):
+        raise AssertionError("must be a hit")
+
+    async def go():
+        body = {"prompt": "Say hello", "temperature": 0, "n_predict": 8, "stream": True, "cache_prompt": True}
+        live = await drain(await cache.respond_stream(cache.plan("/completion", body), llama_stream))
+        hit = await drain(await cache.respond_stream(cache.plan("/completion", body), never))
+        full = await cache.respond(cache.plan("/completion", dict(body, stream=False)), never)
+        return live, hit, full
+
+    live, hit, full = asyncio.run(go())
+    assert live == hit and "[DONE]" not in hit and len(hit) == 2
+    assert full.status == "hit" and full.body["content"] == "Hello" and full.body["tokens"] == [1, 2]
+    assert len(calls) == 1
