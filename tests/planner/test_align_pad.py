@@ -173,3 +173,49 @@ def test_pad_cli(tmp_path):
     assert r.returncode == 2 and "/no/model.gguf" in r.stderr
     r = _cli("pad", str(prompt), "--profile", "openai")
     assert r.returncode == 2 and "--examples" in r.stderr
+
+
+def test_oversized_inputs_are_refused(tmp_path):
+    from tokenseam.planner.counting import MAX_PROMPT_BYTES
+    from tokenseam.planner.pad import MAX_EXAMPLES_BYTES
+
+    big_prompt = tmp_path / "big.txt"
+    big_prompt.write_bytes(b"a" * (MAX_PROMPT_BYTES + 1))
+    ex = _write(tmp_path, '"one example"\n', "ex.jsonl")
+    r = _cli("pad", str(big_prompt), "--examples", str(ex), "--profile", "openai")
+    assert r.returncode == 2 and "the limit is 4,194,304 bytes" in r.stderr
+    r = _cli("plan", str(big_prompt), "--profile", "openai")
+    assert r.returncode == 2 and "the limit is 4,194,304 bytes" in r.stderr
+    big_ex = tmp_path / "big.jsonl"
+    big_ex.write_bytes(b'"x"\n' * (MAX_EXAMPLES_BYTES // 4 + 1))
+    small = _write(tmp_path, "Prompt.", "p.txt")
+    r = _cli("pad", str(small), "--examples", str(big_ex), "--profile", "openai")
+    assert r.returncode == 2 and "the limit is 8,388,608 bytes" in r.stderr
+
+
+def test_pad_without_healing_linter_uses_own_check(smollm2_counter, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_healing(name, globals=None, locals=None, fromlist=(), level=0):
+        if "healing" in name or (fromlist and any("lint" == f for f in fromlist) and level):
+            raise ImportError("simulated absence")
+        return real_import(name, globals, locals, fromlist, level)
+
+    from tokenseam.planner.pad import check_end_stability
+
+    monkeypatch.setattr(builtins, "__import__", no_healing)
+    ok = check_end_stability(smollm2_counter, "The end.", ["\n\nQ: x"])
+    bad = check_end_stability(smollm2_counter, "The end.\n", ["\n\nQ: x"])
+    assert ok.method.startswith("tokenize(text) is a prefix") and ok.stable
+    assert not bad.stable and bad.unstable_continuations == ["\n\nQ: x"]
+
+
+def test_pad_local_profile_aligns_to_16(tokenizers):
+    counter = make_counter("smollm2")
+    profile = load_profiles().get("local")
+    res = pad_prompt("Solve the task. Reply briefly.", _examples(30), profile, counter)
+    n = counter.leading_tokens + len(tokenizers["smollm2"].encode(res.text))
+    assert n == res.report["final_tokens"] and n % 16 == 0 and res.report["on_boundary"]
+    assert res.report["status"].startswith("exact block boundary")

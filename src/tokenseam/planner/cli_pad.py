@@ -80,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
               f"(target {r['target_tokens']:,}, floor {r['floor']:,}, block {r['block']}) with "
               f"{len(r['chosen'])} of {r['examples_available']} examples (lines {r['chosen']})", highlight=False)
     con.print(f"steady cost/call: {r['cost_as_is']:,.1f} -> {r['cost_padded']:,.1f} full-price token equivalents")
+    if r["cost_padded"] >= r["cost_as_is"]:
+        con.print("[yellow]note:[/yellow] padding does not pay in steady state for this profile (a prefix "
+                  "under the floor pays off from floor(F*r)+1 tokens); run `tokenseam plan` for the economics.")
     st = r["stable_end"]
     con.print(f"stable end: {st['stable'] if st['checked'] else 'not checked'} ({st['method']})")
     if not r["count"]["exact"]:

@@ -79,7 +79,7 @@ def check_end_stability(counter: TokenCounter, text: str, continuations: list[st
         return StabilityCheck(False, None, "not checked: no local tokenizer (approximate count)")
     try:
         from ..healing.lint import check_continuations
-    except ImportError:
+    except Exception:  # another part's module: if it is absent or broken, do the same check here
         check_continuations = None
     if check_continuations is not None:
         _, checks = check_continuations(counter.tokenizer, text,
@@ -173,7 +173,9 @@ def pad_prompt(prompt: str, examples: list[str], profile: Profile, counter: Toke
         chosen=[i + 1 for i in order], appended_tokens=n - base, verify_attempts=attempts,
         count_mismatches=mismatches, stable_end=stab.__dict__,
         cost_as_is=length_cost(base, profile.floor, block, read), cost_padded=key[0],
-        status="exact block boundary" if n == target else f"overshoot {n - target} tokens past {target:,}")
+        status=("exact block boundary" if n == target else
+                f"exact block boundary at {n:,} (no subset lands on {target:,})" if n % block == 0 else
+                f"overshoot {n - target} tokens past {target:,} (no subset lands on a block boundary)"))
     return PadResult(text, report)
 
 
