@@ -9,7 +9,7 @@ from .canonical import (
     ROUTE_COMPLETIONS,
     ROUTE_LLAMA,
     ROUTES,
-    canonical_json,
+    canonical_text,
     canonicalize_request,
     fingerprint_canonical,
     fingerprint_request,
@@ -32,7 +32,7 @@ __all__ = [
     "CACHE_HEADER", "DEFAULTS", "ROUTES", "ROUTE_CHAT", "ROUTE_COMPLETIONS", "ROUTE_LLAMA",
     "CachePlan", "CacheRequestError", "CacheResult", "CacheStore", "CacheStoreError", "CacheStream",
     "MemoryStore", "RedisStore", "ResponseCache", "ResponseCacheError", "SQLiteStore",
-    "canonical_json", "canonicalize_request", "entry_from_response", "entry_from_stream_events",
+    "canonical_text", "canonicalize_request", "entry_from_response", "entry_from_stream_events",
     "fingerprint_canonical", "fingerprint_request", "is_deterministic", "open_store", "replay_as_sse",
     "replay_chunks", "response_from_entry", "tenant_from_api_key", "uncacheable_reason",
 ]

@@ -16,8 +16,8 @@ Rules (documented in docs/response-cache.md):
 - `tools` (and legacy `functions`) are sorted by function name; `stop` strings sorted and de-duplicated.
 - Chat message text is NFC-normalised, CRLF -> LF, trailing whitespace trimmed; a raw completion
   `prompt` is NFC-normalised only (its end is the boundary token healing works on).
-- Serialisation for the hash: keys sorted recursively, no whitespace, except JSON Schema `properties`
-  maps, whose order is part of the meaning (constrained decoders emit properties in schema order).
+- Serialisation for the hash (`canonical_text`): keys sorted recursively, no whitespace, except JSON Schema
+  `properties` maps, whose order is part of the meaning (constrained decoders emit properties in schema order).
 """
 
 from __future__ import annotations
@@ -398,16 +398,25 @@ def is_deterministic(route: str, canonical: Mapping[str, Any]) -> bool:
     return temp == 0 or "seed" in canonical
 
 
-def canonical_json(value: Any) -> str:
-    """Compact JSON with keys sorted recursively (an `OrderedMap` keeps its order), for hashing only."""
+def canonical_text(value: Any) -> str:
+    """The unambiguous serialisation that gets hashed: JSON structure, no whitespace, keys sorted recursively
+    (an `OrderedMap` keeps its order), canonical numbers; strings of 32+ characters are written as
+    `'<length>:<raw text>` instead of escaped JSON (same meaning, no escaping cost on long prompts)."""
     parts: list[str] = []
     _emit(value, parts)
     return "".join(parts)
 
 
+def _str(s: str) -> str:
+    # A JSON string starts with '"', a framed one with "'": the two forms can never be confused.
+    if len(s) >= 32:
+        return f"'{len(s)}:{s}"
+    return encode_basestring(s)
+
+
 def _emit(v: Any, out: list[str]) -> None:
     if isinstance(v, str):
-        out.append(encode_basestring(v))
+        out.append(_str(v))
     elif v is True:
         out.append("true")
     elif v is False:
@@ -424,7 +433,7 @@ def _emit(v: Any, out: list[str]) -> None:
         for i, (k, x) in enumerate(v.items()):
             if i:
                 out.append(",")
-            out.append("[" + encode_basestring(str(k)) + ",")
+            out.append("[" + _str(str(k)) + ",")
             _emit(x, out)
             out.append("]")
         out.append("]}")
@@ -433,7 +442,7 @@ def _emit(v: Any, out: list[str]) -> None:
         for i, k in enumerate(sorted(v, key=str)):
             if i:
                 out.append(",")
-            out.append(encode_basestring(str(k)) + ":")
+            out.append(_str(str(k)) + ":")
             _emit(v[k], out)
         out.append("}")
     elif isinstance(v, list | tuple):
@@ -450,7 +459,7 @@ def _emit(v: Any, out: list[str]) -> None:
 def fingerprint_canonical(route: str, canonical: Mapping[str, Any], tenant: str = "", namespace: str = "") -> str:
     """SHA-256 hex of an already canonical request (what `fingerprint_request` hashes)."""
     try:
-        body = canonical_json(canonical)
+        body = canonical_text(canonical)
     except RecursionError:
         raise CacheRequestError("the request body is nested too deeply to fingerprint") from None
     text = "\n".join((FINGERPRINT_VERSION, namespace, tenant, route, body))

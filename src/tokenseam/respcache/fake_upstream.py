@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .canonical import canonical_json
+from .canonical import canonical_text
 
 WORDS = ["alpha", "beta", "gamma", "delta", "café", "naïve", "日本", "über", "seam", "token", "cache", "byte",
          "prime", "seven", "eleven", "north", "south", "river", "stone", "light"]
@@ -39,7 +39,7 @@ def fake_answer(body: dict[str, Any], index: int = 0, nonce: str = "") -> tuple[
 
     Deterministic in everything but `stream`/`stream_options`; `nonce` makes a sampling request vary."""
     key = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
-    h = hashlib.sha256(f"{canonical_json(key)}|{index}|{nonce}".encode("utf-8", "surrogatepass")).digest()
+    h = hashlib.sha256(f"{canonical_text(key)}|{index}|{nonce}".encode("utf-8", "surrogatepass")).digest()
     length = 3 + h[0] % 10
     limit = body.get("max_tokens", body.get("max_completion_tokens", 16))
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
@@ -101,7 +101,7 @@ def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -
             state.calls += 1
             state.calls_by_route[route] += 1
             key = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
-            state.bodies[route + canonical_json(key)] += 1
+            state.bodies[route + canonical_text(key)] += 1
         mode = state.take_mode()
         if mode == "error":
             return _err(state.error_status, f"fake upstream failure ({state.error_status})", "fake_failure")
