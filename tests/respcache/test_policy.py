@@ -413,3 +413,31 @@ def test_llama_completion_route_through_the_cache(cache):
     assert live == hit and "[DONE]" not in hit and len(hit) == 2
     assert full.status == "hit" and full.body["content"] == "Hello" and full.body["tokens"] == [1, 2]
     assert len(calls) == 1
+
+
+def test_generate_raising_leader_aborted_lets_waiters_retry(cache):
+    from tokenseam.respcache import LeaderAbortedError
+
+    async def go():
+        gate = asyncio.Event()
+        calls = []
+
+        async def first_gives_up(req):
+            calls.append(1)
+            await gate.wait()
+            if len(calls) == 1:
+                raise LeaderAbortedError("my client went away")
+            return await FakeGen().generate(req)
+
+        leader = asyncio.create_task(cache.respond(cache.plan(ROUTE_CHAT, body("w")), first_gives_up))
+        await asyncio.sleep(0.02)
+        waiters = [asyncio.create_task(cache.respond(cache.plan(ROUTE_CHAT, body("w")), first_gives_up))
+                   for _ in range(3)]
+        await asyncio.sleep(0.02)
+        gate.set()
+        res = await asyncio.gather(leader, *waiters, return_exceptions=True)
+        return calls, res
+
+    calls, res = asyncio.run(go())
+    assert isinstance(res[0], LeaderAbortedError) and len(calls) == 2
+    assert sorted(r.status for r in res[1:]) == ["hit", "hit", "miss"]

@@ -17,6 +17,7 @@ from .canonical import (
     tenant_from_api_key,
 )
 from .entry import (
+    IncompleteStreamError,
     entry_from_response,
     entry_from_stream_events,
     replay_as_sse,
@@ -25,12 +26,12 @@ from .entry import (
     uncacheable_reason,
 )
 from .errors import CacheRequestError, CacheStoreError, ResponseCacheError
-from .policy import CACHE_HEADER, CachePlan, CacheResult, CacheStream, ResponseCache
+from .policy import CACHE_HEADER, CachePlan, CacheResult, CacheStream, LeaderAbortedError, ResponseCache
 from .stores import CacheStore, MemoryStore, RedisStore, SQLiteStore, open_store
 
 __all__ = [
     "CACHE_HEADER", "DEFAULTS", "ROUTES", "ROUTE_CHAT", "ROUTE_COMPLETIONS", "ROUTE_LLAMA",
-    "CachePlan", "CacheRequestError", "CacheResult", "CacheStore", "CacheStoreError", "CacheStream",
+    "CachePlan", "CacheRequestError", "IncompleteStreamError", "LeaderAbortedError", "CacheResult", "CacheStore", "CacheStoreError", "CacheStream",
     "MemoryStore", "RedisStore", "ResponseCache", "ResponseCacheError", "SQLiteStore",
     "canonical_text", "canonicalize_request", "entry_from_response", "entry_from_stream_events",
     "fingerprint_canonical", "fingerprint_request", "is_deterministic", "open_store", "replay_as_sse",

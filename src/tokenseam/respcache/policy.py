@@ -68,7 +68,10 @@ def _as_chunks(item: Any, parser: SSEParser) -> list[Any]:
 
 
 class LeaderAbortedError(ResponseCacheError):
-    """The request a waiter was coalesced onto was aborted; the waiter retries (never reaches a client)."""
+    """The request a waiter was coalesced onto was aborted; the waiter retries (never reaches a client).
+
+    A `generate` that gives up because its own client went away should raise this (or let
+    `asyncio.CancelledError` through) rather than an HTTP error, so waiters retry instead of inheriting it."""
 
 
 @dataclass
@@ -356,6 +359,9 @@ class ResponseCache:
             body = await generate(plan.generation_request())
         except (asyncio.CancelledError, GeneratorExit):
             self._abandon(plan, flight, LeaderAbortedError("the leading request was cancelled"))
+            raise
+        except LeaderAbortedError as e:
+            self._abandon(plan, flight, LeaderAbortedError(str(e)))
             raise
         except BaseException as e:
             self._abandon(plan, flight, e)
