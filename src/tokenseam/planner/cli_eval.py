@@ -171,6 +171,14 @@ def run(args: argparse.Namespace) -> int:
     except PlannerError as e:
         return fail(str(e))
     pending = sum((variant_sha(text), t.id) not in done for _, text in variants for t in tasks)
+    import signal
+    import threading
+
+    def on_term(signum, frame):  # SIGTERM: unwind like Ctrl-C so the local server is stopped too
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_term)
     try:
         if not pending:
             results = done  # everything answered already: no server, no upstream calls

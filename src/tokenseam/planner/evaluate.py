@@ -239,7 +239,12 @@ def run_pairs(tasks: list[Task], variants: list[tuple[str, str]], complete: Call
                 running.add(pool.submit(one, *nxt))
             if not running:
                 break
-            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            try:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+            except BaseException:  # Ctrl-C: drop queued requests; what was written stays for the resume
+                for fut in running:
+                    fut.cancel()
+                raise
             for fut in finished:
                 try:
                     rec = fut.result()
