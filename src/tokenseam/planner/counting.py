@@ -6,7 +6,7 @@ The approximation (`bytes/4`) states its error bound wherever a count is shown, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import PlannerError
@@ -29,15 +29,10 @@ class TokenCounter:
     leading_tokens: int = 0
     tokenizer: object | None = None
     error_note: str = ""
-    _memo: dict[str, int] = field(default_factory=dict, repr=False)
 
     def count(self, text: str) -> int:
-        if text in self._memo:
-            return self._memo[text]
-        n = self.leading_tokens + self.count_text(text)
-        if len(self._memo) < 100_000:
-            self._memo[text] = n
-        return n
+        """Tokens of the cached prefix made of `text`: leading tokens + the text's own tokens."""
+        return self.leading_tokens + self.count_text(text)
 
     def count_text(self, text: str) -> int:
         """Tokens of `text` alone (no leading tokens)."""

@@ -20,6 +20,8 @@ MAX_EXAMPLES = 2000
 MAX_EXAMPLES_BYTES = 8 * 1024 * 1024
 MAX_VERIFY_ATTEMPTS = 200
 MAX_ARRANGEMENTS = 8
+WEIGHT_CONTEXT_CHARS = 4096
+STABILITY_CONTEXT_CHARS = 16384
 DEFAULT_SEPARATOR = "\n\n"
 # What usually follows a cached prefix: the separator and the start of the variable part of the prompt.
 DEFAULT_CONTINUATION_STARTS = ("Q", "Question:", "The", "1", "#", "{", "-", "中", "")
@@ -98,6 +100,12 @@ class PadResult:
     report: dict
 
 
+def _end_window(text: str) -> str:
+    """The text whose end is checked for stability: all of it, or for very long prompts the last 16k characters
+    (re-tokenization only reaches a few tokens back from the end, so this keeps the check cheap)."""
+    return text if len(text) <= STABILITY_CONTEXT_CHARS else text[-STABILITY_CONTEXT_CHARS:]
+
+
 def _join(prompt: str, examples: list[str], order: tuple[int, ...], sep: str) -> str:
     return prompt + "".join(sep + examples[i] for i in order)
 
@@ -135,12 +143,16 @@ def pad_prompt(prompt: str, examples: list[str], profile: Profile, counter: Toke
         "prompt_tokens": base, "target_tokens": target, "examples_available": len(examples),
     }
     if base == target:
-        stab = check_end_stability(counter, core, conts)
+        stab = check_end_stability(counter, _end_window(core), conts)
         report.update(final_tokens=base, on_boundary=base % block == 0, overshoot=0, chosen=[],
                       status="already aligned: nothing appended", stable_end=stab.__dict__,
                       cost_as_is=length_cost(base, floor, block, read), cost_padded=length_cost(base, floor, block, read))
         return PadResult(core, report)
-    weights = [max(1, counter.count(core + separator + ex) - base) for ex in examples]
+    # Predicted cost of each example: tokens it adds behind the prompt's last few thousand characters (enough
+    # context for any merge across the join; re-tokenizing a multi-megabyte prompt per example would be slow).
+    tail = core[-WEIGHT_CONTEXT_CHARS:]
+    tail_n = counter.count_text(tail)
+    weights = [max(1, counter.count_text(tail + separator + ex) - tail_n) for ex in examples]
     best: tuple[tuple[float, int], str, tuple[int, ...], int, StabilityCheck] | None = None
     attempts = mismatches = 0
     unstable_seen: StabilityCheck | None = None
@@ -187,7 +199,7 @@ def _verify(cand: Candidate, core: str, examples: list[str], sep: str, counter: 
         text = _join(core, examples, order, sep)
         n = counter.count(text)
         used += 1
-        stab = check_end_stability(counter, text, conts)
+        stab = check_end_stability(counter, _end_window(text), conts)
         results.append((rank_key(n, floor, block, read), text, order, n, stab))
         if stab.stable or not stab.checked:
             break
