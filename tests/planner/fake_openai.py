@@ -28,6 +28,7 @@ class FakeState:
         self.fail_after: int | None = None  # answer this many, then 503 forever
         self.flaky_every: int | None = None  # every k-th POST gets a 503
         self.reject = False  # 400 on everything
+        self.garbage = False  # 200 with a body that is not a completion
 
     def respond(self, prompt: str) -> tuple[int, str]:
         with self.lock:
@@ -75,6 +76,8 @@ def make_handler(state: FakeState):
                 prompt = body["prompt"]
             else:
                 return self._send(404, {"error": "no route"})
+            if state.garbage:
+                return self._send(200, "<html>proxy login</html>")
             code, text = state.respond(prompt)
             if code != 200:
                 return self._send(code, {"error": {"message": text}})

@@ -119,6 +119,13 @@ def test_eval_client_error_is_not_retried(setup, capsys):
     assert "HTTP 400" in capsys.readouterr().err and state.requests <= 2
 
 
+def test_eval_malformed_upstream_response(setup, capsys):
+    tmp_path, tasks, state, url = setup
+    state.garbage = True
+    assert _eval(tmp_path, url, "--concurrency", "1", "--limit", "1") == 1
+    assert "without choices[0] text" in capsys.readouterr().err
+
+
 def test_eval_unreachable_upstream(setup, capsys):
     tmp_path, *_ = setup
     import socket
