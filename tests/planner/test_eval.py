@@ -112,6 +112,18 @@ def test_eval_retries_flaky_upstream_and_completions_endpoint(setup, capsys):
     assert json.loads(capsys.readouterr().out)["overall"]["both_right"] == paired_summary(a, b).both_right
 
 
+def test_eval_regenerated_tasks_are_asked_again(setup, capsys):
+    tmp_path, tasks, state, url = setup
+    assert _eval(tmp_path, url, "--limit", "4") == 0
+    # Same ids, other seed: the saved answers belong to other questions and must not be reused.
+    other = make_tasks(40, seed=4)
+    state.tasks.extend(t.to_dict() for t in other)
+    write_tasks(other, tmp_path / "tasks.jsonl")
+    before = state.requests
+    assert _eval(tmp_path, url, "--limit", "4") == 0
+    assert state.requests - before == 8
+
+
 def test_eval_client_error_is_not_retried(setup, capsys):
     tmp_path, tasks, state, url = setup
     state.reject = True

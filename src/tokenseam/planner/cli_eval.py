@@ -164,13 +164,13 @@ def run(args: argparse.Namespace) -> int:
         finally:
             client.close()
 
-    from .evaluate import RESULTS_FILE, read_results, variant_sha
+    from .evaluate import RESULTS_FILE, read_results, saved_result
 
     try:
         done = read_results(out / RESULTS_FILE)
     except PlannerError as e:
         return fail(str(e))
-    pending = sum((variant_sha(text), t.id) not in done for _, text in variants for t in tasks)
+    pending = sum(saved_result(done, text, t) is None for _, text in variants for t in tasks)
     import signal
     import threading
 

@@ -35,6 +35,19 @@ def variant_sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def task_sha(t: Task) -> str:
+    return hashlib.sha256(f"{t.input}\x00{t.answer}".encode()).hexdigest()[:16]
+
+
+def saved_result(results: dict[tuple[str, str], dict], variant_text: str, t: Task) -> dict | None:
+    """The saved answer for (variant, task), unless the task with that id has since changed (e.g. a task set
+    regenerated with another seed reuses ids): then it is stale and asked again."""
+    rec = results.get((variant_sha(variant_text), t.id))
+    if rec is None or rec.get("task_sha", task_sha(t)) != task_sha(t):
+        return None
+    return rec
+
+
 def build_prompt(variant: str, task: Task, endpoint: str = "chat") -> str:
     """The text sent for one item: the variant, a blank line, the task input (the variant is the shared, cacheable
     prefix). On the completions endpoint "\\nAnswer:" is appended so a base model knows where to answer."""
@@ -210,7 +223,7 @@ def run_pairs(tasks: list[Task], variants: list[tuple[str, str]], complete: Call
     out_dir.mkdir(parents=True, exist_ok=True)
     res_path = out_dir / RESULTS_FILE
     done = read_results(res_path)
-    todo = [(label, text, t) for label, text in variants for t in tasks if (variant_sha(text), t.id) not in done]
+    todo = [(label, text, t) for label, text in variants for t in tasks if saved_result(done, text, t) is None]
     if not todo:
         return done
     from rich.console import Console
@@ -222,7 +235,8 @@ def run_pairs(tasks: list[Task], variants: list[tuple[str, str]], complete: Call
 
     def one(label: str, text: str, t: Task) -> dict:
         output = complete(build_prompt(text, t, endpoint))
-        return {"variant": label, "variant_sha": variant_sha(text), "task_id": t.id, "group": t.group,
+        return {"variant": label, "variant_sha": variant_sha(text), "task_id": t.id, "task_sha": task_sha(t),
+                "group": t.group,
                 "answer": t.answer, "output": output, "extracted": extract_answer(output),
                 "correct": is_correct(output, t.answer)}
 
@@ -266,9 +280,11 @@ def summarize(tasks: list[Task], variants: list[tuple[str, str]], results: dict[
     (la, ta), (lb, tb) = variants
     sa, sb = variant_sha(ta), variant_sha(tb)
     # Scored from the saved raw outputs, so a result file stays valid if the scoring rules are refined.
-    pairs = [(t.group, is_correct(results[(sa, t.id)]["output"], t.answer),
-              is_correct(results[(sb, t.id)]["output"], t.answer))
-             for t in tasks if (sa, t.id) in results and (sb, t.id) in results]
+    pairs = []
+    for t in tasks:
+        ra, rb = saved_result(results, ta, t), saved_result(results, tb, t)
+        if ra is not None and rb is not None:
+            pairs.append((t.group, is_correct(ra["output"], t.answer), is_correct(rb["output"], t.answer)))
     groups = sorted({g for g, _, _ in pairs})
     out = {"variants": {"A": {"label": la, "sha": sa}, "B": {"label": lb, "sha": sb}},
            "pairs": len(pairs), "tasks": len(tasks)}
