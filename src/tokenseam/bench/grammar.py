@@ -1,0 +1,409 @@
+"""`tokenseam bench grammar`: MaskBench-style correctness and mask-latency comparison of grammar engines.
+
+Every engine is fed the same token sequences, single-threaded; results go to a table, JSON and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ENGINES = ("tokenseam", "xgrammar", "llguidance")
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(_signum, _frame):
+    raise _Timeout()
+
+
+# -- engine adapters --------------------------------------------------------------------------------------
+class TokenseamEngine:
+    name = "tokenseam"
+
+    def __init__(self, vocab) -> None:
+        from tokenseam.grammar import GrammarCompiler, GrammarError, GrammarMatcher
+
+        self.vocab = vocab
+        self.compiler = GrammarCompiler(vocab, cache_size=1)
+        self._matcher_cls = GrammarMatcher
+        self.compile_errors = (GrammarError,)
+        self.mask = np.zeros(vocab.mask_words, dtype=np.int32)
+
+    def compile(self, schema):
+        return self._matcher_cls(self.compiler.compile_json_schema(schema))
+
+    def fill(self, m) -> np.ndarray:
+        m.fill_next_token_bitmask(self.mask)
+        return self.mask
+
+    def accept(self, m, tok: int) -> bool:
+        return m.accept_token(tok)
+
+    def accepting(self, m) -> bool:
+        return m.is_accepting()
+
+
+class XGrammarEngine:
+    name = "xgrammar"
+
+    def __init__(self, vocab) -> None:
+        import xgrammar as xgr
+
+        self.xgr = xgr
+        enc = [b"" if vocab.is_special[i] else vocab.token_bytes[i] for i in range(vocab.size)]
+        info = xgr.TokenizerInfo(enc, xgr.VocabType.RAW, vocab_size=vocab.size,
+                                 stop_token_ids=sorted(vocab.eos_token_ids))
+        self.compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        self.compile_errors = (RuntimeError, ValueError)
+        self.mask = xgr.allocate_token_bitmask(1, vocab.size)
+        self.eos = sorted(vocab.eos_token_ids)[0]
+
+    def compile(self, schema):
+        cg = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=True, strict_mode=False)
+        return self.xgr.GrammarMatcher(cg)
+
+    def fill(self, m) -> np.ndarray:
+        m.fill_next_token_bitmask(self.mask)
+        return self.mask[0].numpy()
+
+    def accept(self, m, tok: int) -> bool:
+        return m.accept_token(tok)
+
+    def accepting(self, m) -> bool:
+        return m.accept_token(self.eos)
+
+
+class LLGuidanceEngine:
+    name = "llguidance"
+
+    def __init__(self, vocab) -> None:
+        import llguidance
+        import llguidance.numpy as llnp
+
+        self.ll = llguidance
+        self.llnp = llnp
+        from tokenseam.vocab import Tokenizer
+
+        self.tok = _llg_tokenizer(llguidance, vocab)
+        self.compile_errors = (ValueError, RuntimeError)
+        self.mask = llnp.allocate_token_bitmask(1, vocab.size)
+        _ = Tokenizer
+
+    def compile(self, schema):
+        grm = self.ll.LLMatcher.grammar_from_json_schema(json.dumps(schema),
+                                                         defaults={"whitespace_flexible": True})
+        m = self.ll.LLMatcher(self.tok, grm)
+        err = m.get_error()
+        if err:
+            raise ValueError(err)
+        return m
+
+    def fill(self, m) -> np.ndarray:
+        self.llnp.fill_next_token_bitmask(m, self.mask, 0)
+        return self.mask[0]
+
+    def accept(self, m, tok: int) -> bool:
+        return bool(m.consume_token(tok)) and not m.is_error()
+
+    def accepting(self, m) -> bool:
+        return bool(m.is_accepting())
+
+
+def _llg_tokenizer(llguidance, vocab):
+    tokens = [b"" if vocab.is_special[i] else vocab.token_bytes[i] for i in range(vocab.size)]
+    eos = sorted(vocab.eos_token_ids)[0]
+    special = [i for i in range(vocab.size) if vocab.is_special[i]]
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_TokWrap(tokens, eos, special)))
+
+
+class _TokWrap:
+    """The duck-typed tokenizer llguidance wraps: raw token bytes plus a (never used) tokenize function."""
+
+    def __init__(self, tokens, eos, special) -> None:
+        self.tokens = tokens
+        self.eos_token_id = eos
+        self.bos_token_id = None
+        self.special_token_ids = special
+
+    def __call__(self, s):
+        raise NotImplementedError
+
+
+ADAPTERS = {"tokenseam": TokenseamEngine, "xgrammar": XGrammarEngine, "llguidance": LLGuidanceEngine}
+
+
+# -- the benchmark ----------------------------------------------------------------------------------------
+def load_files(data_dir: Path, limit: int | None = None) -> list[Path]:
+    files = sorted(p for p in data_dir.iterdir() if p.is_file())
+    if limit is not None and limit < len(files):
+        # A deterministic spread over the sorted list, so a small sample still mixes every source.
+        step = len(files) / limit
+        files = [files[int(k * step)] for k in range(limit)]
+    return files
+
+
+def tokenize_tests(tokenizer, doc: dict) -> list[tuple[bool, list[int]]]:
+    out = []
+    for t in doc.get("tests", []):
+        text = json.dumps(t["data"], ensure_ascii=False)
+        out.append((bool(t["valid"]), tokenizer.encode(text)))
+    return out
+
+
+def run_file(engine, schema, tests, timeout_s: float, mask_times: list[float]) -> dict:
+    """Compile, then replay each test's tokens: mask, check the token is allowed, commit it."""
+    res = {"status": "pass", "ttfm_us": None, "wrong_accepts": 0, "wrong_rejects": 0, "error": None}
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        t0 = time.perf_counter()
+        try:
+            m = engine.compile(schema)
+            engine.fill(m)
+        except engine.compile_errors as exc:
+            res["status"] = "compile_error"
+            res["error"] = str(exc)[:300]
+            return res
+        res["ttfm_us"] = (time.perf_counter() - t0) * 1e6
+        first = True
+        for valid, toks in tests:
+            if not first:
+                m = engine.compile(schema)
+            first = False
+            ok = True
+            for tok in toks:
+                t1 = time.perf_counter()
+                mask = engine.fill(m)
+                mask_times.append((time.perf_counter() - t1) * 1e6)
+                allowed = (int(mask[tok >> 5]) >> (tok & 31)) & 1
+                if not allowed:
+                    ok = False
+                    break
+                if not engine.accept(m, tok):
+                    ok = False
+                    break
+            if ok:
+                ok = engine.accepting(m)
+            if valid and not ok:
+                res["wrong_rejects"] += 1
+            elif not valid and ok:
+                res["wrong_accepts"] += 1
+        if res["wrong_accepts"] or res["wrong_rejects"]:
+            res["status"] = "fail"
+    except _Timeout:
+        res["status"] = "timeout"
+    except Exception as exc:  # noqa: BLE001 - an engine crash is a result, not a benchmark failure
+        res["status"] = "crash"
+        res["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    return res
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    return float(np.percentile(xs, q)) if xs else None
+
+
+def summarize(name: str, results: list[dict], mask_times: list[float], peak_mb: float | None) -> dict:
+    ttfm = [r["ttfm_us"] for r in results if r["ttfm_us"] is not None]
+    return {
+        "engine": name,
+        "files": len(results),
+        "passing": sum(r["status"] == "pass" for r in results),
+        "compile_errors": sum(r["status"] == "compile_error" for r in results),
+        "wrong_accepts": sum(r["wrong_accepts"] for r in results),
+        "wrong_rejects": sum(r["wrong_rejects"] for r in results),
+        "files_with_wrong_accepts": sum(r["wrong_accepts"] > 0 for r in results),
+        "timeouts": sum(r["status"] == "timeout" for r in results),
+        "crashes": sum(r["status"] == "crash" for r in results),
+        "tokens": len(mask_times),
+        "mask_us": {"p50": _pct(mask_times, 50), "p99": _pct(mask_times, 99), "p99.9": _pct(mask_times, 99.9),
+                    "max": max(mask_times) if mask_times else None},
+        "ttfm_ms": {"p50": (_pct(ttfm, 50) or 0) / 1000 if ttfm else None,
+                    "p99": (_pct(ttfm, 99) or 0) / 1000 if ttfm else None},
+        "peak_mem_mb": peak_mb,
+    }
+
+
+def _rss_mb() -> float:
+    """Peak resident memory of this process so far (MB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_engine(name: str, vocab, docs, timeout_s: float, verbose: bool = False):
+    """Run one engine over every file: (summary, per-file results, mask times in us)."""
+    try:
+        engine = ADAPTERS[name](vocab)
+    except ImportError as exc:
+        return {"engine": name, "status": "not installed", "error": str(exc)}, [], []
+    gc.collect()
+    base_rss = _rss_mb()
+    mask_times: list[float] = []
+    results = []
+    for path, schema, tests in docs:
+        r = run_file(engine, schema, tests, timeout_s, mask_times)
+        r["file"] = path.name
+        results.append(r)
+        if verbose and r["status"] != "pass":
+            print(f"  {name} {path.name}: {r['status']} wa={r['wrong_accepts']} wr={r['wrong_rejects']} "
+                  f"{r['error'] or ''}", file=sys.stderr)
+    peak = _rss_mb()
+    summary = summarize(name, results, mask_times, peak - base_rss)
+    summary["peak_rss_mb"] = peak
+    return summary, results, mask_times
+
+
+def run_engine_isolated(name: str, vocab, docs, timeout_s: float, verbose: bool = False):
+    """run_engine in a forked child, so peak memory is this engine's alone and a crash stays contained."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+
+    def target() -> None:
+        try:
+            child.send(run_engine(name, vocab, docs, timeout_s, verbose))
+        except BaseException as exc:  # noqa: BLE001
+            child.send(({"engine": name, "status": "crashed", "error": repr(exc)}, [], []))
+        finally:
+            child.close()
+
+    proc = ctx.Process(target=target)
+    proc.start()
+    child.close()
+    try:
+        out = parent.recv()
+    except EOFError:
+        out = ({"engine": name, "status": "crashed", "error": f"exit code {proc.exitcode}"}, [], [])
+    proc.join()
+    return out
+
+
+def print_table(summaries: list[dict]) -> None:
+    cols = ["engine", "passing", "compile_errors", "wrong_accepts", "wrong_rejects", "timeouts", "crashes",
+            "mask p50", "p99", "p99.9", "max", "ttfm p50", "ttfm p99", "peak MB"]
+    print(" | ".join(cols))
+    for s in summaries:
+        if s.get("status") in ("not installed", "crashed"):
+            print(f"{s['engine']} | {s['status']} ({s['error']})")
+            continue
+        mk, tf = s["mask_us"], s["ttfm_ms"]
+
+        def f(x, nd=1):
+            return "-" if x is None else f"{x:.{nd}f}"
+
+        print(" | ".join([
+            s["engine"], f"{s['passing']}/{s['files']}", str(s["compile_errors"]), str(s["wrong_accepts"]),
+            str(s["wrong_rejects"]), str(s["timeouts"]), str(s["crashes"]), f(mk["p50"]) + "us",
+            f(mk["p99"]) + "us", f(mk["p99.9"]) + "us", f(mk["max"]) + "us", f(tf["p50"], 2) + "ms",
+            f(tf["p99"], 2) + "ms", f(s["peak_mem_mb"]),
+        ]))
+
+
+def plot(summaries: list[dict], all_times: dict[str, list[float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name, xs in all_times.items():
+        if not xs:
+            continue
+        ys = np.sort(np.asarray(xs))
+        axes[0].plot(ys, np.linspace(0, 1, len(ys)), label=name)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("mask time per token (us)")
+    axes[0].set_ylabel("CDF")
+    axes[0].legend()
+    ok = [s for s in summaries if "status" not in s]
+    names = [s["engine"] for s in ok]
+    x = np.arange(len(names))
+    for k, key in enumerate(("passing", "compile_errors", "wrong_accepts", "wrong_rejects")):
+        axes[1].bar(x + k * 0.2, [s[key] for s in ok], width=0.2, label=key)
+    axes[1].set_xticks(x + 0.3)
+    axes[1].set_xticklabels(names)
+    axes[1].legend()
+    axes[1].set_title("files / tests")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="directory of MaskBench JSON files")
+    parser.add_argument("--tokenizer", default="smollm2", help="smollm2, gemma3 or a GGUF path")
+    parser.add_argument("--engines", default="tokenseam,xgrammar,llguidance",
+                        help="comma-separated: " + ",".join(ENGINES))
+    parser.add_argument("--limit", type=int, default=None, help="use a deterministic sample of N files")
+    parser.add_argument("--timeout", type=float, default=60.0, help="per-file time limit in seconds")
+    parser.add_argument("--out", default=None, help="write the JSON report here (a PNG plot next to it)")
+    parser.add_argument("--verbose", action="store_true", help="print every file that does not pass")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tokenseam.models import resolve_model
+    from tokenseam.vocab import Tokenizer, load_vocabulary
+
+    data = Path(args.data)
+    if not data.is_dir():
+        print(f"error: --data {data} is not a directory", file=sys.stderr)
+        return 2
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    bad = [e for e in engines if e not in ENGINES]
+    if bad or not engines:
+        print(f"error: unknown engine(s) {bad}; choose from {', '.join(ENGINES)}", file=sys.stderr)
+        return 2
+    if args.limit is not None and args.limit <= 0:
+        print("error: --limit must be positive", file=sys.stderr)
+        return 2
+    try:
+        vocab = load_vocabulary(args.tokenizer)
+        tokenizer = Tokenizer.from_gguf(resolve_model(args.tokenizer))
+    except Exception as exc:  # noqa: BLE001
+        print(f"error: cannot load tokenizer {args.tokenizer!r}: {exc}", file=sys.stderr)
+        return 2
+    docs = []
+    for p in load_files(data, args.limit):
+        try:
+            doc = json.loads(p.read_text())
+            docs.append((p, doc["schema"], tokenize_tests(tokenizer, doc)))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"warning: skipping {p.name}: {exc}", file=sys.stderr)
+    summaries, all_times, per_file = [], {}, {}
+    for name in engines:
+        t0 = time.time()
+        summary, results, times = run_engine_isolated(name, vocab, docs, args.timeout, args.verbose)
+        summary["wall_s"] = round(time.time() - t0, 2)
+        summaries.append(summary)
+        per_file[name] = results
+        all_times[name] = times
+        print(f"[{name}] done in {summary['wall_s']}s", file=sys.stderr)
+    print(f"MaskBench files: {len(docs)} from {data}, tokenizer {args.tokenizer}, single-threaded")
+    print_table(summaries)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        report = {"data": str(data), "tokenizer": args.tokenizer, "files": len(docs), "limit": args.limit,
+                  "pid": os.getpid(), "summaries": summaries, "per_file": per_file}
+        out.write_text(json.dumps(report, indent=2))
+        try:
+            plot(summaries, all_times, out.with_suffix(".png"))
+        except Exception as exc:  # noqa: BLE001 - the plot is a convenience; the JSON is the result
+            print(f"warning: plot failed: {exc}", file=sys.stderr)
+        print(f"wrote {out} and {out.with_suffix('.png')}")
+    return 0

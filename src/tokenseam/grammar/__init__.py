@@ -1,0 +1,12 @@
+"""Structured outputs: JSON Schema, regex, GBNF and choice lists compiled to per-state token masks.
+
+Public API: GrammarCompiler -> CompiledGrammar, GrammarMatcher per request, GrammarError for bad input.
+"""
+
+from __future__ import annotations
+
+from .compiler import CompiledGrammar, GrammarCompiler
+from .errors import GrammarError
+from .matcher import GrammarMatcher
+
+__all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarError", "GrammarMatcher"]

@@ -1,0 +1,446 @@
+"""The lazily determinised pushdown automaton and its per-state token masks over the vocabulary trie.
+
+A DFA state is a set of (NFA state, call stack) configurations; rows are built on demand, and each mask is
+one numba walk over the byte-sorted vocabulary that skips the subtree of every rejected prefix.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numba
+import numpy as np
+
+from .errors import GrammarError
+from .nfa import ByteNFA
+
+UNKNOWN = -2
+DEAD = -1
+MAX_DFA_STATES = 2_000_000
+MAX_CLOSURE = 100_000
+MASK_CACHE_BYTES = 128 * 1024 * 1024
+
+
+@numba.njit(cache=True, nogil=True)
+def _walk(trans, byte_class, data, offs, lcp, ids, start, out, missing, maxlen):
+    n = ids.shape[0]
+    states = np.empty(maxlen + 1, np.int32)
+    states[0] = start
+    dead = 1 << 30
+    nmiss = 0
+    for i in range(n):
+        d = lcp[i]
+        if d > dead:
+            continue
+        o = offs[i]
+        ln = offs[i + 1] - o
+        ok = True
+        while d < ln:
+            nx = trans[states[d], byte_class[data[o + d]]]
+            if nx < 0:
+                if nx == -2 and nmiss < missing.shape[0]:
+                    missing[nmiss] = states[d]
+                    nmiss += 1
+                ok = False
+                break
+            states[d + 1] = nx
+            d += 1
+        if ok:
+            tid = ids[i]
+            out[tid >> 5] |= np.uint32(1) << np.uint32(tid & 31)
+            dead = 1 << 30
+        else:
+            dead = d
+    return nmiss
+
+
+class TokenTable:
+    """The vocabulary's trie flattened for the numba walk (shared by every grammar on that vocabulary)."""
+
+    def __init__(self, vocab) -> None:
+        trie = vocab.trie
+        self.vocab_size = vocab.size
+        self.words = vocab.mask_words
+        lens = np.fromiter((len(b) for b in trie.sorted_bytes), dtype=np.int64, count=len(trie.sorted_bytes))
+        self.offs = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(lens, out=self.offs[1:])
+        self.data = np.frombuffer(b"".join(trie.sorted_bytes), dtype=np.uint8).copy()
+        self.lcp = trie.lcp.astype(np.int64)
+        self.ids = trie.sorted_ids.astype(np.int64)
+        self.maxlen = int(lens.max()) if len(lens) else 1
+        self.eos = np.asarray(sorted(vocab.eos_token_ids), dtype=np.int64)
+        self.is_special = np.asarray(vocab.is_special, dtype=bool)
+        self.token_bytes = vocab.token_bytes
+
+
+class Automaton:
+    """Lazy DFA over (NFA state, stack) configuration sets, with an LRU of packed token masks."""
+
+    def __init__(self, nfa: ByteNFA, table: TokenTable) -> None:
+        self.nfa = nfa
+        self.table = table
+        self._expanded_set: set[int] = set()
+        self._prepare()
+        self.stacks: list[tuple[int, int, int]] = [(-1, -1, 0)]
+        self.stack_index: dict[tuple[int, int, int], int] = {}
+        self.has_counters = bool(nfa.loops)
+        self.canon: dict[int, int] = {}
+        self.closure_memo: dict[tuple[int, int], tuple[frozenset, bool]] = {}
+        self.state_index: dict[tuple[frozenset, bool], int] = {}
+        self.state_configs: list[frozenset] = []
+        cap = 256
+        self.trans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
+        self.accepting = np.zeros(cap, dtype=bool)
+        self.masks: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.mask_bytes = 0
+        self.missing = np.empty(4096, dtype=np.int32)
+        configs, acc = self.closure(nfa.rule_start[0], 0)
+        self.start = self._state(configs, acc)
+
+    # -- preparation -------------------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        nfa = self.nfa
+        self._check_left_recursion()
+        self._trim()
+        bounds = {0, 256}
+        for row in nfa.edges:
+            for lo, hi, _ in row:
+                bounds.add(lo)
+                bounds.add(hi + 1)
+        pts = sorted(bounds)
+        cls_of = [0] * 256
+        for k in range(len(pts) - 1):
+            for b in range(pts[k], pts[k + 1]):
+                cls_of[b] = k
+        self.byte_class = np.asarray(cls_of, dtype=np.int32)
+        self._cls_of = cls_of
+        self.n_classes = len(pts) - 1
+        self.class_start = pts[:-1]
+        targets: list[dict[int, tuple[int, ...]] | None] = []
+        for row in nfa.edges:
+            if not row:
+                targets.append(None)
+                continue
+            d: dict[int, list[int]] = {}
+            for lo, hi, t in row:
+                for c in range(cls_of[lo], cls_of[hi] + 1):
+                    lst = d.get(c)
+                    if lst is None:
+                        d[c] = [t]
+                    elif t not in lst:
+                        lst.append(t)
+            targets.append({c: tuple(ts) for c, ts in d.items()})
+        self.targets = targets
+
+    def _nullable_rules(self) -> set[int]:
+        nfa = self.nfa
+        nullable: set[int] = set()
+        changed = True
+        while changed:
+            changed = False
+            for r in range(len(nfa.rule_start)):
+                if r in nullable:
+                    continue
+                if nfa.rule_end[r] in self._eps_reach(nfa.rule_start[r], nullable, None):
+                    nullable.add(r)
+                    changed = True
+        return nullable
+
+    def _eps_reach(self, s: int, nullable: set[int], calls: list | None) -> set[int]:
+        nfa = self.nfa
+        seen = {s}
+        stack = [s]
+        while stack:
+            q = stack.pop()
+            nxt = list(nfa.eps[q])
+            for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
+                if q in d:
+                    nxt.append(d[q][0])
+            if q in nfa.call:
+                r, ret = nfa.call[q]
+                if calls is not None:
+                    calls.append(r)
+                if r in nullable:
+                    nxt.append(ret)
+            for t in nxt:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        return seen
+
+    def _check_left_recursion(self) -> None:
+        nfa = self.nfa
+        if not nfa.call:
+            return
+        nullable = self._nullable_rules()
+        first: dict[int, set[int]] = {}
+        for r in range(len(nfa.rule_start)):
+            calls: list[int] = []
+            self._eps_reach(nfa.rule_start[r], nullable, calls)
+            first[r] = set(calls)
+        for r in first:
+            seen = set()
+            stack = list(first[r])
+            while stack:
+                x = stack.pop()
+                if x == r:
+                    raise GrammarError(f"rule {nfa.rule_names[r]!r} is left-recursive (it can call itself "
+                                       "without consuming input); rewrite it with repetition")
+                if x not in seen:
+                    seen.add(x)
+                    stack.extend(first[x])
+
+    def _trim(self) -> None:
+        """Remove NFA states that cannot complete their rule, so every allowed token keeps a way to finish."""
+        nfa = self.nfa
+        n = nfa.size
+        rev: list[list[int]] = [[] for _ in range(n)]
+        for q in range(n):
+            for _, _, t in nfa.edges[q]:
+                rev[t].append(q)
+            for t in nfa.eps[q]:
+                rev[t].append(q)
+        for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
+            for q, (t, _) in d.items():
+                rev[t].append(q)
+        call_by_ret: dict[int, list[tuple[int, int]]] = {}
+        for q, (r, ret) in nfa.call.items():
+            call_by_ret.setdefault(ret, []).append((q, r))
+        rule_ok = [False] * len(nfa.rule_start)
+        live = [False] * n
+        while True:
+            live = [False] * n
+            stack = list(nfa.rule_end)
+            for e in stack:
+                live[e] = True
+            while stack:
+                t = stack.pop()
+                preds = list(rev[t])
+                for q, r in call_by_ret.get(t, ()):
+                    if rule_ok[r]:
+                        preds.append(q)
+                for q in preds:
+                    if not live[q]:
+                        live[q] = True
+                        stack.append(q)
+            new_ok = [live[s] for s in nfa.rule_start]
+            if new_ok == rule_ok:
+                break
+            rule_ok = new_ok
+        if not rule_ok[0]:
+            raise GrammarError("the grammar accepts no string at all")
+        for q in range(n):
+            if live[q]:
+                nfa.edges[q] = [e for e in nfa.edges[q] if live[e[2]]]
+                nfa.eps[q] = [t for t in nfa.eps[q] if live[t]]
+                if q in nfa.call and not (rule_ok[nfa.call[q][0]] and live[nfa.call[q][1]]):
+                    del nfa.call[q]
+            else:
+                nfa.edges[q] = []
+                nfa.eps[q] = []
+                nfa.call.pop(q, None)
+            for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
+                if q in d and not (live[q] and live[d[q][0]]):
+                    del d[q]
+
+    # -- configurations ----------------------------------------------------------------------------------
+    def _push(self, ret: int, parent: int, value: int = 0) -> int:
+        key = (ret, parent, value)
+        sid = self.stack_index.get(key)
+        if sid is None:
+            sid = len(self.stacks)
+            self.stacks.append(key)
+            self.stack_index[key] = sid
+        return sid
+
+    def closure(self, q0: int, st0: int) -> tuple[frozenset, bool]:
+        key = (q0, st0)
+        hit = self.closure_memo.get(key)
+        if hit is not None:
+            return hit
+        nfa = self.nfa
+        out = set()
+        acc = False
+        seen = {key}
+        stack = [key]
+        while stack:
+            q, st = stack.pop()
+            nxt = [(t, st) for t in nfa.eps[q]]
+            c = nfa.call.get(q)
+            if c is not None:
+                nxt.append((nfa.rule_start[c[0]], self._push(c[1], st)))
+            if self.has_counters:
+                cp = nfa.cpush.get(q)
+                if cp is not None:
+                    nxt.append((cp[0], self._push(-1 - cp[1], st, 0)))
+                ci = nfa.cinc.get(q)
+                if ci is not None:
+                    _, parent, v = self.stacks[st]
+                    lo, hi = nfa.loops[ci[1]]
+                    v += 1
+                    if hi is None:
+                        v = min(v, lo)
+                    if hi is None or v <= hi:
+                        nxt.append((ci[0], self._push(-1 - ci[1], parent, v)))
+                cg = nfa.cguard.get(q)
+                if cg is not None:
+                    hi = nfa.loops[cg[1]][1]
+                    if hi is None or self.stacks[st][2] < hi:
+                        nxt.append((cg[0], st))
+                ce = nfa.cexit.get(q)
+                if ce is not None:
+                    _, parent, v = self.stacks[st]
+                    if v >= nfa.loops[ce[1]][0]:
+                        nxt.append((ce[0], parent))
+            r = nfa.end_rule.get(q)
+            if r is not None:
+                if st == 0:
+                    if r == 0:
+                        acc = True
+                else:
+                    ret, parent, _ = self.stacks[st]
+                    nxt.append((ret, parent))
+            if self.targets[q] is not None:
+                out.add((q, st))
+            for k in nxt:
+                if k not in seen:
+                    seen.add(k)
+                    stack.append(k)
+            if len(seen) > MAX_CLOSURE:
+                raise GrammarError("grammar is too ambiguous (configuration explosion)")
+        res = (frozenset(out), acc)
+        self.closure_memo[key] = res
+        return res
+
+    def _state(self, configs: frozenset, acc: bool) -> int:
+        key = (configs, acc)
+        sid = self.state_index.get(key)
+        if sid is not None:
+            return sid
+        sid = len(self.state_configs)
+        if sid >= MAX_DFA_STATES:
+            raise GrammarError("grammar automaton exceeded its state budget")
+        if sid >= self.trans.shape[0]:
+            cap = self.trans.shape[0] * 2
+            grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
+            grown[:sid] = self.trans[:sid]
+            self.trans = grown
+            acc_grown = np.zeros(cap, dtype=bool)
+            acc_grown[:sid] = self.accepting[:sid]
+            self.accepting = acc_grown
+        self.state_index[key] = sid
+        self.state_configs.append(configs)
+        self.accepting[sid] = acc
+        return sid
+
+    def expand(self, sid: int) -> None:
+        if sid in self._expanded_set:
+            return
+        per_class: dict[int, list[tuple[int, int]]] = {}
+        for q, st in self.state_configs[sid]:
+            for c, ts in self.targets[q].items():
+                lst = per_class.setdefault(c, [])
+                for t in ts:
+                    lst.append((t, st))
+        row = np.full(self.n_classes, DEAD, dtype=np.int32)
+        cache: dict[frozenset, int] = {}
+        for c, moves in per_class.items():
+            mk = frozenset(moves)
+            nxt = cache.get(mk)
+            if nxt is None:
+                configs: set = set()
+                acc = False
+                for t, st in mk:
+                    cs, a = self.closure(t, st)
+                    configs |= cs
+                    acc = acc or a
+                nxt = DEAD if not configs and not acc else self._state(frozenset(configs), acc)
+                cache[mk] = nxt
+            row[c] = nxt
+        self.trans[sid] = row
+        self._expanded_set.add(sid)
+
+    def step(self, sid: int, byte: int) -> int:
+        if sid not in self._expanded_set:
+            self.expand(sid)
+        return int(self.trans[sid, self._cls_of[byte]])
+
+    def step_bytes(self, sid: int, data: bytes) -> int:
+        for b in data:
+            sid = self.step(sid, b)
+            if sid < 0:
+                return DEAD
+        return sid
+
+    def has_moves(self, sid: int) -> bool:
+        if sid not in self._expanded_set:
+            self.expand(sid)
+        return bool((self.trans[sid] >= 0).any())
+
+    # -- masks -------------------------------------------------------------------------------------------
+    def canonical(self, sid: int) -> int:
+        """A state with the same token mask: counters far from their bounds are clamped to one value.
+
+        A token of L <= maxlen bytes moves a counter by at most L (loop bodies consume input), so values
+        more than maxlen below the minimum, or at/above the minimum and more than maxlen below the maximum,
+        behave alike for one token."""
+        if not self.has_counters:
+            return sid
+        hit = self.canon.get(sid)
+        if hit is not None:
+            return hit
+        T = self.table.maxlen
+        memo: dict[int, int] = {0: 0}
+
+        def canon_stack(st: int) -> int:
+            if st in memo:
+                return memo[st]
+            ret, parent, v = self.stacks[st]
+            p2 = canon_stack(parent)
+            if ret < 0:
+                lo, hi = self.nfa.loops[-1 - ret]
+                if v < lo:
+                    if lo - v > T:
+                        v = lo - T - 1
+                elif hi is None or hi - v > T:
+                    v = lo if hi is None or hi - lo > T else v
+            res = self._push(ret, p2, v) if (p2, v) != (parent, self.stacks[st][2]) else st
+            memo[st] = res
+            return res
+
+        configs = frozenset((q, canon_stack(st)) for q, st in self.state_configs[sid])
+        c = self._state(configs, bool(self.accepting[sid]))
+        self.canon[sid] = c
+        return c
+
+    def mask(self, sid: int) -> np.ndarray:
+        m = self.masks.get(sid)
+        if m is not None:
+            self.masks.move_to_end(sid)
+            return m
+        csid = self.canonical(sid)
+        if csid != sid:
+            m = self.mask(csid)
+            self.masks[sid] = m
+            return m
+        tb = self.table
+        out = np.zeros(tb.words, dtype=np.uint32)
+        if sid not in self._expanded_set:
+            self.expand(sid)
+        while True:
+            nmiss = _walk(self.trans, self.byte_class, tb.data, tb.offs, tb.lcp, tb.ids, sid, out,
+                          self.missing, tb.maxlen)
+            if nmiss == 0:
+                break
+            for s in set(self.missing[:nmiss].tolist()):
+                self.expand(s)
+            out[:] = 0
+        if self.accepting[sid] and tb.eos.size:
+            out[tb.eos >> 5] |= np.uint32(1) << (tb.eos & 31).astype(np.uint32)
+        m = out.view(np.int32)
+        self.masks[sid] = m
+        self.mask_bytes += m.nbytes
+        while self.mask_bytes > MASK_CACHE_BYTES and len(self.masks) > 1:
+            _, old = self.masks.popitem(last=False)
+            self.mask_bytes -= old.nbytes
+        return m

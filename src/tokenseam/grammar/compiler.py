@@ -1,0 +1,144 @@
+"""GrammarCompiler: front end -> IR -> byte NFA -> lazy automaton, with an LRU of compiled grammars.
+
+The cache key is the grammar kind, its canonical text, the options and the vocabulary fingerprint.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from .automaton import Automaton, TokenTable
+from .errors import GrammarError
+from .ir import Grammar, alt, lit
+from .nfa import build_nfa
+from .regex import parse_regex
+
+_TABLES: dict[str, TokenTable] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+def token_table(vocab) -> TokenTable:
+    with _TABLES_LOCK:
+        t = _TABLES.get(vocab.fingerprint)
+        if t is None:
+            t = TokenTable(vocab)
+            _TABLES[vocab.fingerprint] = t
+        return t
+
+
+@dataclass
+class CompiledGrammar:
+    """A grammar compiled for one vocabulary; share it between requests, one GrammarMatcher each."""
+
+    kind: str
+    source: str
+    automaton: Automaton
+    vocab: object
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.automaton.table.vocab_size
+
+
+class GrammarCompiler:
+    """Compile JSON Schema, regex, GBNF and choice lists for one vocabulary (results cached, LRU)."""
+
+    def __init__(self, vocab, cache_size: int = 128) -> None:
+        self.vocab = vocab
+        self.table = token_table(vocab)
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple, CompiledGrammar] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _cached(self, key: tuple, build) -> CompiledGrammar:
+        full = key + (self.vocab.fingerprint,)
+        with self._lock:
+            hit = self._cache.get(full)
+            if hit is not None:
+                self._cache.move_to_end(full)
+                return hit
+        # Compilation allocates many small objects; the cyclic GC would rescan the whole (large) vocabulary
+        # heap each time, which dominated compile time.
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            grammar, kind, source = build()
+            nfa = build_nfa(grammar)
+            auto = Automaton(nfa, self.table)
+        except RecursionError as exc:
+            raise GrammarError("grammar nesting too deep") from exc
+        finally:
+            if gc_was:
+                gc.enable()
+        compiled = CompiledGrammar(kind, source, auto, self.vocab, list(grammar.warnings))
+        with self._lock:
+            self._cache[full] = compiled
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return compiled
+
+    def compile_regex(self, pattern: str) -> CompiledGrammar:
+        if not isinstance(pattern, str):
+            raise GrammarError(f"regex must be a string, got {type(pattern).__name__}")
+
+        def build():
+            return Grammar({"root": parse_regex(pattern)}, "root"), "regex", pattern
+
+        return self._cached(("regex", pattern), build)
+
+    def compile_choice(self, choices: list[str]) -> CompiledGrammar:
+        if not isinstance(choices, (list, tuple)) or not choices:
+            raise GrammarError("choice must be a non-empty list of strings")
+        for k, c in enumerate(choices):
+            if not isinstance(c, str):
+                raise GrammarError(f"choice[{k}] must be a string, got {type(c).__name__}")
+        source = json.dumps(list(choices), ensure_ascii=False)
+
+        def build():
+            return Grammar({"root": alt(*[lit(c) for c in choices])}, "root"), "choice", source
+
+        return self._cached(("choice", source), build)
+
+    def compile_gbnf(self, text: str, start: str = "root") -> CompiledGrammar:
+        from .gbnf import parse_gbnf
+
+        if not isinstance(text, str):
+            raise GrammarError(f"GBNF grammar must be a string, got {type(text).__name__}")
+
+        def build():
+            return parse_gbnf(text, start), "gbnf", text
+
+        return self._cached(("gbnf", text, start), build)
+
+    def compile_json_schema(self, schema, **options) -> CompiledGrammar:
+        """Options: strict (no extra properties), lenient (ignore unsupported keywords with a warning),
+        compact (no whitespace), max_ws (longest whitespace run, default 20 after a newline)."""
+        from .json_schema import schema_to_grammar
+
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as exc:
+                raise GrammarError(f"JSON schema is not valid JSON: {exc}") from exc
+        try:
+            source = json.dumps(schema, ensure_ascii=False)
+        except RecursionError as exc:
+            raise GrammarError("JSON schema is nested too deeply") from exc
+        except (TypeError, ValueError) as exc:
+            raise GrammarError(f"JSON schema is not JSON-serialisable: {exc}") from exc
+        okey = json.dumps(options, sort_keys=True, default=str)
+
+        def build():
+            return schema_to_grammar(schema, **options), "json_schema", source
+
+        return self._cached(("json_schema", source, okey), build)
+
+    def compile_grammar(self, grammar: Grammar, kind: str = "ir") -> CompiledGrammar:
+        """Compile an IR grammar built by hand (not cached)."""
+        nfa = build_nfa(grammar)
+        return CompiledGrammar(kind, "", Automaton(nfa, self.table), self.vocab, list(grammar.warnings))

@@ -1,0 +1,272 @@
+"""Small code point automata for the operations a grammar IR cannot express directly.
+
+Intersection (pattern plus length or format), complement (keys not among the declared ones), counting.
+"""
+
+from __future__ import annotations
+
+from .errors import GrammarError
+from .ir import ANY_RANGES, Alt, Chars, Escaped, Node, Repeat, Seq, norm
+
+MAX_DFA_STATES = 4000
+MAX_NFA_STATES = 200_000
+
+
+class CPNFA:
+    """States with code point range edges and epsilon edges; `finals` accept."""
+
+    def __init__(self) -> None:
+        self.edges: list[list[tuple[int, int, int]]] = []
+        self.eps: list[list[int]] = []
+        self.start = 0
+        self.finals: set[int] = set()
+
+    def add(self) -> int:
+        if len(self.edges) >= MAX_NFA_STATES:
+            raise GrammarError("pattern automaton too large")
+        self.edges.append([])
+        self.eps.append([])
+        return len(self.edges) - 1
+
+    @property
+    def size(self) -> int:
+        return len(self.edges)
+
+
+def from_ir(node: Node) -> CPNFA:
+    nfa = CPNFA()
+    s = nfa.add()
+    e = _build(nfa, node, s)
+    nfa.start = s
+    nfa.finals = {e}
+    return nfa
+
+
+def _build(nfa: CPNFA, node: Node, s: int) -> int:
+    if isinstance(node, Chars):
+        e = nfa.add()
+        for a, b in node.ranges:
+            nfa.edges[s].append((a, b, e))
+        return e
+    if isinstance(node, Seq):
+        for it in node.items:
+            s = _build(nfa, it, s)
+        return s
+    if isinstance(node, Alt):
+        e = nfa.add()
+        for it in node.items:
+            b = nfa.add()
+            nfa.eps[s].append(b)
+            nfa.eps[_build(nfa, it, b)].append(e)
+        return e
+    if isinstance(node, Repeat):
+        for _ in range(node.min):
+            s = _build(nfa, node.item, s)
+        if node.max is None:
+            loop = nfa.add()
+            nfa.eps[s].append(loop)
+            b = _build(nfa, node.item, loop)
+            nfa.eps[b].append(loop)
+            return loop
+        e = nfa.add()
+        nfa.eps[s].append(e)
+        for _ in range(node.max - node.min):
+            s = _build(nfa, node.item, s)
+            nfa.eps[s].append(e)
+        return e
+    if isinstance(node, Escaped):
+        return _build(nfa, node.item, s)
+    raise GrammarError(f"cannot intersect a grammar containing {type(node).__name__}")
+
+
+def _closure(nfa: CPNFA, states) -> frozenset[int]:
+    out = set(states)
+    stack = list(states)
+    while stack:
+        s = stack.pop()
+        for t in nfa.eps[s]:
+            if t not in out:
+                out.add(t)
+                stack.append(t)
+    return frozenset(out)
+
+
+def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
+    """Subset construction over atomic code point intervals; the result has no epsilon edges."""
+    dfa = CPNFA()
+    start = _closure(nfa, [nfa.start])
+    index = {start: dfa.add()}
+    work = [start]
+    while work:
+        cur = work.pop()
+        ds = index[cur]
+        if cur & nfa.finals:
+            dfa.finals.add(ds)
+        points = set()
+        edges = []
+        for s in cur:
+            for a, b, t in nfa.edges[s]:
+                edges.append((a, b, t))
+                points.add(a)
+                points.add(b + 1)
+        pts = sorted(points)
+        for k in range(len(pts) - 1):
+            lo, hi = pts[k], pts[k + 1] - 1
+            tgt = [t for a, b, t in edges if a <= lo and hi <= b]
+            if not tgt:
+                continue
+            nxt = _closure(nfa, tgt)
+            if nxt not in index:
+                if len(index) >= max_states:
+                    raise GrammarError(f"pattern needs more than {max_states} automaton states")
+                index[nxt] = dfa.add()
+                work.append(nxt)
+            t = index[nxt]
+            row = dfa.edges[ds]
+            if row and row[-1][2] == t and row[-1][1] + 1 == lo:
+                row[-1] = (row[-1][0], hi, t)
+            else:
+                row.append((lo, hi, t))
+    dfa.start = 0
+    return dfa
+
+
+def complement(dfa: CPNFA) -> CPNFA:
+    """Strings (any code points) not accepted by the deterministic `dfa`."""
+    out = CPNFA()
+    for _ in range(dfa.size):
+        out.add()
+    sink = out.add()
+    for s in range(dfa.size):
+        covered = []
+        for a, b, t in dfa.edges[s]:
+            out.edges[s].append((a, b, t))
+            covered.append((a, b))
+        from .ir import complement as rcomp
+
+        for a, b in rcomp(norm(covered)):
+            out.edges[s].append((a, b, sink))
+        if s not in dfa.finals:
+            out.finals.add(s)
+    for a, b in ANY_RANGES:
+        out.edges[sink].append((a, b, sink))
+    out.finals.add(sink)
+    out.start = dfa.start
+    return trim(out)
+
+
+def product(a: CPNFA, b: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
+    """Intersection of two deterministic automata."""
+    out = CPNFA()
+    index = {(a.start, b.start): out.add()}
+    work = [(a.start, b.start)]
+    while work:
+        x, y = work.pop()
+        s = index[(x, y)]
+        if x in a.finals and y in b.finals:
+            out.finals.add(s)
+        for a1, b1, t1 in a.edges[x]:
+            for a2, b2, t2 in b.edges[y]:
+                lo, hi = max(a1, a2), min(b1, b2)
+                if lo > hi:
+                    continue
+                key = (t1, t2)
+                if key not in index:
+                    if len(index) >= max_states:
+                        raise GrammarError(f"pattern intersection needs more than {max_states} states")
+                    index[key] = out.add()
+                    work.append(key)
+                out.edges[s].append((lo, hi, index[key]))
+    out.start = 0
+    return trim(out)
+
+
+def count(nfa: CPNFA, lo: int, hi: int | None) -> CPNFA:
+    """Strings of `nfa` whose length in code points is within [lo, hi] (epsilon-free result)."""
+    cap = hi if hi is not None else lo
+    if (cap + 1) * nfa.size > MAX_NFA_STATES:
+        raise GrammarError(f"length bound {cap} is too large combined with a pattern")
+    out = CPNFA()
+    index: dict[tuple[int, int], int] = {}
+    closures = [_closure(nfa, [s]) for s in range(nfa.size)]
+
+    def get(s: int, c: int) -> int:
+        key = (s, c)
+        if key not in index:
+            index[key] = out.add()
+            work.append(key)
+        return index[key]
+
+    work: list[tuple[int, int]] = []
+    out.start = get(nfa.start, 0)
+    while work:
+        s, c = work.pop()
+        me = index[(s, c)]
+        for q in closures[s]:
+            if q in nfa.finals and c >= lo:
+                out.finals.add(me)
+            for a, b, t in nfa.edges[q]:
+                nc = c + 1
+                if hi is not None and nc > hi:
+                    continue
+                if hi is None and nc > lo:
+                    nc = lo
+                out.edges[me].append((a, b, get(t, nc)))
+    return trim(out)
+
+
+def trim(nfa: CPNFA) -> CPNFA:
+    """Drop states that cannot reach a final state (no dead ends for the sampler)."""
+    rev: list[list[int]] = [[] for _ in range(nfa.size)]
+    for s in range(nfa.size):
+        for _, _, t in nfa.edges[s]:
+            rev[t].append(s)
+        for t in nfa.eps[s]:
+            rev[t].append(s)
+    live = set(nfa.finals)
+    stack = list(nfa.finals)
+    while stack:
+        t = stack.pop()
+        for s in rev[t]:
+            if s not in live:
+                live.add(s)
+                stack.append(s)
+    for s in range(nfa.size):
+        if s in live:
+            nfa.edges[s] = [e for e in nfa.edges[s] if e[2] in live]
+            nfa.eps[s] = [t for t in nfa.eps[s] if t in live]
+        else:
+            nfa.edges[s] = []
+            nfa.eps[s] = []
+    nfa.live_start = nfa.start in live
+    return nfa
+
+
+def is_empty(nfa: CPNFA) -> bool:
+    trim(nfa)
+    return not getattr(nfa, "live_start", True)
+
+
+def literal_set(words: list[str]) -> CPNFA:
+    """A deterministic trie automaton accepting exactly `words`."""
+    dfa = CPNFA()
+    dfa.add()
+    children: list[dict[int, int]] = [{}]
+    for w in words:
+        s = 0
+        for ch in w:
+            c = ord(ch)
+            if c not in children[s]:
+                t = dfa.add()
+                children.append({})
+                children[s][c] = t
+                dfa.edges[s].append((c, c, t))
+            s = children[s][c]
+        dfa.finals.add(s)
+    for s in range(dfa.size):
+        dfa.edges[s].sort()
+    return dfa
+
+
+def any_string() -> Node:
+    return Repeat(Chars(ANY_RANGES), 0, None)

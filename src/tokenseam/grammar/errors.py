@@ -1,0 +1,10 @@
+"""The grammar part's single exception type.
+
+Raised for malformed or unsupported schemas, regexes, GBNF grammars and requests; the server maps it to 400.
+"""
+
+from __future__ import annotations
+
+
+class GrammarError(ValueError):
+    """A grammar (schema, regex, GBNF, choice list or request option) that cannot be compiled exactly."""

@@ -1,0 +1,210 @@
+"""The grammar IR every front end lowers to: code-point sets, sequences, alternatives, repeats, rule refs.
+
+Code points are lowered to UTF-8 bytes only when the byte automaton is built (see `nfa.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_CP = 0x10FFFF
+SURROGATES = (0xD800, 0xDFFF)
+
+Ranges = tuple[tuple[int, int], ...]
+
+
+def norm(ranges) -> Ranges:
+    """Sorted, merged, surrogate-free code point ranges."""
+    rs = sorted((int(a), int(b)) for a, b in ranges if a <= b)
+    out: list[list[int]] = []
+    for a, b in rs:
+        if out and a <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    res = []
+    for a, b in out:
+        # UTF-8 cannot carry surrogates, so they never belong to a set.
+        if b < SURROGATES[0] or a > SURROGATES[1]:
+            res.append((a, b))
+        else:
+            if a < SURROGATES[0]:
+                res.append((a, SURROGATES[0] - 1))
+            if b > SURROGATES[1]:
+                res.append((SURROGATES[1] + 1, b))
+    return tuple(res)
+
+
+def complement(ranges: Ranges) -> Ranges:
+    out = []
+    prev = 0
+    for a, b in norm(ranges):
+        if a > prev:
+            out.append((prev, a - 1))
+        prev = b + 1
+    if prev <= MAX_CP:
+        out.append((prev, MAX_CP))
+    return norm(out)
+
+
+def intersect(a: Ranges, b: Ranges) -> Ranges:
+    out = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo = max(a[i][0], b[j][0])
+        hi = min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
+def subtract(a: Ranges, b: Ranges) -> Ranges:
+    return intersect(a, complement(b))
+
+
+class Node:
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Chars(Node):
+    """One code point from `ranges`."""
+
+    ranges: Ranges
+
+
+@dataclass(frozen=True, slots=True)
+class Seq(Node):
+    items: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Alt(Node):
+    items: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat(Node):
+    item: Node
+    min: int
+    max: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ref(Node):
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Escaped(Node):
+    """Code points inside are written as JSON string content (quote, backslash, controls escaped)."""
+
+    item: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Auto(Node):
+    """An embedded code point automaton (built by `cpauto` for intersections and complements)."""
+
+    auto: object
+    escape: bool = False
+
+
+EMPTY = Seq(())
+NOTHING = Alt(())
+
+
+def lit(text: str) -> Node:
+    if len(text) == 1:
+        c = ord(text)
+        return Chars(((c, c),))
+    return Seq(tuple(Chars(((ord(c), ord(c)),)) for c in text))
+
+
+def chars(*ranges: tuple[int, int]) -> Chars:
+    return Chars(norm(ranges))
+
+
+def cls(spec: str) -> Chars:
+    """A class from 'a-z0-9_' style text (ASCII convenience for hand-written grammars)."""
+    rs = []
+    i = 0
+    while i < len(spec):
+        if i + 2 < len(spec) and spec[i + 1] == "-":
+            rs.append((ord(spec[i]), ord(spec[i + 2])))
+            i += 3
+        else:
+            rs.append((ord(spec[i]), ord(spec[i])))
+            i += 1
+    return Chars(norm(rs))
+
+
+def seq(*items: Node) -> Node:
+    flat: list[Node] = []
+    for it in items:
+        if isinstance(it, Seq):
+            flat.extend(it.items)
+        elif it == NOTHING:
+            return NOTHING
+        else:
+            flat.append(it)
+    if any(it == NOTHING for it in flat):
+        return NOTHING
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def alt(*items: Node) -> Node:
+    flat: list[Node] = []
+    for it in items:
+        if isinstance(it, Alt):
+            flat.extend(it.items)
+        else:
+            flat.append(it)
+    uniq: list[Node] = []
+    seen = set()
+    for it in flat:
+        key = id(it) if isinstance(it, Auto) else it
+        if key not in seen:
+            seen.add(key)
+            uniq.append(it)
+    return uniq[0] if len(uniq) == 1 else Alt(tuple(uniq))
+
+
+def opt(item: Node) -> Node:
+    return Repeat(item, 0, 1)
+
+
+def star(item: Node) -> Node:
+    return Repeat(item, 0, None)
+
+
+def plus(item: Node) -> Node:
+    return Repeat(item, 1, None)
+
+
+@dataclass
+class Grammar:
+    """Named rules and a start rule; refs to rules on a cycle become pushdown calls, others are inlined."""
+
+    rules: dict[str, Node]
+    start: str
+    warnings: list[str] = field(default_factory=list)
+
+ANY_RANGES: Ranges = norm([(0, MAX_CP)])
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Members(Node):
+    """A separated list: `items` in order (optional ones may be skipped), then any number of `extra`,
+    with the total count within [min, max]. Lowered to a graph (not a tree) so optional members do not
+    multiply the automaton size."""
+
+    items: tuple[tuple[Node, bool], ...]
+    extra: Node | None
+    sep: Node
+    min: int = 0
+    max: int | None = None

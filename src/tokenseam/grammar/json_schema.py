@@ -1,0 +1,842 @@
+"""JSON Schema front end (draft 2020-12 and draft-07 keywords) lowered to the grammar IR.
+
+Exactness rule: every accepted document validates; what cannot be represented exactly is a GrammarError.
+Declared properties are generated in schema order, then any additional/pattern properties.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from decimal import Decimal, InvalidOperation
+
+from . import cpauto
+from .errors import GrammarError
+from .ir import (
+    ANY_RANGES,
+    EMPTY,
+    NOTHING,
+    Auto,
+    Chars,
+    Escaped,
+    Grammar,
+    Members,
+    Node,
+    Ref,
+    Repeat,
+    alt,
+    chars,
+    cls,
+    lit,
+    norm,
+    opt,
+    seq,
+    star,
+)
+from .regex import parse_regex
+
+ANNOTATIONS = {
+    "$schema", "$id", "id", "$comment", "$anchor", "$vocabulary", "title", "description", "default", "examples",
+    "example", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema",
+    "$defs", "definitions", "nullable", "discriminator", "xml", "externalDocs", "markdownDescription",
+    "errorMessage", "$dynamicAnchor", "$recursiveAnchor",
+}
+SUPPORTED = {
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems",
+    "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "pattern", "format", "minLength",
+    "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties",
+    "maxProperties", "patternProperties", "uniqueItems",
+}
+UNSUPPORTED = {
+    "not", "if", "then", "else", "contains", "minContains", "maxContains", "dependentRequired",
+    "dependentSchemas", "dependencies", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
+    "$dynamicRef", "$recursiveRef",
+}
+TYPES = ("null", "boolean", "object", "array", "number", "string")
+MAX_ENUM = 2000
+
+HEX = cls("0-9a-fA-F")
+DIG = cls("0-9")
+DIG19 = cls("1-9")
+
+_YEAR = r"(000[1-9]|00[1-9]\d|0[1-9]\d\d|[1-9]\d{3})"
+_LEAP = r"(\d\d(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"
+# Exact calendar dates (month lengths and leap years), as validators that assert `format` check them.
+_DATE = (_YEAR + r"-(0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|" + _YEAR + r"-(0[469]|11)-(0[1-9]|[12]\d|30)|"
+         + _YEAR + r"-02-(0[1-9]|1\d|2[0-8])|" + _LEAP + r"-02-29")
+_TIME = r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)"
+
+FORMATS = {
+    "date": _DATE,
+    "time": _TIME,
+    "duration": r"P(\d+W|(\d+Y(\d+M)?(\d+D)?|\d+M(\d+D)?|\d+D)(T(\d+H(\d+M)?(\d+S)?|\d+M(\d+S)?|\d+S))?"
+                r"|T(\d+H(\d+M)?(\d+S)?|\d+M(\d+S)?|\d+S))",
+    "email": r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+             r"@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*",
+    "hostname": r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*",
+    "ipv4": r"(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}",
+    "ipv6": r"([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|"
+            r"([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|"
+            r"([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|"
+            r"([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|"
+            r":((:[0-9a-fA-F]{1,4}){1,7}|:)",
+    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*",
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+}
+FORMATS["date-time"] = "(" + _DATE + ")[Tt]" + _TIME
+
+
+def _pointer_escape(key: str) -> str:
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+def _int_bound(x, lower: bool, exclusive: bool) -> int:
+    d = Decimal(str(x))
+    if lower:
+        return math.floor(d) + 1 if exclusive else math.ceil(d)
+    return math.ceil(d) - 1 if exclusive else math.floor(d)
+
+
+def _digits_range(lo: str, hi: str) -> Node:
+    """Digit strings of equal length between lo and hi (inclusive)."""
+    if not lo:
+        return EMPTY
+    n = len(lo) - 1
+    if lo[0] == hi[0]:
+        return seq(lit(lo[0]), _digits_range(lo[1:], hi[1:]))
+    if lo[1:] == "0" * n and hi[1:] == "9" * n:
+        return seq(cls(f"{lo[0]}-{hi[0]}"), Repeat(DIG, n, n)) if n else cls(f"{lo[0]}-{hi[0]}")
+    parts = [seq(lit(lo[0]), _digits_range(lo[1:], "9" * n))]
+    a, b = int(lo[0]) + 1, int(hi[0]) - 1
+    if a <= b:
+        parts.append(seq(cls(f"{a}-{b}"), Repeat(DIG, n, n)))
+    parts.append(seq(lit(hi[0]), _digits_range("0" * n, hi[1:])))
+    return alt(*parts)
+
+
+def _nonneg_range(a: int, b: int | None) -> Node:
+    """Canonical decimal integers in [a, b] (a >= 0, b None = unbounded)."""
+    if b is not None and b < a:
+        return NOTHING
+    la = len(str(a))
+    parts = []
+    last = la if b is None else len(str(b))
+    if b is not None and last > 40:
+        b, last = None, la
+    for L in range(la, last + 1):
+        lo = max(a, 10 ** (L - 1) if L > 1 else 0)
+        hi = 10**L - 1 if b is None else min(b, 10**L - 1)
+        if lo <= hi:
+            parts.append(_digits_range(str(lo), str(hi)))
+    if b is None:
+        parts.append(seq(DIG19, Repeat(DIG, la, None)))
+    return alt(*parts) if parts else NOTHING
+
+
+def int_range(lo: int | None, hi: int | None) -> Node:
+    parts = []
+    if hi is None or hi >= 0:
+        parts.append(_nonneg_range(max(lo, 0) if lo is not None else 0, hi))
+    if lo is None or lo < 0:
+        top = -1 if hi is None else min(hi, -1)
+        parts.append(seq(lit("-"), _nonneg_range(-top, None if lo is None else -lo)))
+    return alt(*parts) if parts else NOTHING
+
+
+INT = seq(opt(lit("-")), alt(lit("0"), seq(DIG19, star(DIG))))
+FRAC = seq(lit("."), Repeat(DIG, 1, None))
+EXP = seq(cls("eE"), opt(cls("+-")), Repeat(DIG, 1, None))
+NUMBER = seq(INT, opt(FRAC), opt(EXP))
+NONZERO_FRAC = seq(lit("."), star(DIG), DIG19, star(DIG))
+ZERO_FRAC = seq(lit("."), Repeat(lit("0"), 1, None))
+
+_HEX4 = alt(seq(cls("0-9a-cA-Ce-fE-F"), HEX, HEX, HEX), seq(cls("dD"), cls("0-7"), HEX, HEX))
+# One JSON string character, any encoding (no lone surrogates, so each escape is one code point).
+JCHAR = alt(
+    Chars(norm([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)])),
+    seq(lit("\\"), alt(cls('"\\\\/bfnrt'), seq(lit("u"), _HEX4))),
+)
+
+
+def _mod_dfa(k: int) -> cpauto.CPNFA:
+    """Canonical integers divisible by k (digits read left to right, residue as the state)."""
+    d = cpauto.CPNFA()
+    start, neg, zero = d.add(), d.add(), d.add()
+    res = [d.add() for _ in range(k)]
+    d.edges[start].append((ord("-"), ord("-"), neg))
+    d.edges[start].append((ord("0"), ord("0"), zero))
+    for src in (start, neg):
+        for dig in range(1, 10):
+            d.edges[src].append((48 + dig, 48 + dig, res[dig % k]))
+    for r in range(k):
+        for dig in range(10):
+            d.edges[res[r]].append((48 + dig, 48 + dig, res[(10 * r + dig) % k]))
+    d.finals = {zero, res[0]}
+    d.start = start
+    return d
+
+
+class _Compiler:
+    def __init__(self, root, strict: bool, lenient: bool, compact: bool, max_ws: int) -> None:
+        self.root = root
+        self.strict = strict
+        self.lenient = lenient
+        self.warnings: list[str] = []
+        self.rules: dict[str, Node] = {}
+        self.ref_rules: dict[str, str] = {}
+        if compact:
+            self.ws = EMPTY
+        else:
+            self.ws = alt(Repeat(cls(" \t"), 0, 2),
+                          seq(opt(lit("\r")), lit("\n"), Repeat(cls(" \t"), 0, max_ws)))
+        self.sep = seq(self.ws, lit(","), self.ws)
+        self.colon = seq(self.ws, lit(":"), self.ws)
+        self._validator = None
+        self._depth = 0
+        self._any_rule = None
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    def unsupported(self, what: str, ptr: str) -> None:
+        msg = f"unsupported JSON Schema {what} at {ptr or '#'}"
+        if self.lenient:
+            self.warnings.append(msg + " (ignored: lenient)")
+        else:
+            raise GrammarError(msg + "; pass lenient=True to ignore it")
+
+    def resolve(self, ref: str, ptr: str):
+        if not isinstance(ref, str):
+            raise GrammarError(f"$ref at {ptr} must be a string")
+        if not ref.startswith("#"):
+            raise GrammarError(f"unsupported $ref {ref!r} at {ptr}: only local references ('#/...') are supported")
+        node = self.root
+        path = ref[1:]
+        if path and not path.startswith("/"):
+            raise GrammarError(f"unsupported $ref {ref!r} at {ptr}: anchors are not supported")
+        for part in path.split("/")[1:] if path else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            from urllib.parse import unquote
+
+            part = unquote(part)
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                raise GrammarError(f"$ref {ref!r} at {ptr} does not resolve")
+        return node
+
+    def any_value(self) -> Node:
+        if self._any_rule is None:
+            self._any_rule = "any"
+            ws = self.ws
+            v = Ref("any")
+            string = seq(lit('"'), star(JCHAR), lit('"'))
+            obj = seq(lit("{"), ws, opt(seq(string, self.colon, v, star(seq(self.sep, string, self.colon, v)))),
+                      ws, lit("}"))
+            arr = seq(lit("["), ws, opt(seq(v, star(seq(self.sep, v)))), ws, lit("]"))
+            self.rules["any"] = alt(obj, arr, string, NUMBER, lit("true"), lit("false"), lit("null"))
+        return Ref("any")
+
+    def validator(self):
+        if self._validator is None:
+            import jsonschema
+
+            cls_ = jsonschema.validators.validator_for(self.root if isinstance(self.root, dict) else {},
+                                                       default=jsonschema.Draft202012Validator)
+            self._validator = cls_(self.root)
+        return self._validator
+
+    def is_valid(self, value, schema) -> bool:
+        try:
+            return bool(self.validator().evolve(schema=schema).is_valid(value))
+        except Exception as exc:  # noqa: BLE001 - jsonschema raises many types for odd schemas
+            raise GrammarError(f"cannot evaluate enum/const against the schema: {exc}") from exc
+
+    # -- schema -> IR ------------------------------------------------------------------------------------
+    def compile(self, s, ptr: str) -> Node:
+        self._depth += 1
+        try:
+            if self._depth > 60:
+                raise GrammarError(f"schema nesting too deep at {ptr}")
+            return self._compile(s, ptr)
+        finally:
+            self._depth -= 1
+
+    def _compile(self, s, ptr: str) -> Node:
+        if s is True:
+            return self.any_value()
+        if s is False:
+            return NOTHING
+        if not isinstance(s, dict):
+            raise GrammarError(f"schema at {ptr or '#'} must be an object or boolean, got {type(s).__name__}")
+        for k in s:
+            if k in UNSUPPORTED:
+                if k == "propertyNames" and s[k] in (True, {}):
+                    continue
+                self.unsupported(f"keyword {k!r}", ptr)
+        if s.get("uniqueItems") is True:
+            self.unsupported("keyword 'uniqueItems'", ptr)
+        if "$ref" in s:
+            ref = s["$ref"]
+            rest = {k: v for k, v in s.items() if k not in ANNOTATIONS and k != "$ref"}
+            if not rest:
+                return self.ref(ref, ptr)
+            return self.compile({"allOf": [{"$ref": ref}, rest]}, ptr)
+        if "allOf" in s:
+            merged = self.merge_all(s, ptr)
+            return self.compile(merged, ptr)
+        for key in ("anyOf", "oneOf"):
+            if key in s:
+                branches = s[key]
+                if not isinstance(branches, list) or not branches:
+                    raise GrammarError(f"{key} at {ptr} must be a non-empty array")
+                rest = {k: v for k, v in s.items() if k != key}
+                has_rest = any(k not in ANNOTATIONS for k in rest)
+                subs = []
+                for i, b in enumerate(branches):
+                    bp = f"{ptr}/{key}/{i}"
+                    if has_rest:
+                        b = {"allOf": [rest, b]}
+                    subs.append((b, bp))
+                if key == "oneOf" and len(subs) > 1:
+                    self.check_disjoint(subs, ptr)
+                return alt(*[self.compile(b, bp) for b, bp in subs])
+        if "const" in s or "enum" in s:
+            return self.enum(s, ptr)
+        types = s.get("type")
+        if types is None:
+            tlist = list(TYPES)
+        elif isinstance(types, str):
+            tlist = [types]
+        elif isinstance(types, list) and all(isinstance(t, str) for t in types):
+            tlist = list(types)
+        else:
+            raise GrammarError(f"'type' at {ptr} must be a string or an array of strings")
+        for t in tlist:
+            if t not in TYPES and t != "integer":
+                raise GrammarError(f"unknown type {t!r} at {ptr}/type")
+        if "number" in tlist and "integer" in tlist:
+            tlist.remove("integer")
+        parts = []
+        for t in tlist:
+            parts.append(getattr(self, "t_" + t)(s, ptr))
+        return alt(*parts)
+
+    def ref(self, ref: str, ptr: str) -> Node:
+        name = self.ref_rules.get(ref)
+        if name is None:
+            name = f"ref{len(self.ref_rules)}"
+            self.ref_rules[ref] = name
+            target = self.resolve(ref, ptr)
+            self.rules[name] = NOTHING
+            self.rules[name] = self.compile(target, ref)
+        return Ref(name)
+
+    def deref(self, s, ptr: str, depth: int = 0):
+        while isinstance(s, dict) and "$ref" in s:
+            if depth > 50:
+                raise GrammarError(f"$ref cycle without progress at {ptr}")
+            target = self.resolve(s["$ref"], ptr)
+            rest = {k: v for k, v in s.items() if k != "$ref"}
+            if rest and any(k not in ANNOTATIONS for k in rest):
+                if target is False:
+                    return False
+                if target is True:
+                    target = {}
+                s = {"allOf": [target, rest]}
+                break
+            s = target
+            depth += 1
+        return s
+
+    # -- allOf -------------------------------------------------------------------------------------------
+    def merge_all(self, s: dict, ptr: str) -> dict | bool:
+        parts = []
+        stack = [(s, ptr, 0)]
+        while stack:
+            cur, p, depth = stack.pop()
+            if depth > 50:
+                raise GrammarError(f"allOf/$ref nesting too deep at {p}")
+            cur = self.deref(cur, p)
+            if cur is True:
+                continue
+            if cur is False:
+                return False
+            if not isinstance(cur, dict):
+                raise GrammarError(f"schema at {p} must be an object or boolean")
+            if "allOf" in cur:
+                subs = cur["allOf"]
+                if not isinstance(subs, list):
+                    raise GrammarError(f"allOf at {p} must be an array")
+                for i, x in enumerate(subs):
+                    stack.append((x, f"{p}/allOf/{i}", depth + 1))
+                cur = {k: v for k, v in cur.items() if k != "allOf"}
+            if "$ref" in cur:
+                stack.append(({"$ref": cur["$ref"]}, p, depth + 1))
+                cur = {k: v for k, v in cur.items() if k != "$ref"}
+            parts.append((cur, p))
+        out: dict = {}
+        for cur, p in parts:
+            out = self.merge(out, cur, p)
+        return out
+
+    def merge(self, a: dict, b: dict, ptr: str) -> dict:
+        out = dict(a)
+        for k, v in b.items():
+            if k in ANNOTATIONS:
+                continue
+            if k not in out:
+                out[k] = v
+                continue
+            u = out[k]
+            if u == v:
+                continue
+            if k == "type":
+                ta = {u} if isinstance(u, str) else set(u)
+                tb = {v} if isinstance(v, str) else set(v)
+                res = set()
+                for x in ta:
+                    for y in tb:
+                        if x == y:
+                            res.add(x)
+                        elif {x, y} == {"integer", "number"}:
+                            res.add("integer")
+                out[k] = sorted(res) if res else ["__none__"]
+            elif k == "required":
+                out[k] = list(dict.fromkeys(list(u) + list(v)))
+            elif k in ("minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum"):
+                if isinstance(u, bool) or isinstance(v, bool):
+                    raise GrammarError(f"cannot merge boolean {k} in allOf at {ptr}")
+                out[k] = max(u, v)
+            elif k in ("maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum"):
+                if isinstance(u, bool) or isinstance(v, bool):
+                    raise GrammarError(f"cannot merge boolean {k} in allOf at {ptr}")
+                out[k] = min(u, v)
+            elif k == "properties":
+                props = dict(u)
+                for name, sub in v.items():
+                    props[name] = {"allOf": [props[name], sub]} if name in props else sub
+                out[k] = props
+            elif k in ("additionalProperties", "items", "additionalItems"):
+                out[k] = {"allOf": [u, v]}
+            elif k == "pattern":
+                out["pattern"] = [*(u if isinstance(u, list) else [u]), *(v if isinstance(v, list) else [v])]
+            elif k in ("enum", "const"):
+                ua = u if k == "enum" else [u]
+                va = v if k == "enum" else [v]
+                inter = [x for x in ua if any(_json_equal(x, y) for y in va)]
+                out[k] = inter if k == "enum" else (inter[0] if inter else None)
+                if k == "const" and not inter:
+                    out["enum"] = []
+                    del out["const"]
+            elif k in ("anyOf", "oneOf"):
+                combos = [{"allOf": [x, y]} for x in u for y in v]
+                if len(combos) > 64:
+                    raise GrammarError(f"allOf of two {k} lists at {ptr} is too large to combine")
+                if k == "oneOf":
+                    out["anyOf"] = out.get("anyOf", [])
+                    self.unsupported("allOf combining two oneOf lists", ptr)
+                out[k] = combos
+            else:
+                raise GrammarError(f"cannot combine two different {k!r} values in allOf at {ptr}")
+        # A property declared by one side only is still governed by the other side's additionalProperties.
+        for side, other in ((a, b), (b, a)):
+            addl = other.get("additionalProperties", True)
+            if addl is True or "properties" not in side:
+                continue
+            if "patternProperties" in other:
+                raise GrammarError(f"allOf mixing properties with patternProperties at {ptr} is not supported")
+            oprops = other.get("properties", {})
+            out["properties"] = dict(out["properties"])
+            for name in side["properties"]:
+                if name not in oprops:
+                    out["properties"][name] = {"allOf": [out["properties"][name], addl]}
+        if "patternProperties" in a and "patternProperties" in b and a["patternProperties"] != b["patternProperties"]:
+            raise GrammarError(f"allOf with two patternProperties at {ptr} is not supported")
+        return out
+
+    # -- oneOf disjointness ------------------------------------------------------------------------------
+    def check_disjoint(self, subs, ptr: str) -> None:
+        resolved = []
+        for b, bp in subs:
+            r = self.deref(b, bp)
+            if isinstance(r, dict) and "allOf" in r:
+                r = self.merge_all(r, bp)
+            resolved.append(r)
+        for i in range(len(resolved)):
+            for j in range(i + 1, len(resolved)):
+                if not self.disjoint(resolved[i], resolved[j], 0):
+                    self.unsupported(f"oneOf whose branches {i} and {j} may overlap", ptr)
+                    return
+
+    def _types(self, s) -> set[str]:
+        if s is False:
+            return set()
+        if not isinstance(s, dict):
+            return set(TYPES) | {"integer"}
+        if "const" in s or "enum" in s:
+            vals = [s["const"]] if "const" in s else list(s.get("enum") or [])
+            return {_json_type(v) for v in vals}
+        t = s.get("type")
+        if t is None:
+            return set(TYPES) | {"integer"}
+        ts = {t} if isinstance(t, str) else set(t)
+        if "number" in ts:
+            ts.add("integer")
+        return ts
+
+    def disjoint(self, a, b, depth: int) -> bool:
+        if a is False or b is False:
+            return True
+        if depth > 8 or not isinstance(a, dict) or not isinstance(b, dict):
+            return False
+        ta, tb = self._types(a), self._types(b)
+        inter = set()
+        for x in ta:
+            for y in tb:
+                if x == y:
+                    inter.add(x)
+                elif {x, y} == {"integer", "number"}:
+                    inter.add("integer")
+        if not inter:
+            return True
+        for x, y in ((a, b), (b, a)):
+            if "const" in x or "enum" in x:
+                vals = [x["const"]] if "const" in x else list(x.get("enum") or [])
+                if all(not self.is_valid(v, y) for v in vals):
+                    return True
+        if inter == {"object"}:
+            pa, pb = a.get("properties", {}), b.get("properties", {})
+            ra, rb = set(a.get("required", [])), set(b.get("required", []))
+            for name in ra & rb:
+                if name in pa and name in pb:
+                    sa, sb = self.deref(pa[name], ""), self.deref(pb[name], "")
+                    if self.disjoint(sa, sb, depth + 1):
+                        return True
+            for x, rx in ((a, rb), (b, ra)):
+                if x.get("additionalProperties", True) is False and "patternProperties" not in x:
+                    if any(n not in x.get("properties", {}) for n in rx):
+                        return True
+        return False
+
+    # -- enum / const ------------------------------------------------------------------------------------
+    def enum(self, s: dict, ptr: str) -> Node:
+        vals = [s["const"]] if "const" in s else s["enum"]
+        if not isinstance(vals, list):
+            raise GrammarError(f"enum at {ptr} must be an array")
+        if len(vals) > MAX_ENUM:
+            raise GrammarError(f"enum at {ptr} has more than {MAX_ENUM} values")
+        rest = {k: v for k, v in s.items() if k not in ("enum", "const") and k not in ANNOTATIONS}
+        if "const" in s and "enum" in s:
+            vals = [v for v in vals if any(_json_equal(v, e) for e in s["enum"])]
+        if rest:
+            vals = [v for v in vals if self.is_valid(v, rest)]
+        alts = []
+        for v in vals:
+            alts.append(self.literal(v))
+        return alt(*alts) if alts else NOTHING
+
+    def literal(self, v) -> Node:
+        compact = json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        spaced = json.dumps(v, ensure_ascii=False, allow_nan=False)
+        if self.ws == EMPTY or compact == spaced:
+            return _lit_json(compact)
+        return alt(_lit_json(compact), _lit_json(spaced))
+
+    # -- per type ----------------------------------------------------------------------------------------
+    def t___none__(self, s, ptr):
+        return NOTHING
+
+    def t_null(self, s, ptr):
+        return lit("null")
+
+    def t_boolean(self, s, ptr):
+        return alt(lit("true"), lit("false"))
+
+    def _bounds(self, s, ptr):
+        lo = hi = None
+        lo_ex = hi_ex = False
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            v = s.get(key)
+            if v is None or isinstance(v, bool):
+                continue
+            if not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+                raise GrammarError(f"{key} at {ptr} must be a number")
+        mn, mx = s.get("minimum"), s.get("maximum")
+        emn, emx = s.get("exclusiveMinimum"), s.get("exclusiveMaximum")
+        cands_lo = []
+        if mn is not None:
+            cands_lo.append((Decimal(str(mn)), emn is True))
+        if emn is not None and not isinstance(emn, bool):
+            cands_lo.append((Decimal(str(emn)), True))
+        cands_hi = []
+        if mx is not None:
+            cands_hi.append((Decimal(str(mx)), emx is True))
+        if emx is not None and not isinstance(emx, bool):
+            cands_hi.append((Decimal(str(emx)), True))
+        if cands_lo:
+            lo, lo_ex = max(cands_lo, key=lambda x: (x[0], x[1]))
+        if cands_hi:
+            hi, hi_ex = min(cands_hi, key=lambda x: (x[0], not x[1]))
+        return lo, lo_ex, hi, hi_ex
+
+    def t_integer(self, s, ptr):
+        lo, lo_ex, hi, hi_ex = self._bounds(s, ptr)
+        ilo = None if lo is None else _int_bound(lo, True, lo_ex)
+        ihi = None if hi is None else _int_bound(hi, False, hi_ex)
+        if ilo is not None and ihi is not None and ilo > ihi:
+            return NOTHING
+        node = int_range(ilo, ihi)
+        m = s.get("multipleOf")
+        if m is not None:
+            if isinstance(m, bool) or not isinstance(m, (int, float)) or m <= 0:
+                raise GrammarError(f"multipleOf at {ptr} must be a positive number")
+            dm = Decimal(str(m))
+            if dm != dm.to_integral_value():
+                self.unsupported("non-integer multipleOf on an integer", ptr)
+                return node
+            k = int(dm)
+            if k == 1:
+                return node
+            if k > 5000:
+                self.unsupported(f"multipleOf {k} (too large)", ptr)
+                return node
+            base = cpauto.determinize(cpauto.from_ir(node))
+            return Auto(cpauto.product(base, _mod_dfa(k)))
+        return node
+
+    def t_number(self, s, ptr):
+        m = s.get("multipleOf")
+        if m is not None:
+            try:
+                integral = Decimal(str(m)) == Decimal(str(m)).to_integral_value()
+            except InvalidOperation:
+                integral = False
+            if not integral:
+                self.unsupported("non-integer multipleOf", ptr)
+                s = {k: v for k, v in s.items() if k != "multipleOf"}
+            else:
+                return self.t_integer(s, ptr)
+        lo, lo_ex, hi, hi_ex = self._bounds(s, ptr)
+        if lo is None and hi is None:
+            return NUMBER
+        ilo = None if lo is None else _int_bound(lo, True, lo_ex)
+        ihi = None if hi is None else _int_bound(hi, False, hi_ex)
+        ints = int_range(ilo, ihi) if (ilo is None or ihi is None or ilo <= ihi) else NOTHING
+        parts = [seq(ints, opt(ZERO_FRAC))]
+        # Fractional values n.f (0 < f < 1) are allowed when the whole open interval fits the bounds.
+        plo = 0 if lo is None else max(0, math.ceil(lo))
+        phi = None if hi is None else math.floor(hi) - 1
+        if phi is None or phi >= plo:
+            parts.append(seq(_nonneg_range(plo, phi), NONZERO_FRAC))
+        nlo = 0 if hi is None else max(0, math.ceil(-hi))
+        nhi = None if lo is None else math.floor(-lo) - 1
+        if nhi is None or nhi >= nlo:
+            parts.append(seq(lit("-"), _nonneg_range(nlo, nhi), NONZERO_FRAC))
+        return alt(*parts)
+
+    def t_string(self, s, ptr):
+        mn = s.get("minLength", 0)
+        mx = s.get("maxLength")
+        for key, v in (("minLength", mn), ("maxLength", mx)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise GrammarError(f"{key} at {ptr} must be a non-negative integer")
+        if mx is not None and mx < mn:
+            return NOTHING
+        regexes = []
+        pats = s.get("pattern")
+        if pats is not None:
+            for p in pats if isinstance(pats, list) else [pats]:
+                regexes.append(parse_regex(p, search=True, where=f"pattern at {ptr}/pattern"))
+        fmt = s.get("format")
+        if fmt is not None:
+            if fmt in FORMATS:
+                regexes.append(parse_regex(FORMATS[fmt], where=f"format {fmt}"))
+            else:
+                self.warnings.append(f"format {fmt!r} at {ptr} is not enforced (annotation only)")
+        q = lit('"')
+        if not regexes:
+            return seq(q, Repeat(JCHAR, mn, mx), q)
+        if len(regexes) == 1 and mn == 0 and mx is None:
+            return seq(q, Escaped(regexes[0]), q)
+        auto = None
+        if len(regexes) == 1:
+            auto = cpauto.from_ir(regexes[0])
+        else:
+            for r in regexes:
+                d = cpauto.determinize(cpauto.from_ir(r))
+                auto = d if auto is None else cpauto.product(auto, d)
+        if mn or mx is not None:
+            auto = cpauto.count(auto, mn, mx)
+        if cpauto.is_empty(auto):
+            return NOTHING
+        return seq(q, Auto(auto, escape=True), q)
+
+    def t_array(self, s, ptr):
+        mn = s.get("minItems", 0)
+        mx = s.get("maxItems")
+        for key, v in (("minItems", mn), ("maxItems", mx)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise GrammarError(f"{key} at {ptr} must be a non-negative integer")
+        items = s.get("items", True)
+        prefix: list = []
+        if "prefixItems" in s:
+            prefix = s["prefixItems"]
+            rest = items
+        elif isinstance(items, list):
+            prefix = items
+            rest = s.get("additionalItems", True)
+        else:
+            rest = items
+        if not isinstance(prefix, list):
+            raise GrammarError(f"prefixItems at {ptr} must be an array")
+        P = len(prefix)
+        pnodes = [self.compile(x, f"{ptr}/prefixItems/{i}") for i, x in enumerate(prefix)]
+        rnode = self.compile(rest, f"{ptr}/items")
+        if mx is not None and mx < mn:
+            return NOTHING
+        ws = self.ws
+        empty = seq(lit("["), ws, lit("]"))
+
+        def tail(k: int) -> Node:
+            if k < P:
+                options = []
+                if k >= mn:
+                    options.append(EMPTY)
+                if mx is None or k < mx:
+                    options.append(seq(self.sep, pnodes[k], tail(k + 1)))
+                return alt(*options) if options else NOTHING
+            if rnode == NOTHING:
+                return EMPTY if k >= mn else NOTHING
+            lo = max(0, mn - k)
+            hi = None if mx is None else mx - k
+            if hi is not None and hi < 0:
+                return NOTHING
+            return Repeat(seq(self.sep, rnode), lo, hi)
+
+        first = pnodes[0] if P else rnode
+        if mx == 0 or first == NOTHING:
+            return empty if mn == 0 else NOTHING
+        full = seq(lit("["), ws, first, tail(1), ws, lit("]"))
+        return alt(empty, full) if mn == 0 else full
+
+    def t_object(self, s, ptr):
+        props = s.get("properties", {})
+        if not isinstance(props, dict):
+            raise GrammarError(f"properties at {ptr} must be an object")
+        required = s.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise GrammarError(f"required at {ptr} must be an array of strings")
+        pprops = s.get("patternProperties", {})
+        if not isinstance(pprops, dict):
+            raise GrammarError(f"patternProperties at {ptr} must be an object")
+        addl = s.get("additionalProperties", False if self.strict else True)
+        mn = s.get("minProperties", 0)
+        mx = s.get("maxProperties")
+        for key, v in (("minProperties", mn), ("maxProperties", mx)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise GrammarError(f"{key} at {ptr} must be a non-negative integer")
+        pat_res = {}
+        for p in pprops:
+            try:
+                pat_res[p] = re.compile(p)
+            except re.error as exc:
+                raise GrammarError(f"patternProperties key {p!r} at {ptr} is not a valid regex: {exc}") from exc
+        names = list(props) + [r for r in required if r not in props]
+        items = []
+        for name in names:
+            sp = f"{ptr}/properties/{_pointer_escape(name)}"
+            matching = [p for p in pprops if pat_res[p].search(name)]
+            if name in props:
+                sub = props[name]
+                if matching:
+                    sub = {"allOf": [sub] + [pprops[p] for p in matching]}
+            elif matching:
+                sub = {"allOf": [pprops[p] for p in matching]}
+            else:
+                sub = addl
+            vnode = self.compile(sub, sp)
+            req = name in required
+            if vnode == NOTHING:
+                if req:
+                    return NOTHING
+                continue
+            items.append((seq(_lit_json(json.dumps(name, ensure_ascii=False)), self.colon, vnode), req))
+        declared = cpauto.literal_set(names)
+        extra_alts = []
+        pat_dfas = []
+        for p, sub in pprops.items():
+            d = cpauto.determinize(cpauto.from_ir(parse_regex(p, search=True, where=f"patternProperties at {ptr}")))
+            pat_dfas.append(d)
+            key = cpauto.product(d, cpauto.complement(declared))
+            vnode = self.compile(sub, f"{ptr}/patternProperties/{_pointer_escape(p)}")
+            if not cpauto.is_empty(key) and vnode != NOTHING:
+                extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
+        for i in range(len(pat_dfas)):
+            for j in range(i + 1, len(pat_dfas)):
+                if not cpauto.is_empty(cpauto.product(pat_dfas[i], pat_dfas[j])):
+                    self.unsupported("patternProperties with overlapping patterns", ptr)
+        vnode = self.compile(addl, f"{ptr}/additionalProperties")
+        if vnode != NOTHING:
+            key = cpauto.complement(declared)
+            for d in pat_dfas:
+                key = cpauto.product(key, cpauto.complement(d))
+            if not cpauto.is_empty(key):
+                extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
+        extra = alt(*extra_alts) if extra_alts else None
+        if mx is not None and mx < mn:
+            return NOTHING
+        members = Members(tuple(items), extra, self.sep, mn, mx)
+        return seq(lit("{"), self.ws, members, self.ws, lit("}"))
+
+
+def _lit_json(text: str) -> Node:
+    return lit(text)
+
+
+def _json_type(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "integer" if v.is_integer() else "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    return "object"
+
+
+def _json_equal(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def schema_to_grammar(schema, strict: bool = False, lenient: bool = False, compact: bool = False,
+                      max_ws: int = 40) -> Grammar:
+    """Lower a JSON Schema to a grammar IR. See GrammarCompiler.compile_json_schema for the options."""
+    if not isinstance(schema, (dict, bool)):
+        raise GrammarError(f"JSON schema must be an object or boolean, got {type(schema).__name__}")
+    if not isinstance(max_ws, int) or isinstance(max_ws, bool) or not 0 <= max_ws <= 1000:
+        raise GrammarError("max_ws must be an integer between 0 and 1000")
+    c = _Compiler(schema, bool(strict), bool(lenient), bool(compact), max_ws)
+    root = c.compile(schema, "")
+    if root == NOTHING:
+        raise GrammarError("the JSON schema accepts no value")
+    c.rules["root"] = root
+    g = Grammar(c.rules, "root", c.warnings)
+    return g
+
+
+__all__ = ["schema_to_grammar", "int_range", "ANY_RANGES", "chars"]

@@ -1,0 +1,126 @@
+"""GrammarMatcher: one request's position in a compiled grammar; masks, token commits and rollback.
+
+It also satisfies the engine's `Constraint` protocol (fill_mask / accept / is_finished).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .compiler import CompiledGrammar
+
+MAX_JUMP = 4096
+
+
+class GrammarMatcher:
+    """Per-request matcher. EOS is allowed exactly when the grammar accepts; special tokens never."""
+
+    def __init__(self, compiled: CompiledGrammar) -> None:
+        self.compiled = compiled
+        self._auto = compiled.automaton
+        self._table = self._auto.table
+        self._eos = {int(x) for x in self._table.eos}
+        self.reset()
+
+    def reset(self) -> None:
+        self._state = self._auto.start
+        self._history: list[int] = []
+        self._terminated = False
+
+    # -- commits -----------------------------------------------------------------------------------------
+    def accept_token(self, token_id: int) -> bool:
+        if self._terminated:
+            return False
+        tid = int(token_id)
+        if tid in self._eos:
+            if not self._auto.accepting[self._state]:
+                return False
+            self._history.append(self._state)
+            self._terminated = True
+            return True
+        if tid < 0 or tid >= self._table.vocab_size or self._table.is_special[tid]:
+            return False
+        data = self._table.token_bytes[tid]
+        if not data:
+            return False
+        nxt = self._auto.step_bytes(self._state, data)
+        if nxt < 0:
+            return False
+        self._history.append(self._state)
+        self._state = nxt
+        return True
+
+    def accept_bytes(self, data: bytes) -> bool:
+        """Advance over raw bytes (e.g. prompt bytes removed by token healing); not a rollback step."""
+        if self._terminated:
+            return False
+        nxt = self._auto.step_bytes(self._state, bytes(data))
+        if nxt < 0:
+            return False
+        self._state = nxt
+        return True
+
+    def rollback(self, n: int = 1) -> None:
+        if n < 0 or n > len(self._history):
+            raise ValueError(f"cannot roll back {n} tokens (only {len(self._history)} accepted)")
+        for _ in range(n):
+            self._state = self._history.pop()
+        if n:
+            self._terminated = False
+
+    # -- queries -----------------------------------------------------------------------------------------
+    def fill_next_token_bitmask(self, out: np.ndarray, index: int = 0) -> None:
+        """Write the allowed-token bitmask (packed int32, bit i of word i//32) into `out` (or row `index`)."""
+        row = out[index] if out.ndim == 2 else out
+        if self._terminated:
+            row[:] = 0
+            return
+        row[:] = self._auto.mask(self._state)
+
+    def is_accepting(self) -> bool:
+        return bool(self._auto.accepting[self._state])
+
+    def is_terminated(self) -> bool:
+        if self._terminated:
+            return True
+        return self.is_accepting() and not self._auto.has_moves(self._state)
+
+    def find_jump_forward_string(self) -> str:
+        """The continuation the grammar forces from here (longest complete-UTF-8 prefix), or ''."""
+        auto = self._auto
+        s = self._state
+        out = bytearray()
+        while len(out) < MAX_JUMP and not auto.accepting[s]:
+            auto.expand(s)
+            row = auto.trans[s]
+            live = np.flatnonzero(row >= 0)
+            if len(live) != 1:
+                break
+            c = int(live[0])
+            lo = auto.class_start[c]
+            hi = auto.class_start[c + 1] if c + 1 < len(auto.class_start) else 256
+            if hi - lo != 1:
+                break
+            out.append(lo)
+            s = int(row[c])
+        data = bytes(out)
+        for cut in range(len(data), max(-1, len(data) - 4), -1):
+            try:
+                return data[:cut].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+        return ""
+
+    # -- engine Constraint protocol ----------------------------------------------------------------------
+    def fill_mask(self, out: np.ndarray) -> None:
+        self.fill_next_token_bitmask(out)
+
+    def accept(self, token_id: int) -> bool:
+        return self.accept_token(token_id)
+
+    def is_finished(self) -> bool:
+        return self.is_terminated()
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        return len(self._history)

@@ -1,0 +1,536 @@
+"""Lowering of the grammar IR to one byte-level NFA with pushdown calls for recursive rules.
+
+Rules not on a reference cycle are inlined; a reference to a rule on a cycle becomes a call edge.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from .cpauto import CPNFA
+from .errors import GrammarError
+from .ir import Alt, Auto, Chars, Escaped, Grammar, Members, Node, Ref, Repeat, Seq
+
+MAX_STATES = 300_000
+COUNTER_THRESHOLD = 12
+INLINE_LIMIT = 400
+
+# json.dumps escapes for the code points that cannot appear raw inside a JSON string.
+_SHORT_ESC = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t", 0x08: b"\\b", 0x0C: b"\\f"}
+
+
+def json_escape_bytes(cp: int) -> bytes | None:
+    if cp in _SHORT_ESC:
+        return _SHORT_ESC[cp]
+    if cp < 0x20:
+        return b"\\u%04x" % cp
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def utf8_sequences(lo: int, hi: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Split the code point range [lo, hi] into sequences of byte ranges (one per UTF-8 shape)."""
+    out: list[list[tuple[int, int]]] = []
+    _split(lo, hi, out)
+    return tuple(tuple(x) for x in out)
+
+
+def _split(lo: int, hi: int, out: list) -> None:
+    if lo > hi:
+        return
+    for mx in (0x7F, 0x7FF, 0xFFFF):
+        if lo <= mx < hi:
+            _split(lo, mx, out)
+            _split(mx + 1, hi, out)
+            return
+    if hi <= 0x7F:
+        out.append([(lo, hi)])
+        return
+    for i in range(1, 4):
+        m = (1 << (6 * i)) - 1
+        if lo & ~m != hi & ~m:
+            if lo & m != 0:
+                _split(lo, lo | m, out)
+                _split((lo | m) + 1, hi, out)
+                return
+            if hi & m != m:
+                _split(lo, (hi & ~m) - 1, out)
+                _split(hi & ~m, hi, out)
+                return
+    a = chr(lo).encode("utf-8", "surrogatepass")
+    b = chr(hi).encode("utf-8", "surrogatepass")
+    out.append(list(zip(a, b, strict=True)))
+
+
+class ByteNFA:
+    """Byte-range edges, epsilon edges and call edges; rule r spans rule_start[r] .. rule_end[r]."""
+
+    def __init__(self) -> None:
+        self.edges: list[list[tuple[int, int, int]]] = []
+        self.eps: list[list[int]] = []
+        self.call: dict[int, tuple[int, int]] = {}
+        self.rule_start: list[int] = []
+        self.rule_end: list[int] = []
+        self.rule_names: list[str] = []
+        self.end_rule: dict[int, int] = {}
+        # Counted loops: entering pushes a counter frame, `cinc` bumps it, `cexit` pops it (if >= min).
+        self.loops: list[tuple[int, int | None]] = []
+        self.cpush: dict[int, tuple[int, int]] = {}
+        self.cinc: dict[int, tuple[int, int]] = {}
+        self.cexit: dict[int, tuple[int, int]] = {}
+        self.cguard: dict[int, tuple[int, int]] = {}  # enter the body only while the counter is < max
+
+    def add(self) -> int:
+        if len(self.edges) >= MAX_STATES:
+            raise GrammarError(f"grammar too large: more than {MAX_STATES} automaton states")
+        self.edges.append([])
+        self.eps.append([])
+        return len(self.edges) - 1
+
+    @property
+    def size(self) -> int:
+        return len(self.edges)
+
+
+def _cyclic_rules(g: Grammar) -> set[str]:
+    refs: dict[str, set[str]] = {}
+    for name, node in g.rules.items():
+        acc: set[str] = set()
+        _collect_refs(node, acc)
+        missing = acc - g.rules.keys()
+        if missing:
+            raise GrammarError(f"rule {name!r} references undefined rule(s): {', '.join(sorted(missing))}")
+        refs[name] = acc
+    # Tarjan's SCC, iterative to survive deep grammars.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on: set[str] = set()
+    stack: list[str] = []
+    cyclic: set[str] = set()
+    counter = 0
+    for root in g.rules:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(refs[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(refs[w]))))
+                    advanced = True
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in refs[v]:
+                    cyclic.update(comp)
+    return cyclic
+
+
+def _collect_refs(node: Node, acc: set[str]) -> None:
+    stack = [node]
+    seen: set[int] = set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, Ref):
+            acc.add(n.name)
+        elif isinstance(n, (Seq, Alt)):
+            stack.extend(n.items)
+        elif isinstance(n, (Repeat, Escaped)):
+            stack.append(n.item)
+        elif isinstance(n, Members):
+            stack.extend(x for x, _ in n.items)
+            stack.append(n.sep)
+            if n.extra is not None:
+                stack.append(n.extra)
+
+
+def _count_refs(node: Node, counts: dict[str, int]) -> None:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Ref):
+            counts[n.name] = counts.get(n.name, 0) + 1
+        elif isinstance(n, (Seq, Alt)):
+            stack.extend(n.items)
+        elif isinstance(n, (Repeat, Escaped)):
+            stack.append(n.item)
+        elif isinstance(n, Members):
+            stack.extend(x for x, _ in n.items)
+            stack.append(n.sep)
+            if n.extra is not None:
+                stack.append(n.extra)
+
+
+class _Builder:
+    def __init__(self, g: Grammar) -> None:
+        self.g = g
+        self.nfa = ByteNFA()
+        self.cyclic = _cyclic_rules(g)
+        self.est_memo: dict[int, int] = {}
+        self.null_memo: dict[int, bool] = {}
+        # A big rule referenced from several places is called (shared) rather than copied at each use.
+        counts: dict[str, int] = {}
+        for node in g.rules.values():
+            _count_refs(node, counts)
+        for name, n in counts.items():
+            if name not in self.cyclic and n > 1 and self.estimate(g.rules[name]) > INLINE_LIMIT:
+                self.cyclic.add(name)
+                self.est_memo.clear()
+        self.rule_index: dict[str, int] = {}
+        self.tails: dict[tuple[int, int], int] = {}
+
+    def estimate(self, node: Node, depth: int = 0) -> int:
+        key = id(node)
+        if key in self.est_memo:
+            return self.est_memo[key]
+        if depth > 200:
+            raise GrammarError("grammar nesting too deep")
+        if isinstance(node, Chars):
+            v = 2 * len(node.ranges) + 2
+        elif isinstance(node, (Seq, Alt)):
+            v = 2 + sum(self.estimate(x, depth + 1) for x in node.items)
+        elif isinstance(node, Repeat):
+            if self.counted(node):
+                v = 6 + self.estimate(node.item, depth + 1)
+            else:
+                v = 2 + self.estimate(node.item, depth + 1) * max(1, node.max if node.max is not None
+                                                                  else node.min + 1)
+        elif isinstance(node, Escaped):
+            v = self.estimate(node.item, depth + 1) * 2
+        elif isinstance(node, Ref):
+            v = 2 if node.name in self.cyclic else self.estimate(self.g.rules[node.name], depth + 1)
+        elif isinstance(node, Auto):
+            v = node.auto.size * 3
+        elif isinstance(node, Members):
+            copies = (max(node.min, node.max or 0) + 1) * 2
+            v = copies * (sum(self.estimate(x, depth + 1) for x, _ in node.items) + self.estimate(node.sep)
+                          + (self.estimate(node.extra, depth + 1) if node.extra is not None else 0)) + 4
+        else:
+            v = 1
+        v = min(v, 10 * MAX_STATES)
+        self.est_memo[key] = v
+        return v
+
+    def counted(self, node: Repeat) -> bool:
+        big = (node.max if node.max is not None else node.min) > COUNTER_THRESHOLD
+        return big and not self.nullable(node.item)
+
+    def nullable(self, node: Node, depth: int = 0) -> bool:
+        key = id(node)
+        hit = self.null_memo.get(key)
+        if hit is not None:
+            return hit
+        if depth > 200:
+            return True
+        self.null_memo[key] = True  # a cycle is conservatively nullable
+        if isinstance(node, Chars):
+            v = False
+        elif isinstance(node, Seq):
+            v = all(self.nullable(x, depth + 1) for x in node.items)
+        elif isinstance(node, Alt):
+            v = any(self.nullable(x, depth + 1) for x in node.items)
+        elif isinstance(node, Repeat):
+            v = node.min == 0 or self.nullable(node.item, depth + 1)
+        elif isinstance(node, Escaped):
+            v = self.nullable(node.item, depth + 1)
+        elif isinstance(node, Ref):
+            v = self.nullable(self.g.rules[node.name], depth + 1)
+        elif isinstance(node, Members):
+            v = node.min == 0
+        else:
+            v = True
+        self.null_memo[key] = v
+        return v
+
+    def rule(self, name: str) -> int:
+        if name in self.rule_index:
+            return self.rule_index[name]
+        r = len(self.nfa.rule_start)
+        self.rule_index[name] = r
+        s = self.nfa.add()
+        e = self.nfa.add()
+        self.nfa.rule_start.append(s)
+        self.nfa.rule_end.append(e)
+        self.nfa.rule_names.append(name)
+        self.nfa.end_rule[e] = r
+        self.pending.append((name, s, e))
+        return r
+
+    def build(self) -> ByteNFA:
+        if self.g.start not in self.g.rules:
+            raise GrammarError(f"start rule {self.g.start!r} is not defined")
+        est = self.estimate(self.g.rules[self.g.start])
+        if est > MAX_STATES:
+            raise GrammarError(f"grammar too large (about {est} automaton states, limit {MAX_STATES}); "
+                               "reduce repeat counts or nesting")
+        self.pending: list[tuple[str, int, int]] = []
+        self.rule(self.g.start)
+        while self.pending:
+            name, s, e = self.pending.pop()
+            end = self.emit(self.g.rules[name], s, False)
+            self.nfa.eps[end].append(e)
+        return self.nfa
+
+    def emit(self, node: Node, s: int, esc: bool) -> int:
+        nfa = self.nfa
+        if isinstance(node, Chars):
+            e = nfa.add()
+            self.lower(node.ranges, s, e, esc)
+            return e
+        if isinstance(node, Seq):
+            for it in node.items:
+                s = self.emit(it, s, esc)
+            return s
+        if isinstance(node, Alt):
+            if not node.items:
+                return nfa.add()  # unreachable end: the empty language
+            e = nfa.add()
+            for it in node.items:
+                b = nfa.add()
+                nfa.eps[s].append(b)
+                nfa.eps[self.emit(it, b, esc)].append(e)
+            return e
+        if isinstance(node, Repeat) and self.counted(node):
+            lid = len(nfa.loops)
+            nfa.loops.append((node.min, node.max))
+            p, h, x, ci = nfa.add(), nfa.add(), nfa.add(), nfa.add()
+            e = nfa.add()
+            nfa.eps[s].append(p)
+            nfa.cpush[p] = (h, lid)
+            nfa.eps[h].append(x)
+            nfa.cexit[x] = (e, lid)
+            g, b = nfa.add(), nfa.add()
+            nfa.eps[h].append(g)
+            nfa.cguard[g] = (b, lid)
+            nfa.eps[self.emit(node.item, b, esc)].append(ci)
+            nfa.cinc[ci] = (h, lid)
+            return e
+        if isinstance(node, Repeat):
+            if self.estimate(node) > MAX_STATES:
+                raise GrammarError(f"repeat {{{node.min},{node.max}}} makes the grammar too large")
+            for _ in range(node.min):
+                s = self.emit(node.item, s, esc)
+            if node.max is None:
+                loop = nfa.add()
+                nfa.eps[s].append(loop)
+                b = self.emit(node.item, loop, esc)
+                nfa.eps[b].append(loop)
+                return loop
+            e = nfa.add()
+            nfa.eps[s].append(e)
+            for _ in range(node.max - node.min):
+                s = self.emit(node.item, s, esc)
+                nfa.eps[s].append(e)
+            return e
+        if isinstance(node, Escaped):
+            return self.emit(node.item, s, True)
+        if isinstance(node, Ref):
+            if node.name in self.cyclic:
+                r = self.rule(node.name)
+                ret = nfa.add()
+                c = nfa.add()
+                nfa.eps[s].append(c)
+                nfa.call[c] = (r, ret)
+                return ret
+            return self.emit(self.g.rules[node.name], s, esc)
+        if isinstance(node, Auto):
+            return self.embed(node.auto, s, esc or node.escape)
+        if isinstance(node, Members):
+            return self.members(node, s, esc)
+        raise GrammarError(f"internal: unknown IR node {type(node).__name__}")
+
+    def members(self, node: Members, s: int, esc: bool) -> int:
+        nfa = self.nfa
+        lo, hi = node.min, node.max
+        cap = hi if hi is not None else lo
+        end = nfa.add()
+        n = len(node.items)
+        layer: dict[tuple[int, bool], int] = {(0, True): s}
+        for k in range(n + 1):
+            is_extra = k == n
+            item, required = (node.extra, False) if is_extra else node.items[k]
+            if is_extra:
+                if item is None:
+                    for (c, _f), q in layer.items():
+                        if c >= lo:
+                            nfa.eps[q].append(end)
+                    break
+                work = list(layer.items())
+                states = dict(layer)
+                done: set[tuple[int, bool]] = set()
+                while work:
+                    (c, f), q = work.pop()
+                    if (c, f) in done:
+                        continue
+                    done.add((c, f))
+                    if c >= lo:
+                        nfa.eps[q].append(end)
+                    if hi is not None and c >= hi:
+                        continue
+                    nc = min(c + 1, cap) if hi is None else c + 1
+                    start = q if f else self.emit(node.sep, q, esc)
+                    after = self.emit(item, start, esc)
+                    key = (nc, False)
+                    if key not in states:
+                        states[key] = nfa.add()
+                        work.append((key, states[key]))
+                    nfa.eps[after].append(states[key])
+                break
+            nxt: dict[tuple[int, bool], int] = {}
+
+            def target(key: tuple[int, bool], nxt: dict = nxt) -> int:
+                if key not in nxt:
+                    nxt[key] = nfa.add()
+                return nxt[key]
+
+            entries: dict[int, list[tuple[int, bool]]] = {}
+            for (c, f), q in layer.items():
+                if not required:
+                    nfa.eps[q].append(target((c, f)))
+                if hi is not None and c >= hi:
+                    continue
+                nc = min(c + 1, cap) if hi is None else c + 1
+                entries.setdefault(nc, []).append((q, f))
+            for nc, srcs in entries.items():
+                begin = nfa.add()
+                for q, f in srcs:
+                    if f:
+                        nfa.eps[q].append(begin)
+                    else:
+                        nfa.eps[self.emit(node.sep, q, esc)].append(begin)
+                after = self.emit(item, begin, esc)
+                nfa.eps[after].append(target((nc, False)))
+            layer = nxt
+        return end
+
+    def embed(self, a: CPNFA, s: int, esc: bool) -> int:
+        nfa = self.nfa
+        m = [nfa.add() for _ in range(a.size)]
+        e = nfa.add()
+        nfa.eps[s].append(m[a.start])
+        for q in range(a.size):
+            for lo, hi, t in a.edges[q]:
+                self.lower(((lo, hi),), m[q], m[t], esc)
+            for t in a.eps[q]:
+                nfa.eps[m[q]].append(m[t])
+            if q in a.finals:
+                nfa.eps[m[q]].append(e)
+        return e
+
+    def lower(self, ranges, s: int, e: int, esc: bool) -> None:
+        if not esc or not any(lo <= 0x5C for lo, _ in ranges):
+            for lo, hi in ranges:
+                self.lower_raw(lo, hi, s, e)
+            return
+        specials = set()
+        plain: list[tuple[int, int]] = []
+        for lo, hi in ranges:
+            cur = lo
+            for c in [*range(0, 0x20), 0x22, 0x5C]:
+                if lo <= c <= hi:
+                    specials.add(c)
+                    if cur < c:
+                        plain.append((cur, c - 1))
+                    cur = c + 1
+            if cur <= hi:
+                plain.append((cur, hi))
+        for a, b in plain:
+            self.lower_raw(a, b, s, e)
+        if not specials:
+            return
+        nfa = self.nfa
+        bs = nfa.add()
+        nfa.edges[s].append((0x5C, 0x5C, bs))
+        uhex: dict[int, list[int]] = {}
+        for c in sorted(specials):
+            code = json_escape_bytes(c)
+            if len(code) == 2:
+                nfa.edges[bs].append((code[1], code[1], e))
+            else:
+                uhex.setdefault(code[4], []).append(code[5])
+        if uhex:
+            u = nfa.add()
+            z1 = nfa.add()
+            z2 = nfa.add()
+            nfa.edges[bs].append((0x75, 0x75, u))
+            nfa.edges[u].append((0x30, 0x30, z1))
+            nfa.edges[z1].append((0x30, 0x30, z2))
+            for d1, lasts in uhex.items():
+                x = nfa.add()
+                nfa.edges[z2].append((d1, d1, x))
+                for d2 in lasts:
+                    nfa.edges[x].append((d2, d2, e))
+
+    def lower_raw(self, lo: int, hi: int, s: int, e: int) -> None:
+        nfa = self.nfa
+        for sq in utf8_sequences(lo, hi):
+            n = len(sq)
+            # Trailing full continuation-byte ranges end in shared per-target tail states.
+            k_full = n
+            while k_full > 1 and sq[k_full - 1] == (0x80, 0xBF):
+                k_full -= 1
+            cur = s
+            for k in range(k_full):
+                a, b = sq[k]
+                if k == n - 1:
+                    nxt = e
+                elif k == k_full - 1:
+                    nxt = self.tail(e, n - 1 - k)
+                else:
+                    nxt = nfa.add()
+                nfa.edges[cur].append((a, b, nxt))
+                cur = nxt
+
+    def tail(self, e: int, depth: int) -> int:
+        key = (e, depth)
+        t = self.tails.get(key)
+        if t is None:
+            t = self.nfa.add()
+            nxt = e if depth == 1 else self.tail(e, depth - 1)
+            self.nfa.edges[t].append((0x80, 0xBF, nxt))
+            self.tails[key] = t
+        return t
+
+    def path(self, data: bytes, s: int, e: int) -> None:
+        cur = s
+        for k, byte in enumerate(data):
+            nxt = e if k == len(data) - 1 else self.nfa.add()
+            self.nfa.edges[cur].append((byte, byte, nxt))
+            cur = nxt
+
+
+def build_nfa(g: Grammar) -> ByteNFA:
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 20000))
+    try:
+        return _Builder(g).build()
+    except RecursionError as exc:
+        raise GrammarError("grammar nesting too deep") from exc
+    finally:
+        sys.setrecursionlimit(old)

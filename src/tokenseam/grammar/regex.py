@@ -1,0 +1,364 @@
+"""Regex front end: the regular subset of Python `re` syntax parsed into the grammar IR.
+
+Full-match semantics for `compile_regex`; search semantics (implicit `.*` unless anchored) for JSON Schema.
+"""
+
+from __future__ import annotations
+
+from .errors import GrammarError
+from .ir import (
+    EMPTY,
+    MAX_CP,
+    Chars,
+    Node,
+    Repeat,
+    alt,
+    complement,
+    norm,
+    seq,
+)
+
+DIGIT = ((0x30, 0x39),)
+WORD = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
+SPACE = ((0x09, 0x0D), (0x20, 0x20))
+ASCII = ((0, 0x7F),)
+ANY = norm([(0, MAX_CP)])
+MAX_REPEAT = 100_000
+
+
+class _Anchor(Node):
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
+def _ascii_minus(ranges) -> tuple:
+    # Python's \D, \W, \S exclude Unicode digits/letters/spaces we do not model, so the negations are
+    # restricted to ASCII: a subset of what `re` matches, never a superset.
+    from .ir import subtract
+
+    return subtract(norm(ASCII), norm(ranges))
+
+
+SHORTHAND = {
+    "d": (norm(DIGIT), False),
+    "w": (norm(WORD), False),
+    "s": (norm(SPACE), False),
+    "D": (_ascii_minus(DIGIT), True),
+    "W": (_ascii_minus(WORD), True),
+    "S": (_ascii_minus(SPACE), True),
+}
+SIMPLE_ESC = {"n": 10, "t": 9, "r": 13, "f": 12, "v": 11, "a": 7, "0": 0}
+
+
+class _Parser:
+    def __init__(self, pattern: str, where: str) -> None:
+        self.p = pattern
+        self.i = 0
+        self.where = where
+
+    def err(self, msg: str) -> GrammarError:
+        return GrammarError(f"{self.where}: {msg} at position {self.i} in regex {self.p!r}")
+
+    def peek(self) -> str | None:
+        return self.p[self.i] if self.i < len(self.p) else None
+
+    def parse(self) -> Node:
+        node = self.parse_alt()
+        if self.i != len(self.p):
+            raise self.err("unbalanced ')'")
+        return node
+
+    def parse_alt(self) -> Node:
+        branches = [self.parse_seq()]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.parse_seq())
+        return branches[0] if len(branches) == 1 else _AltRaw(branches)
+
+    def parse_seq(self) -> Node:
+        items: list[Node] = []
+        while self.i < len(self.p) and self.p[self.i] not in "|)":
+            atom = self.parse_atom()
+            atom = self.parse_quant(atom)
+            items.append(atom)
+        return _SeqRaw(items)
+
+    def parse_quant(self, atom: Node) -> Node:
+        while True:
+            c = self.peek()
+            if c in ("*", "+", "?"):
+                lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+                self.i += 1
+            elif c == "{":
+                q = self._try_brace()
+                if q is None:
+                    return atom
+                lo, hi = q
+            else:
+                return atom
+            if isinstance(atom, _Anchor):
+                raise self.err("quantifier on an anchor")
+            if self.peek() == "?":
+                self.i += 1  # lazy quantifiers match the same language
+            elif self.peek() == "+":
+                raise self.err("possessive quantifiers are not supported")
+            atom = Repeat(atom, lo, hi)
+
+    def _try_brace(self) -> tuple[int, int | None] | None:
+        j = self.p.find("}", self.i)
+        if j < 0:
+            return None
+        body = self.p[self.i + 1 : j]
+        parts = body.split(",")
+        if len(parts) > 2 or not all(x.strip().isdigit() or x.strip() == "" for x in parts):
+            return None
+        if len(parts) == 1:
+            if not parts[0].isdigit():
+                return None
+            lo = hi = int(parts[0])
+        else:
+            lo = int(parts[0]) if parts[0] else 0
+            hi = int(parts[1]) if parts[1] else None
+        if hi is not None and hi < lo:
+            raise self.err(f"bad repeat {{{body}}}: max < min")
+        if lo > MAX_REPEAT or (hi is not None and hi > MAX_REPEAT):
+            raise self.err(f"repeat count {{{body}}} is too large (limit {MAX_REPEAT})")
+        self.i = j + 1
+        return lo, hi
+
+    def parse_atom(self) -> Node:
+        c = self.p[self.i]
+        if c == "(":
+            return self.parse_group()
+        if c == "[":
+            return self.parse_class()
+        if c == ".":
+            self.i += 1
+            return Chars(complement(((10, 10),)))
+        if c == "^":
+            self.i += 1
+            return _Anchor("^")
+        if c == "$":
+            self.i += 1
+            return _Anchor("$")
+        if c == "\\":
+            return self.parse_escape(in_class=False)
+        if c in "*+?":
+            raise self.err(f"nothing to repeat before {c!r}")
+        self.i += 1
+        return Chars(((ord(c), ord(c)),))
+
+    def parse_group(self) -> Node:
+        self.i += 1
+        if self.p.startswith("?", self.i):
+            rest = self.p[self.i :]
+            if rest.startswith("?:"):
+                self.i += 2
+            elif rest.startswith("?P<") or (rest.startswith("?<") and not rest.startswith(("?<=", "?<!"))):
+                j = self.p.find(">", self.i)
+                if j < 0:
+                    raise self.err("unterminated group name")
+                self.i = j + 1
+            elif rest.startswith("?#"):
+                j = self.p.find(")", self.i)
+                if j < 0:
+                    raise self.err("unterminated comment")
+                self.i = j + 1
+                return EMPTY
+            elif rest.startswith(("?=", "?!", "?<=", "?<!")):
+                raise self.err("lookaround assertions are not supported (not regular)")
+            elif rest.startswith("?P="):
+                raise self.err("backreferences are not supported (not regular)")
+            elif rest.startswith("?("):
+                raise self.err("conditional groups are not supported")
+            else:
+                raise self.err("inline flags and other group extensions are not supported")
+        node = self.parse_alt()
+        if self.peek() != ")":
+            raise self.err("missing ')'")
+        self.i += 1
+        return _Group(node)
+
+    def parse_escape(self, in_class: bool):
+        self.i += 1
+        if self.i >= len(self.p):
+            raise self.err("trailing backslash")
+        c = self.p[self.i]
+        self.i += 1
+        if c in SHORTHAND:
+            return Chars(SHORTHAND[c][0])
+        if c in SIMPLE_ESC and not (c == "0" and self.peek() is not None and self.peek().isdigit()):
+            v = SIMPLE_ESC[c]
+            return Chars(((v, v),))
+        if c == "b":
+            if in_class:
+                return Chars(((8, 8),))
+            raise self.err("word boundary \\b is not supported")
+        if c in "xuU":
+            n = {"x": 2, "u": 4, "U": 8}[c]
+            h = self.p[self.i : self.i + n]
+            if len(h) != n or any(ch not in "0123456789abcdefABCDEF" for ch in h):
+                raise self.err(f"bad \\{c} escape")
+            self.i += n
+            v = int(h, 16)
+            if v > MAX_CP:
+                raise self.err("code point out of range")
+            return Chars(((v, v),))
+        if c in "AZ" and not in_class:
+            return _Anchor("^" if c == "A" else "$")
+        if c.isdigit():
+            raise self.err("backreferences are not supported (not regular)")
+        if c.isalpha() and c.isascii():
+            raise self.err(f"unsupported escape \\{c}")
+        return Chars(((ord(c), ord(c)),))
+
+    def parse_class(self) -> Node:
+        self.i += 1
+        negate = False
+        if self.peek() == "^":
+            negate = True
+            self.i += 1
+        ranges: list[tuple[int, int]] = []
+        uses_negated_shorthand = False
+        first = True
+        while True:
+            if self.i >= len(self.p):
+                raise self.err("unterminated character class")
+            c = self.p[self.i]
+            if c == "]" and not first:
+                self.i += 1
+                break
+            first = False
+            lo = self._class_atom()
+            if isinstance(lo, Chars):
+                if len(lo.ranges) != 1 or lo.ranges[0][0] != lo.ranges[0][1]:
+                    ranges.extend(lo.ranges)
+                    uses_negated_shorthand = True
+                    continue
+                lo_v = lo.ranges[0][0]
+            else:
+                lo_v = lo
+            if self.peek() == "-" and self.i + 1 < len(self.p) and self.p[self.i + 1] != "]":
+                self.i += 1
+                hi = self._class_atom()
+                if isinstance(hi, Chars):
+                    if len(hi.ranges) != 1 or hi.ranges[0][0] != hi.ranges[0][1]:
+                        raise self.err("bad character range")
+                    hi_v = hi.ranges[0][0]
+                else:
+                    hi_v = hi
+                if hi_v < lo_v:
+                    raise self.err("bad character range (end before start)")
+                ranges.append((lo_v, hi_v))
+            else:
+                ranges.append((lo_v, lo_v))
+        rs = norm(ranges)
+        if negate:
+            # A negated class containing a shorthand (\w, \d...) would include Unicode letters/digits that
+            # `re` excludes; stay inside ASCII there so the language is a subset, never a superset.
+            rs = complement(rs)
+            if uses_negated_shorthand:
+                from .ir import intersect
+
+                rs = intersect(rs, norm(ASCII))
+        if not rs:
+            raise self.err("empty character class")
+        return Chars(rs)
+
+    def _class_atom(self):
+        c = self.p[self.i]
+        if c == "\\":
+            return self.parse_escape(in_class=True)
+        if c == "[" and self.p.startswith("[:", self.i):
+            raise self.err("POSIX classes are not supported")
+        self.i += 1
+        return ord(c)
+
+
+class _SeqRaw(Node):
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Node]) -> None:
+        self.items = items
+
+
+class _AltRaw(Node):
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Node]) -> None:
+        self.items = items
+
+
+class _Group(Node):
+    __slots__ = ("item",)
+
+    def __init__(self, item: Node) -> None:
+        self.item = item
+
+
+def _finish(node: Node, err) -> Node:
+    """Convert raw parse nodes to IR; anchors must already have been removed."""
+    if isinstance(node, _SeqRaw):
+        return seq(*[_finish(x, err) for x in node.items]) if node.items else EMPTY
+    if isinstance(node, _AltRaw):
+        return alt(*[_finish(x, err) for x in node.items])
+    if isinstance(node, _Group):
+        return _finish(node.item, err)
+    if isinstance(node, Repeat):
+        return Repeat(_finish(node.item, err), node.min, node.max)
+    if isinstance(node, _Anchor):
+        raise err("anchors (^, $, \\A, \\Z) are only supported at the start or end of the pattern")
+    return node
+
+
+def _branches(node: Node) -> list[Node]:
+    while isinstance(node, _Group):
+        node = node.item
+    if isinstance(node, _AltRaw):
+        return node.items
+    return [node]
+
+
+def _strip_anchors(branch: Node) -> tuple[Node, bool, bool]:
+    """Remove a leading ^ and trailing $ of one top-level branch; report which were present."""
+    while isinstance(branch, _Group) and not isinstance(branch.item, _AltRaw):
+        branch = branch.item
+    if not isinstance(branch, _SeqRaw):
+        if isinstance(branch, _Anchor):
+            return _SeqRaw([]), branch.kind == "^", branch.kind == "$"
+        return branch, False, False
+    items = list(branch.items)
+    start = end = False
+    while items and isinstance(items[0], _Anchor) and items[0].kind == "^":
+        items.pop(0)
+        start = True
+    while items and isinstance(items[-1], _Anchor) and items[-1].kind == "$":
+        items.pop()
+        end = True
+    if len(items) == 1 and isinstance(items[0], _Group):
+        inner, s2, e2 = _strip_anchors(items[0].item) if not isinstance(items[0].item, _AltRaw) else (
+            items[0], False, False)
+        return inner, start or s2, end or e2
+    return _SeqRaw(items), start, end
+
+
+def parse_regex(pattern: str, search: bool = False, where: str = "regex") -> Node:
+    """Parse `pattern`; with `search` the language is every string containing a match (JSON Schema)."""
+    if not isinstance(pattern, str):
+        raise GrammarError(f"{where}: regex must be a string, got {type(pattern).__name__}")
+    parser = _Parser(pattern, where)
+    raw = parser.parse()
+    err = parser.err
+    anyc = Repeat(Chars(ANY), 0, None)
+    out = []
+    for br in _branches(raw):
+        body, s, e = _strip_anchors(br)
+        node = _finish(body, err)
+        if search:
+            node = seq(EMPTY if s else anyc, node, EMPTY if e else anyc)
+        out.append(node)
+    if len(out) == 1:
+        return out[0]
+    return alt(*out)

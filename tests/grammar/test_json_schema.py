@@ -1,0 +1,218 @@
+"""JSON Schema front end: generated documents validate (adversarial sampling), valid documents are accepted
+in json.dumps layouts, unsupported or malformed schemas raise GrammarError naming keyword and location."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import numpy as np
+import pytest
+
+from tokenseam.grammar import GrammarError
+
+from .conftest import accepts_text, sample
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "email": {"type": "string", "format": "email"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "maxItems": 3},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+TREE = {
+    "$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},
+                                                         "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                       "required": ["value"], "additionalProperties": False}},
+    "$ref": "#/$defs/node",
+}
+SCHEMAS = [
+    PERSON,
+    TREE,
+    {"type": "integer", "minimum": -37, "maximum": 1234},
+    {"type": "integer", "exclusiveMinimum": 5, "exclusiveMaximum": 100, "multipleOf": 7},
+    {"type": "number", "minimum": -2.5, "maximum": 10},
+    {"type": "number"},
+    {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,5}$"},
+    {"type": "string", "pattern": "ab+", "maxLength": 30, "minLength": 3},
+    {"type": "string", "format": "date-time"},
+    {"type": "string", "format": "uuid"},
+    {"type": "string", "format": "ipv4"},
+    {"type": "string", "format": "ipv6"},
+    {"type": "string", "format": "date"},
+    {"type": "string", "format": "time"},
+    {"type": "string", "format": "duration"},
+    {"type": "string", "format": "hostname"},
+    {"type": "string", "format": "uri"},
+    {"enum": ["red", "green", 3, None, {"a": [1, 2]}]},
+    {"const": {"x": "y"}},
+    {"type": ["string", "null"], "maxLength": 4},
+    {"anyOf": [{"type": "integer"}, {"type": "object", "properties": {"k": {"type": "boolean"}}, "required": ["k"],
+                                     "additionalProperties": False}]},
+    {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2}]},
+    {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+               {"properties": {"a": True, "b": {"type": "string"}}, "required": ["b"],
+                "additionalProperties": False}]},
+    {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False, "minItems": 1},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array", "items": [{"type": "boolean"}],
+     "additionalItems": {"type": "null"}, "maxItems": 3},
+    {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False,
+     "maxProperties": 3},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+     "minProperties": 2, "maxProperties": 2, "additionalProperties": False},
+    {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+    {"type": "object", "additionalProperties": {"type": "string"}, "propertyNames": True},
+    True,
+    {"type": "array", "items": {"type": "string", "maxLength": 2}, "minItems": 14, "maxItems": 16},
+    {"type": "string", "maxLength": 300},
+]
+
+
+def _check_generation(compiler, vocab, schema, seed: int):
+    g = compiler.compile_json_schema(schema)
+    rng = np.random.default_rng(seed)
+    produced = 0
+    for mode in ("random", "long", "eos_last", "close"):
+        out, done = sample(g, vocab, rng, 400, mode)
+        if not done:
+            continue
+        doc = json.loads(out.decode("utf-8"))
+        jsonschema.validate(doc, schema if schema is not True else {},
+                            format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        produced += 1
+    return produced
+
+
+@pytest.mark.parametrize("k", range(len(SCHEMAS)))
+def test_generated_documents_validate(compiler, smollm2_vocab, k):
+    produced = _check_generation(compiler, smollm2_vocab, SCHEMAS[k], k)
+    assert produced >= 1
+
+
+@pytest.mark.parametrize("k", [0, 1, 6, 17, 25])
+def test_generated_documents_validate_gemma(gemma_compiler, gemma3_vocab, k):
+    assert _check_generation(gemma_compiler, gemma3_vocab, SCHEMAS[k], 100 + k) >= 1
+
+
+VALID_DOCS = [
+    (PERSON, {"name": "Ann", "age": 31, "tags": ["a", "c"]}),
+    (TREE, {"value": 1, "children": [{"value": 2, "children": []}, {"value": 3}]}),
+    ({"type": "object"}, {"a": [1, {"b": None}], "c": "d\"\n\u00e9"}),
+    ({"type": "array", "items": {"type": "number"}}, [1, -2.5, 3e10, 0.0001]),
+    ({"type": "string", "minLength": 2, "maxLength": 3}, "é\n"),
+]
+
+
+@pytest.mark.parametrize("schema,doc", VALID_DOCS)
+def test_json_dumps_layouts_accepted(compiler, schema, doc):
+    g = compiler.compile_json_schema(schema)
+    for text in (json.dumps(doc), json.dumps(doc, ensure_ascii=False), json.dumps(doc, indent=2),
+                 json.dumps(doc, separators=(",", ":"))):
+        assert accepts_text(g, text), text
+
+
+def test_invalid_documents_refused(compiler):
+    g = compiler.compile_json_schema(PERSON)
+    for doc in ({"age": 3}, {"name": "", "age": 3}, {"name": "x", "age": 151}, {"name": "x", "age": 1, "z": 1},
+                {"name": "x", "age": 1.5}, {"name": "x", "age": 1, "tags": ["d"]}):
+        assert not accepts_text(g, json.dumps(doc)), doc
+
+
+def test_whitespace_runs_are_bounded(compiler):
+    g = compiler.compile_json_schema({"type": "object"})
+    assert accepts_text(g, "{\n" + " " * 40 + "}")
+    assert not accepts_text(g, "{" + " " * 200 + "}")
+    compact = compiler.compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"}}},
+                                           compact=True)
+    assert accepts_text(compact, '{"a":1}')
+    assert not accepts_text(compact, '{"a": 1}')
+
+
+def test_strict_mode_forbids_extra_properties(compiler):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert accepts_text(compiler.compile_json_schema(schema), '{"a": 1, "b": 2}')
+    strict = compiler.compile_json_schema(schema, strict=True)
+    assert accepts_text(strict, '{"a": 1}')
+    assert not accepts_text(strict, '{"a": 1, "b": 2}')
+
+
+def test_extra_key_cannot_alias_declared_key(compiler):
+    schema = {"type": "object", "properties": {"name": {"type": "integer"}}}
+    g = compiler.compile_json_schema(schema)
+    assert not accepts_text(g, '{"name": "x"}')
+    assert not accepts_text(g, '{"n\\u0061me": "x"}')
+    assert accepts_text(g, '{"other": "x"}')
+
+
+@pytest.mark.parametrize("schema,keyword,where", [
+    ({"type": "object", "properties": {"a": {"not": {"type": "string"}}}}, "'not'", "/properties/a"),
+    ({"type": "array", "uniqueItems": True}, "'uniqueItems'", "#"),
+    ({"if": {"type": "string"}, "then": {"minLength": 2}}, "'if'", "#"),
+    ({"$defs": {"x": {"type": "array", "contains": {"type": "integer"}}}, "$ref": "#/$defs/x"}, "'contains'",
+     "#/$defs/x"),
+    ({"type": "object", "dependentRequired": {"a": ["b"]}}, "'dependentRequired'", "#"),
+    ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "oneOf", "#"),
+])
+def test_unsupported_keywords_raise_with_location(compiler, schema, keyword, where):
+    with pytest.raises(GrammarError) as ei:
+        compiler.compile_json_schema(schema)
+    assert keyword in str(ei.value) and where in str(ei.value)
+
+
+def test_lenient_ignores_with_warning(compiler):
+    g = compiler.compile_json_schema({"type": "array", "uniqueItems": True, "items": {"type": "integer"}},
+                                     lenient=True)
+    assert any("uniqueItems" in w for w in g.warnings)
+    assert accepts_text(g, "[1, 2]")
+
+
+@pytest.mark.parametrize("schema", [
+    [], 5, "not json", {"type": 5}, {"type": "strin"}, {"$ref": "#/nope"}, {"$ref": "http://x/y.json"},
+    {"properties": []}, {"required": "a", "type": "object"}, {"minLength": -1, "type": "string"},
+    {"type": "string", "pattern": "(unclosed"}, {"type": "string", "pattern": "(?=x)"}, {"enum": "x"},
+    {"anyOf": []}, {"type": "integer", "minimum": "3"}, {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
+    {"type": "array", "minItems": 5, "maxItems": 2}, False, {"type": "integer", "minimum": 5, "maximum": 4},
+])
+def test_malformed_schemas_raise(compiler, schema):
+    with pytest.raises(GrammarError):
+        compiler.compile_json_schema(schema)
+
+
+def test_deeply_nested_schema_is_bounded(compiler):
+    schema: dict = {"type": "integer"}
+    for _ in range(500):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    with pytest.raises(GrammarError):
+        compiler.compile_json_schema(schema)
+
+
+def test_huge_repeat_counts_are_bounded(compiler):
+    g = compiler.compile_json_schema({"type": "array", "items": {"type": "integer"}, "maxItems": 1000000})
+    assert accepts_text(g, json.dumps(list(range(50))))
+    g = compiler.compile_json_schema({"type": "string", "minLength": 1000000})
+    assert not accepts_text(g, json.dumps("x" * 10))
+
+
+def test_schema_is_not_mutated(compiler):
+    schema = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
+                        {"properties": {"b": {"type": "string"}}, "additionalProperties": False}]}
+    before = json.dumps(schema)
+    compiler.compile_json_schema(schema)
+    assert json.dumps(schema) == before
+
+
+def test_unsatisfiable_schema_is_an_error(compiler):
+    with pytest.raises(GrammarError, match="accepts no value"):
+        compiler.compile_json_schema({"allOf": [{"type": "object", "required": ["a"]}],
+                                      "additionalProperties": False})
+
+
+def test_cache_hits_same_object(compiler):
+    a = compiler.compile_json_schema(PERSON)
+    b = compiler.compile_json_schema(json.loads(json.dumps(PERSON)))
+    assert a is b
+    assert compiler.compile_json_schema(PERSON, strict=True) is not a
