@@ -22,10 +22,12 @@ from .errors import BackendError
 @dataclass(frozen=True)
 class BackendConfig:
     n_ctx: int = 4096  # tokens per sequence
-    n_seq: int = 8  # sequences decoded together (`--parallel`), plus spare ones for the prefix cache
-    n_spare_seq: int = 0
+    n_seq: int = 8  # sequences decoded together (`--parallel`)
     n_threads: int = 0  # 0 = all cores
     n_batch: int = 512  # max tokens per llama_decode call
+    prefix_cache_tokens: int = 8192  # KV cells reserved for the radix prefix cache (0 = no cache)
+    prefix_cache_seqs: int = 32  # cache sequences (one per cached leaf path)
+    prefix_block: int = 16  # only whole blocks of this many tokens are cached
 
 
 class LlamaCppBackend:
@@ -46,12 +48,14 @@ class LlamaCppBackend:
         if not self._model:
             raise BackendError(f"llama.cpp could not load model {self.path}")
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
-        self.n_seq_total = config.n_seq + config.n_spare_seq
+        self.n_cache_seqs = config.prefix_cache_seqs if config.prefix_cache_tokens > 0 else 0
+        self.n_seq_total = config.n_seq + self.n_cache_seqs
+        self.kv_bytes_per_token = _kv_bytes_per_token(meta)
         cparams = llama_cpp.llama_context_default_params()
         # A unified KV cache lets any sequence use up to n_ctx positions, and seq_cp shares cells between
         # sequences instead of copying them (n > 1 choices, prefix reuse). Size it so that every live
         # sequence can reach its full window at once.
-        cparams.n_ctx = config.n_ctx * config.n_seq
+        cparams.n_ctx = config.n_ctx * config.n_seq + config.prefix_cache_tokens
         cparams.n_batch = config.n_batch
         cparams.n_ubatch = config.n_batch
         cparams.n_seq_max = self.n_seq_total
@@ -157,3 +161,17 @@ class LlamaCppBackend:
 
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self._mem, True)
+
+
+def _kv_bytes_per_token(meta: dict) -> int:
+    """KV cache bytes one token occupies (f16 K and V over all layers), from the GGUF header; 0 if unknown."""
+    arch = meta.get("general.architecture", "")
+    try:
+        layers = int(meta[f"{arch}.block_count"])
+        heads = int(meta[f"{arch}.attention.head_count"])
+        kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
+        head_dim = int(meta.get(f"{arch}.attention.key_length", int(meta[f"{arch}.embedding_length"]) // heads))
+        v_dim = int(meta.get(f"{arch}.attention.value_length", head_dim))
+    except (KeyError, ValueError, ZeroDivisionError):
+        return 0
+    return layers * kv_heads * (head_dim + v_dim) * 2

@@ -15,6 +15,7 @@ import numpy as np
 from .backend import LlamaCppBackend
 from .constraint import bitmask_to_bool
 from .errors import BackendError, ContextLengthError, InvalidRequestError, QueueFullError
+from .prefix_cache import PrefixCache
 from .sequence import ChoiceEvent, Emit, GenerationRequest, RequestDone, RequestState, Sequence
 
 log = logging.getLogger("tokenseam.engine")
@@ -23,8 +24,9 @@ log = logging.getLogger("tokenseam.engine")
 class Engine:
     """Continuous-batching scheduler over a `LlamaCppBackend`.
 
-    Sequence slots keep their KV after a request ends; a new request takes the free slot sharing the
-    longest token prefix with its prompt and decodes only the rest (`cached_tokens`).
+    Prompts are looked up in the radix prefix cache: the cached part is shared into the request's sequence
+    (no copy) and only the rest is decoded (`cached_tokens`). Prompts are cached after prefill, and
+    prompt + output when a request finishes.
     """
 
     def __init__(self, backend: LlamaCppBackend, max_queue: int = 64) -> None:
@@ -32,6 +34,10 @@ class Engine:
         self.vocab = backend.vocab
         self.max_queue = max_queue
         self.n_slots = backend.config.n_seq
+        cfg = backend.config
+        self.prefix_cache = PrefixCache(
+            backend, list(range(self.n_slots, self.n_slots + backend.n_cache_seqs)), cfg.prefix_cache_tokens,
+            cfg.prefix_block, backend.kv_bytes_per_token)
         self._slot_tokens: list[list[int]] = [[] for _ in range(self.n_slots)]
         self._free: set[int] = set(range(self.n_slots))
         self._waiting: deque[RequestState] = deque()
@@ -112,6 +118,7 @@ class Engine:
                 for st in list(self._running):
                     self._abort(st, str(e))
                 self.backend.clear()
+                self.prefix_cache.clear()
                 self._slot_tokens = [[] for _ in range(self.n_slots)]
             except Exception as e:  # a bug must not kill the engine thread and hang every client
                 log.exception("engine step failed")
@@ -153,20 +160,14 @@ class Engine:
                     return
                 st = self._waiting.popleft()
             prompt = st.prompt
-            best, best_lcp = None, -1
-            for slot in sorted(self._free):
-                lcp = _common_prefix(self._slot_tokens[slot], prompt)
-                if lcp > best_lcp:
-                    best, best_lcp = slot, lcp
-            reuse = min(best_lcp, len(prompt) - 1)  # decode at least one token to get logits
-            slots = [best] + [s for s in sorted(self._free) if s != best][: st.request.params.n - 1]
+            slots = sorted(self._free)[: st.request.params.n]
             for s in slots:
                 self._free.discard(s)
-            self.backend.seq_rm(best, reuse, -1)
-            self._slot_tokens[best] = list(prompt[:reuse])
-            for s in slots[1:]:
                 self.backend.seq_rm(s)
                 self._slot_tokens[s] = []
+            # decode at least one prompt token, to get logits
+            reuse = self.prefix_cache.load(prompt, slots[0], limit=len(prompt) - 1)
+            self._slot_tokens[slots[0]] = list(prompt[:reuse])
             st.prefill_pos = reuse
             st.cached_tokens = reuse
             st.seqs = [Sequence(st, i, slot, self.vocab, self.backend.n_vocab) for i, slot in enumerate(slots)]
@@ -195,7 +196,10 @@ class Engine:
             if not st.prefilling:
                 continue
             s0 = st.seqs[0]
-            chunk = st.prompt[st.prefill_pos: st.prefill_pos + budget]
+            # The last prompt token is always decoded on its own, so its logits do not depend on how much of
+            # the prompt came from the prefix cache (llama.cpp's numerics vary with batch shape).
+            end = len(st.prompt) if st.prefill_pos == len(st.prompt) - 1 else len(st.prompt) - 1
+            chunk = st.prompt[st.prefill_pos: min(end, st.prefill_pos + budget)]
             last = st.prefill_pos + len(chunk) == len(st.prompt)
             items.append((s0.seq_id, chunk, st.prefill_pos, last))
             owners.append((st, None))
@@ -210,6 +214,7 @@ class Engine:
                 self._slot_tokens[st.seqs[0].seq_id].extend(toks)
                 if lg is None:
                     continue
+                self.prefix_cache.insert(st.prompt, st.seqs[0].seq_id)
                 for sib in st.seqs[1:]:
                     self.backend.seq_cp(st.seqs[0].seq_id, sib.seq_id)
                     sib.n_past = st.prefill_pos
@@ -226,6 +231,9 @@ class Engine:
             events = out.get(st.id)
             if all(s.finished for s in st.seqs):
                 for s in st.seqs:
+                    self.prefix_cache.insert(self._slot_tokens[s.seq_id], s.seq_id)
+                    self.backend.seq_rm(s.seq_id)  # what the cache did not keep is freed now
+                    self._slot_tokens[s.seq_id] = []
                     self._free.add(s.seq_id)
                 self._running.remove(st)
                 st.done = True
@@ -282,16 +290,6 @@ class EngineStats:
         self.generated_tokens = 0
         self.steps = 0
         self.overhead_seconds = 0.0
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    x = np.asarray(a[:n], dtype=np.int64)
-    y = np.asarray(b[:n], dtype=np.int64)
-    diff = np.flatnonzero(x != y)
-    return int(diff[0]) if diff.size else n
 
 
 def run_sync(engine: Engine, request: GenerationRequest, timeout: float | None = None):

@@ -45,7 +45,7 @@ class Prepared:
 
 class ServerState:
     def __init__(self, engine: Engine, model_id: str, aliases: tuple[str, ...] = (),
-                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, response_cache=None) -> None:
         self.engine = engine
         self.backend = engine.backend
         self.vocab = engine.vocab
@@ -59,6 +59,7 @@ class ServerState:
         # Extra per-request constraint source (an embedding application's own rules; tests use it to force
         # exact outputs): (parsed request, body) -> constraint factory or None.
         self.constraint_hook: Callable[[ParsedRequest, dict], Callable | None] | None = None
+        self.response_cache = response_cache  # tokenseam.respcache.ResponseCache or None
         self._grammar_compiler = None
 
     def compile_request_grammar(self, body: dict, route: str):
@@ -88,6 +89,16 @@ def create_app(state: ServerState) -> FastAPI:
     async def _api_error(request: Request, e: APIError):
         state.metrics.requests.labels(request.url.path, str(e.status)).inc()
         return e.response()
+
+    @app.exception_handler(Exception)
+    async def _any_error(request: Request, e: Exception):
+        err = from_exception(e)
+        if type(e).__name__ == "LeaderAbortedError":
+            err = APIError(499, "the client closed the request", code="client_closed")
+        else:
+            log.exception("unhandled error on %s", request.url.path)
+        state.metrics.requests.labels(request.url.path, str(err.status)).inc()
+        return err.response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, e: RequestValidationError):
@@ -122,6 +133,7 @@ def create_app(state: ServerState) -> FastAPI:
         m = state.metrics
         m.queue_depth.set(state.engine.queue_depth)
         m.running.set(state.engine.running_count)
+        m.sync_prefix_cache(state.engine.prefix_cache)
         return Response(generate_latest(m.registry), media_type="text/plain; version=0.0.4")
 
     @app.post("/tokenize")
@@ -260,9 +272,37 @@ class _Opaque:
 async def _generate(request: Request, state: ServerState, route: str):
     t0 = time.perf_counter()
     body = await read_json(request, state)
+    cache = state.response_cache
+    if cache is None:
+        if body.get("stream") is True:
+            return StreamingResponse(_stream_body(request, state, route, body, t0), media_type="text/event-stream",
+                                     headers=_SSE_HEADERS)
+        return JSONResponse(await _collect_body(request, state, route, body, t0))
+    from ..respcache import CacheRequestError, tenant_from_api_key
+
+    try:
+        plan = cache.plan(route, body, request.headers, tenant=tenant_from_api_key(request.headers.get("authorization")))
+    except CacheRequestError as e:
+        raise APIError(400, str(e), param=e.param) from e
+
+    # Generation always runs on the canonical request, so a hit returns what a miss would have computed.
+    if plan.stream:
+        r = await cache.respond_stream(plan, lambda req: _stream_body(request, state, route, req, t0))
+        return StreamingResponse(r.events, media_type="text/event-stream", headers={**_SSE_HEADERS, **r.headers})
+    r = await cache.respond(plan, lambda req: _collect_body(request, state, route, req, t0))
+    return JSONResponse(r.body, headers=r.headers)
+
+
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _start(state: ServerState, route: str, body: dict):
+    """Parse, prepare and submit one request; returns (handle, queue, formatter). Raises APIError."""
     parsed = parse_llama_completion(body) if route == "/completion" else parse_openai(body, route)
     try:
         prep = prepare(state, parsed, body)
+    except APIError:
+        raise
     except Exception as e:
         raise from_exception(e) from e
     loop = asyncio.get_running_loop()
@@ -279,11 +319,47 @@ async def _generate(request: Request, state: ServerState, route: str):
     except Exception as e:
         raise from_exception(e) from e
     rid = ("chatcmpl-" if route.endswith("chat/completions") else "cmpl-") + uuid.uuid4().hex[:24]
-    fmt_ = Formatter(state, parsed, prep, rid, route)
-    if parsed.stream:
-        return StreamingResponse(_stream(request, state, handle, queue, fmt_, t0), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    return await _collect(request, state, handle, queue, fmt_, t0)
+    return handle, queue, Formatter(state, parsed, prep, rid, route)
+
+
+async def _collect_body(request: Request, state: ServerState, route: str, body: dict, t0: float) -> dict:
+    handle, queue, f = _start(state, route, body)
+    first = True
+    async for evs in _events(request, state, handle, queue):
+        if first:
+            state.metrics.ttft.labels(f.route).observe(time.perf_counter() - t0)
+            first = False
+        f.absorb(evs)
+    if f.done is None:
+        from ..respcache import LeaderAbortedError
+
+        raise LeaderAbortedError("the client closed the request")
+    if f.done.error:
+        raise APIError(503, f"generation failed: {f.done.error}", "server_error", code="generation_failed")
+    f.record_metrics(t0)
+    return f.final_response()
+
+
+async def _stream_body(request: Request, state: ServerState, route: str, body: dict, t0: float
+                       ) -> AsyncIterator[bytes]:
+    handle, queue, f = _start(state, route, body)
+    first = True
+    for chunk in f.opening_chunks():
+        yield chunk
+    async for evs in _events(request, state, handle, queue):
+        if first:
+            state.metrics.ttft.labels(f.route).observe(time.perf_counter() - t0)
+            first = False
+        for chunk in f.stream_chunks(evs):
+            yield chunk
+    if f.done is not None:
+        if f.done.error:
+            yield fmt.sse({"error": {"message": f"generation failed: {f.done.error}", "type": "server_error",
+                                     "param": None, "code": "generation_failed"}})
+            return
+        f.record_metrics(t0)
+        for chunk in f.closing_chunks():
+            yield chunk
 
 
 async def _events(request: Request, state: ServerState, handle, queue: asyncio.Queue) -> AsyncIterator[list]:
@@ -304,37 +380,6 @@ async def _events(request: Request, state: ServerState, handle, queue: asyncio.Q
     finally:
         if not done:
             state.engine.cancel(handle)
-
-
-async def _collect(request, state, handle, queue, f: Formatter, t0: float):
-    first = True
-    async for evs in _events(request, state, handle, queue):
-        if first:
-            state.metrics.ttft.labels(f.route).observe(time.perf_counter() - t0)
-            first = False
-        f.absorb(evs)
-    if f.done is None:
-        raise APIError(499, "client closed the request")
-    if f.done.error:
-        raise APIError(503, f"generation failed: {f.done.error}", "server_error", code="generation_failed")
-    f.record_metrics(t0)
-    return JSONResponse(f.final_response())
-
-
-async def _stream(request, state, handle, queue, f: Formatter, t0: float) -> AsyncIterator[bytes]:
-    first = True
-    for chunk in f.opening_chunks():
-        yield chunk
-    async for evs in _events(request, state, handle, queue):
-        if first:
-            state.metrics.ttft.labels(f.route).observe(time.perf_counter() - t0)
-            first = False
-        for chunk in f.stream_chunks(evs):
-            yield chunk
-    if f.done is not None:
-        f.record_metrics(t0)
-        for chunk in f.closing_chunks():
-            yield chunk
 
 
 class Formatter:

@@ -30,6 +30,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=_positive("--threads", 0, 512), default=0, help="CPU threads (0 = all cores)")
     p.add_argument("--max-queue", type=_positive("--max-queue", 0, 100000), default=64,
                    help="requests allowed to wait for a free sequence; beyond it: 503 with Retry-After")
+    p.add_argument("--prefix-cache-tokens", type=_positive("--prefix-cache-tokens", 0, 1 << 22), default=8192,
+                   help="KV cells reserved for the radix prefix cache (0 disables it)")
+    p.add_argument("--prefix-block", type=_positive("--prefix-block", 1, 4096), default=16,
+                   help="prefix cache granularity in tokens")
+    p.add_argument("--cache", default="deterministic", choices=["off", "deterministic", "always"],
+                   help="response cache policy (deterministic: temperature 0 or an explicit seed)")
+    p.add_argument("--cache-store", default="sqlite",
+                   help="sqlite (default file), sqlite:PATH, redis://HOST:PORT/DB or memory")
+    p.add_argument("--cache-ttl", type=float, default=None, help="seconds an entry lives (default: no expiry)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)
 
@@ -42,14 +51,17 @@ def run(args: argparse.Namespace) -> int:
 
     from ..engine.errors import BackendError
     from ..models import ModelNotFoundError
+    from ..respcache import ResponseCacheError
     from ..vocab import VocabularyError
     from .runtime import build_server
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         app, state = build_server(args.model, n_ctx=args.ctx_size, parallel=args.parallel, threads=args.threads,
-                                  max_queue=args.max_queue)
-    except (ModelNotFoundError, VocabularyError, BackendError) as e:
+                                  max_queue=args.max_queue, prefix_cache_tokens=args.prefix_cache_tokens,
+                                  prefix_block=args.prefix_block, cache_mode=args.cache,
+                                  cache_store=args.cache_store, cache_ttl=args.cache_ttl)
+    except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"tokenseam: serving {state.model_id} on http://{args.host}:{args.port} "

@@ -20,5 +20,19 @@ class ServerMetrics:
                                  buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
         self.ttft = Histogram("tokenseam_time_to_first_token_seconds", "Time to first token", ["route"], registry=r,
                               buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+        self.prefix_evictions = Counter("tokenseam_prefix_cache_evictions", "Cached prefix paths evicted (LRU)",
+                                        registry=r)
+        self.prefix_bytes = Gauge("tokenseam_prefix_cache_bytes", "KV bytes held by the prefix cache", registry=r)
+        self.prefix_tokens = Gauge("tokenseam_prefix_cache_tokens", "Tokens held by the prefix cache", registry=r)
+        self._evictions_seen = 0
         self.queue_depth = Gauge("tokenseam_queue_depth", "Requests waiting for a sequence slot", registry=r)
         self.running = Gauge("tokenseam_running_requests", "Requests being decoded", registry=r)
+
+    def sync_prefix_cache(self, cache) -> None:
+        """Copy the engine's prefix-cache figures into the exported metrics (called on scrape)."""
+        self.prefix_bytes.set(cache.bytes_held)
+        self.prefix_tokens.set(cache.tokens_held)
+        ev = cache.stats.evictions
+        if ev > self._evictions_seen:
+            self.prefix_evictions.inc(ev - self._evictions_seen)
+            self._evictions_seen = ev

@@ -10,14 +10,24 @@ from .app import ServerState, create_app
 
 
 def build_server(model: str | None = None, n_ctx: int = 4096, parallel: int = 8, threads: int = 0,
-                 max_queue: int = 64, n_batch: int = 512):
+                 max_queue: int = 64, n_batch: int = 512, prefix_cache_tokens: int = 8192, prefix_block: int = 16,
+                 cache_mode: str = "off", cache_store: str = "sqlite", cache_ttl: float | None = None):
+    """Load a model and build the app. The response cache is off unless `cache_mode` says otherwise
+    (`tokenseam serve` turns it on: deterministic requests, SQLite store)."""
     path = resolve_model(model)
-    backend = LlamaCppBackend(path, BackendConfig(n_ctx=n_ctx, n_seq=parallel, n_threads=threads, n_batch=n_batch))
+    backend = LlamaCppBackend(path, BackendConfig(n_ctx=n_ctx, n_seq=parallel, n_threads=threads, n_batch=n_batch,
+                                                  prefix_cache_tokens=prefix_cache_tokens, prefix_block=prefix_block))
     engine = Engine(backend, max_queue=max_queue)
     name = model or DEFAULT_MODEL
     alias = name if name in ALIASES else None
     model_id = alias or Path(path).stem
     state = ServerState(engine, model_id, aliases=tuple(a for a in (alias, Path(path).stem) if a))
+    if cache_mode != "off":
+        from ..respcache import ResponseCache, open_store
+
+        state.response_cache = ResponseCache(open_store(cache_store), mode=cache_mode, ttl_seconds=cache_ttl,
+                                             namespace=f"{model_id}:{backend.vocab.fingerprint}",
+                                             registry=state.metrics.registry)
     return create_app(state), state
 
 

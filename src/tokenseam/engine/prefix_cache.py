@@ -1,0 +1,224 @@
+"""Radix-tree prefix KV cache over token ids: requests that share a token prefix reuse its KV.
+
+KV lives in llama.cpp's unified cache; the tree only records which *cache sequence* holds which path.
+Copying a path into a request's sequence is `seq_cp`, which shares cells instead of copying them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class RadixNode:
+    """An edge of the tree: `tokens` continue the parent's path; `depth` = tokens from the root to our end.
+
+    `seq_id` is a cache sequence holding KV for at least positions [0, depth): a leaf owns its sequence;
+    an inner node borrows one of its descendants'. `last_access` orders leaves for LRU eviction.
+    No lock count is needed: a request that copied a path holds its own references to the cells, so
+    evicting the path never takes KV away from a request in flight.
+    """
+
+    tokens: list[int]
+    parent: RadixNode | None
+    depth: int
+    seq_id: int = -1
+    children: dict[int, RadixNode] = field(default_factory=dict)
+    last_access: float = 0.0
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+class KVOps:
+    """What the cache needs from a backend (LlamaCppBackend provides these)."""
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None: ...
+
+
+@dataclass
+class PrefixCacheStats:
+    hit_tokens: int = 0
+    miss_tokens: int = 0
+    evictions: int = 0
+    inserted_tokens: int = 0
+
+
+class PrefixCache:
+    """LRU radix cache of token paths, stored in llama.cpp sequences `seq_ids`, bounded by `max_tokens`.
+
+    Only whole blocks of `block_size` tokens are inserted, so the cache holds stable, reusable prefixes
+    rather than every stray tail token.
+    """
+
+    def __init__(self, kv: KVOps, seq_ids: list[int], max_tokens: int, block_size: int = 16,
+                 bytes_per_token: int = 0) -> None:
+        if block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        self.kv = kv
+        self.block_size = block_size
+        self.max_tokens = max_tokens
+        self.bytes_per_token = bytes_per_token
+        self.root = RadixNode([], None, 0)
+        self._free_seqs = list(reversed(seq_ids))
+        self.tokens_held = 0
+        self.stats = PrefixCacheStats()
+
+    @property
+    def bytes_held(self) -> int:
+        return self.tokens_held * self.bytes_per_token
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_tokens >= self.block_size and bool(self._free_seqs or self.root.children)
+
+    # ------------------------------------------------------------------ lookup
+    def match(self, tokens: list[int]) -> tuple[int, int]:
+        """(matched length, cache sequence holding it) for the longest cached prefix of `tokens`."""
+        node, matched, now = self.root, 0, time.monotonic()
+        seq = -1
+        while matched < len(tokens):
+            child = node.children.get(tokens[matched])
+            if child is None:
+                break
+            k = _common(child.tokens, tokens, matched)
+            matched += k
+            child.last_access = now
+            seq = child.seq_id
+            if k < len(child.tokens):
+                break
+            node = child
+        return matched, seq
+
+    def load(self, tokens: list[int], dst_seq: int, limit: int) -> int:
+        """Share the longest cached prefix of `tokens` (at most `limit` tokens) into `dst_seq`; return its length.
+
+        `dst_seq` must be empty. Counts hit and miss tokens against len(tokens).
+        """
+        matched, seq = self.match(tokens)
+        n = min(matched, limit)
+        if n > 0:
+            self.kv.seq_cp(seq, dst_seq, 0, n)
+        self.stats.hit_tokens += n
+        self.stats.miss_tokens += len(tokens) - n
+        return n
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, tokens: list[int], src_seq: int) -> None:
+        """Record that `src_seq` holds KV for `tokens` (positions 0..len-1); whole blocks only."""
+        n = len(tokens) // self.block_size * self.block_size
+        if n == 0 or self.max_tokens < self.block_size:
+            return
+        tokens = tokens[:n]
+        while True:  # make room first; an eviction may reshape the path, so walk again after each one
+            node, pos, child, k = self._walk(tokens)
+            if pos + k == n:
+                return  # already covered
+            extend = child is None and node is not self.root and node.is_leaf
+            if self.tokens_held + n - pos - k <= self.max_tokens and (extend or self._free_seqs):
+                break
+            guard = {id(child)} if child is not None else set()
+            p = node
+            while p is not None:
+                guard.add(id(p))
+                p = p.parent
+            if not self._evict_one(guard):
+                return
+        now = time.monotonic()
+        if child is not None:
+            self._split(child, k)
+            node, pos = child.parent, pos + k
+        rest = tokens[pos:]
+        if extend:  # the leaf's sequence gains the new positions
+            self.kv.seq_cp(src_seq, node.seq_id, pos, n)
+            node.tokens = node.tokens + rest
+            node.depth = n
+            node.last_access = now
+        else:
+            seq = self._free_seqs.pop()
+            self.kv.seq_rm(seq)
+            self.kv.seq_cp(src_seq, seq, 0, n)
+            node.children[rest[0]] = RadixNode(rest, node, n, seq, last_access=now)
+        self.tokens_held += len(rest)
+        self.stats.inserted_tokens += len(rest)
+
+    def _walk(self, tokens: list[int]) -> tuple[RadixNode, int, RadixNode | None, int]:
+        """Deepest node whose whole path prefixes `tokens`, its depth, and a partially matched child (+ length)."""
+        node, pos, now = self.root, 0, time.monotonic()
+        while pos < len(tokens):
+            child = node.children.get(tokens[pos])
+            if child is None:
+                break
+            k = _common(child.tokens, tokens, pos)
+            child.last_access = now
+            if k < len(child.tokens):
+                return node, pos, child, k
+            node, pos = child, pos + k
+        return node, pos, None, 0
+
+    def _split(self, node: RadixNode, k: int) -> None:
+        """Cut `node` after its first k tokens: a new inner node takes its place above it."""
+        upper = RadixNode(node.tokens[:k], node.parent, node.depth - len(node.tokens) + k, node.seq_id,
+                          last_access=node.last_access)
+        node.parent.children[upper.tokens[0]] = upper
+        node.tokens = node.tokens[k:]
+        node.parent = upper
+        upper.children[node.tokens[0]] = node
+
+    # ------------------------------------------------------------------ eviction
+    def _evict_one(self, guarded: set[int]) -> bool:
+        """Evict the least recently used leaf whose id() is not in `guarded`; free its sequence."""
+        victim = None
+        stack = [self.root]
+        while stack:
+            nd = stack.pop()
+            if nd.is_leaf and nd is not self.root and id(nd) not in guarded:
+                if victim is None or nd.last_access < victim.last_access:
+                    victim = nd
+            stack.extend(nd.children.values())
+        if victim is None:
+            return False
+        parent = victim.parent
+        del parent.children[victim.tokens[0]]
+        self.kv.seq_rm(victim.seq_id)
+        self._free_seqs.append(victim.seq_id)
+        self.tokens_held -= len(victim.tokens)
+        self.stats.evictions += 1
+        # ancestors that borrowed the victim's sequence borrow a surviving descendant's instead
+        p = parent
+        while p is not self.root:
+            if p.seq_id == victim.seq_id:
+                p.seq_id = next(iter(p.children.values())).seq_id if p.children else -1
+            p = p.parent
+        if parent is not self.root and len(parent.children) == 1:
+            only = next(iter(parent.children.values()))
+            parent.tokens = parent.tokens + only.tokens
+            parent.depth = only.depth
+            parent.seq_id = only.seq_id
+            parent.children = only.children
+            for c in parent.children.values():
+                c.parent = parent
+            parent.last_access = max(parent.last_access, only.last_access)
+        return True
+
+    def clear(self) -> None:
+        stack = list(self.root.children.values())
+        while stack:
+            nd = stack.pop()
+            if nd.is_leaf:
+                self.kv.seq_rm(nd.seq_id)
+                self._free_seqs.append(nd.seq_id)
+            stack.extend(nd.children.values())
+        self.root.children = {}
+        self.tokens_held = 0
+
+
+def _common(edge: list[int], tokens: list[int], start: int) -> int:
+    n = min(len(edge), len(tokens) - start)
+    k = 0
+    while k < n and edge[k] == tokens[start + k]:
+        k += 1
+    return k

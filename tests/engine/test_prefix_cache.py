@@ -1,0 +1,97 @@
+"""The radix prefix cache's bookkeeping, checked against a model of llama.cpp's sequence/cell semantics."""
+
+from __future__ import annotations
+
+import random
+
+from tokenseam.engine.prefix_cache import PrefixCache
+
+
+class FakeKV:
+    """seq id -> {position: token}; seq_cp shares positions, seq_rm drops them (as llama.cpp's cells do)."""
+
+    def __init__(self) -> None:
+        self.seqs: dict[int, dict[int, int]] = {}
+
+    def seq_cp(self, src, dst, p0=-1, p1=-1):
+        d = self.seqs.setdefault(dst, {})
+        for pos, t in self.seqs.get(src, {}).items():
+            if (p0 < 0 or pos >= p0) and (p1 < 0 or pos < p1):
+                d[pos] = t
+
+    def seq_rm(self, seq, p0=-1, p1=-1):
+        s = self.seqs.get(seq, {})
+        for pos in [p for p in s if (p0 < 0 or p >= p0) and (p1 < 0 or p < p1)]:
+            del s[pos]
+
+    def fill(self, seq, tokens):
+        self.seqs[seq] = dict(enumerate(tokens))
+
+
+def check(cache: PrefixCache, kv: FakeKV):
+    total = 0
+    stack = [(c, []) for c in cache.root.children.values()]
+    while stack:
+        node, path = stack.pop()
+        path = path + node.tokens
+        total += len(node.tokens)
+        assert node.depth == len(path)
+        held = kv.seqs[node.seq_id]
+        assert [held.get(i) for i in range(len(path))] == path  # the node's sequence really holds its path
+        assert node.is_leaf or len(node.children) >= 2  # compressed
+        stack.extend((c, path) for c in node.children.values())
+    assert total == cache.tokens_held <= cache.max_tokens
+
+
+def test_shared_prefix_is_found_and_loaded():
+    kv = FakeKV()
+    cache = PrefixCache(kv, list(range(100, 104)), max_tokens=1000, block_size=4)
+    a = list(range(40))
+    kv.fill(0, a)
+    cache.insert(a, 0)
+    kv.seq_rm(0)  # the request's own sequence is cleared; the cache keeps the cells
+    b = a[:22] + [999] * 10
+    n = cache.load(b, 1, limit=len(b) - 1)
+    assert n == 22 and [kv.seqs[1][i] for i in range(22)] == a[:22]
+    assert cache.stats.hit_tokens == 22 and cache.stats.miss_tokens == 10
+    check(cache, kv)
+
+
+def test_only_whole_blocks_are_inserted():
+    kv = FakeKV()
+    cache = PrefixCache(kv, [10, 11], max_tokens=100, block_size=16)
+    kv.fill(0, list(range(40)))
+    cache.insert(list(range(40)), 0)
+    assert cache.tokens_held == 32
+    assert cache.match(list(range(40))) [0] == 32
+
+
+def test_lru_eviction_under_budget_and_sequence_pool():
+    kv = FakeKV()
+    cache = PrefixCache(kv, [50, 51, 52], max_tokens=64, block_size=8)
+    for i in range(6):
+        toks = [1000 * i + j for j in range(32)]
+        kv.fill(0, toks)
+        cache.insert(toks, 0)
+        check(cache, kv)
+    assert cache.tokens_held <= 64 and cache.stats.evictions >= 4
+    assert cache.match([5000 + j for j in range(32)])[0] == 32  # the newest survives
+    assert cache.match([0 + j for j in range(32)])[0] == 0
+
+
+def test_random_workload_keeps_invariants():
+    rng = random.Random(7)
+    kv = FakeKV()
+    cache = PrefixCache(kv, list(range(200, 216)), max_tokens=600, block_size=4)
+    prefixes = [[rng.randrange(50) for _ in range(rng.randrange(4, 60))] for _ in range(10)]
+    for step in range(400):
+        base = rng.choice(prefixes)
+        toks = base[: rng.randrange(1, len(base) + 1)] + [rng.randrange(50) for _ in range(rng.randrange(0, 30))]
+        slot = step % 4
+        kv.seq_rm(slot)
+        n = cache.load(toks, slot, limit=len(toks) - 1)
+        assert [kv.seqs.get(slot, {}).get(i) for i in range(n)] == toks[:n]
+        kv.fill(slot, toks)
+        cache.insert(toks, slot)
+        check(cache, kv)
+    assert cache.stats.hit_tokens > 0 and cache.stats.evictions > 0
