@@ -1,0 +1,146 @@
+"""Request-level helper for the server: which constraint (if any) an OpenAI/vLLM/llama-server body asks for.
+
+Reads response_format, guided_json/regex/grammar/choice, llama-server grammar/json_schema, tools+tool_choice.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .compiler import CompiledGrammar, GrammarCompiler
+from .errors import GrammarError
+
+# A forced tool call is generated as exactly one JSON object of this shape:
+#     {"name": "<function name>", "arguments": {...}}
+# "name" comes first and is one of the allowed function names; "arguments" follows the function's
+# `parameters` schema (any JSON object when the function declares none). The server turns it into
+# `tool_calls=[{"type": "function", "function": {"name": ..., "arguments": json.dumps(arguments)}}]`.
+TOOL_CALL_SHAPE = '{"name": "<function name>", "arguments": {<object following the parameters schema>}}'
+
+
+def tool_call_schema(functions: list[dict]) -> dict:
+    """The JSON Schema of one call to any of `functions` (OpenAI `function` objects)."""
+    branches = []
+    for f in functions:
+        params = f.get("parameters")
+        if params is None:
+            params = {"type": "object"}
+        branches.append({
+            "type": "object",
+            "properties": {"name": {"const": f["name"]}, "arguments": params},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        })
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def _schema_arg(value, what: str):
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise GrammarError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(value, (dict, bool)):
+        raise GrammarError(f"{what} must be a JSON Schema object")
+    return value
+
+
+def _functions(body: dict) -> list[dict]:
+    tools = body.get("tools")
+    if not isinstance(tools, list) or not tools:
+        raise GrammarError("'tools' must be a non-empty array when tool_choice forces a call")
+    out = []
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(t.get("function"), dict):
+            raise GrammarError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
+        f = t["function"]
+        if not isinstance(f.get("name"), str) or not f["name"]:
+            raise GrammarError(f"tools[{i}].function.name must be a non-empty string")
+        if "parameters" in f and not isinstance(f["parameters"], (dict, bool)):
+            raise GrammarError(f"tools[{i}].function.parameters must be a JSON Schema object")
+        out.append(f)
+    return out
+
+
+def _collect(body: dict, route: str) -> list[tuple[str, tuple]]:
+    """(source name, (kind, payload, options)) for every constraint the body asks for."""
+    found: list[tuple[str, tuple]] = []
+    rf = body.get("response_format")
+    if rf is not None:
+        if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
+            raise GrammarError("response_format must be an object with a 'type'")
+        t = rf["type"]
+        if t == "json_object":
+            schema = rf.get("schema", {"type": "object"})
+            found.append(("response_format", ("json", _schema_arg(schema, "response_format.schema"), {})))
+        elif t == "json_schema":
+            js = rf.get("json_schema")
+            if not isinstance(js, dict):
+                raise GrammarError("response_format.json_schema must be an object with a 'schema'")
+            schema = js.get("schema", rf.get("schema"))
+            if schema is None:
+                raise GrammarError("response_format.json_schema.schema is missing")
+            strict = js.get("strict", False)
+            if not isinstance(strict, bool):
+                raise GrammarError("response_format.json_schema.strict must be a boolean")
+            found.append(("response_format",
+                          ("json", _schema_arg(schema, "response_format.json_schema.schema"), {"strict": strict})))
+        elif t != "text":
+            raise GrammarError(f"unsupported response_format type {t!r} (use text, json_object or json_schema)")
+    if body.get("guided_json") is not None:
+        found.append(("guided_json", ("json", _schema_arg(body["guided_json"], "guided_json"), {})))
+    if body.get("guided_regex") is not None:
+        if not isinstance(body["guided_regex"], str):
+            raise GrammarError("guided_regex must be a string")
+        found.append(("guided_regex", ("regex", body["guided_regex"], {})))
+    if body.get("guided_grammar") is not None:
+        if not isinstance(body["guided_grammar"], str):
+            raise GrammarError("guided_grammar must be a GBNF string")
+        found.append(("guided_grammar", ("gbnf", body["guided_grammar"], {})))
+    if body.get("guided_choice") is not None:
+        found.append(("guided_choice", ("choice", body["guided_choice"], {})))
+    # llama-server's native fields (documented for /completion; accepted on every route, as llama-server does).
+    if body.get("grammar") is not None:
+        if not isinstance(body["grammar"], str):
+            raise GrammarError("grammar must be a GBNF string")
+        if body["grammar"].strip():
+            found.append(("grammar", ("gbnf", body["grammar"], {})))
+    if body.get("json_schema") is not None:
+        found.append(("json_schema", ("json", _schema_arg(body["json_schema"], "json_schema"), {})))
+    tc = body.get("tool_choice")
+    if tc is not None and tc not in ("none", "auto"):
+        funcs = _functions(body)
+        if tc == "required":
+            chosen = funcs
+        elif isinstance(tc, dict) and isinstance(tc.get("function"), dict) and isinstance(
+                tc["function"].get("name"), str):
+            name = tc["function"]["name"]
+            chosen = [f for f in funcs if f["name"] == name]
+            if not chosen:
+                raise GrammarError(f"tool_choice names function {name!r}, which is not in 'tools'")
+        else:
+            raise GrammarError("tool_choice must be 'none', 'auto', 'required' or "
+                               "{\"type\": \"function\", \"function\": {\"name\": ...}}")
+        strict = all(bool(f.get("strict", False)) for f in chosen)
+        found.append(("tool_choice", ("json", tool_call_schema(chosen), {"strict": strict})))
+    return found
+
+
+def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -> CompiledGrammar | None:
+    """The compiled grammar a request body asks for, or None. Bad or conflicting options raise GrammarError."""
+    if not isinstance(body, dict):
+        raise GrammarError("request body must be a JSON object")
+    found = _collect(body, route)
+    if not found:
+        return None
+    if len(found) > 1:
+        raise GrammarError("conflicting output constraints in one request: "
+                           + ", ".join(name for name, _ in found) + " (use only one)")
+    _, (kind, payload, options) = found[0]
+    if kind == "json":
+        return compiler.compile_json_schema(payload, **options)
+    if kind == "regex":
+        return compiler.compile_regex(payload)
+    if kind == "gbnf":
+        return compiler.compile_gbnf(payload)
+    return compiler.compile_choice(payload)

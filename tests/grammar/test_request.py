@@ -1,0 +1,113 @@
+"""constraint_from_request: every request style maps to the right grammar; bad and conflicting options
+raise GrammarError; forced tool calls follow the documented {"name", "arguments"} shape."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tokenseam.grammar import GrammarError
+from tokenseam.grammar.request import constraint_from_request
+
+from .conftest import accepts_text, sample
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {"name": "get_time"}}
+
+
+def test_no_constraint(compiler):
+    assert constraint_from_request(compiler, {"messages": []}, "/v1/chat/completions") is None
+    assert constraint_from_request(compiler, {"response_format": {"type": "text"}}, "/v1/chat/completions") is None
+    assert constraint_from_request(compiler, {"tools": [WEATHER], "tool_choice": "auto"}, "/v1/chat/completions") is None
+    assert constraint_from_request(compiler, {"grammar": ""}, "/completion") is None
+
+
+def test_response_format_json_object(compiler):
+    g = constraint_from_request(compiler, {"response_format": {"type": "json_object"}}, "/v1/chat/completions")
+    assert accepts_text(g, '{"a": [1]}')
+    assert not accepts_text(g, "[1]")
+
+
+def test_response_format_json_schema_strict(compiler):
+    body = {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "strict": True, "schema": {"type": "object", "properties": {"a": {"type": "integer"}},
+                                                "required": ["a"]}}}}
+    g = constraint_from_request(compiler, body, "/v1/chat/completions")
+    assert accepts_text(g, '{"a": 1}')
+    assert not accepts_text(g, '{"a": 1, "b": 2}')
+    body["response_format"]["json_schema"]["strict"] = False
+    g = constraint_from_request(compiler, body, "/v1/chat/completions")
+    assert accepts_text(g, '{"a": 1, "b": 2}')
+
+
+@pytest.mark.parametrize("body,good,bad", [
+    ({"guided_json": {"type": "integer"}}, "12", "1.5"),
+    ({"guided_json": '{"type": "boolean"}'}, "true", "1"),
+    ({"guided_regex": "[0-9]{3}"}, "123", "12"),
+    ({"guided_grammar": 'root ::= "yes" | "no"'}, "yes", "maybe"),
+    ({"guided_choice": ["red", "blue"]}, "blue", "green"),
+    ({"grammar": 'root ::= [a-c]+'}, "abc", "abd"),
+    ({"json_schema": {"type": "string", "maxLength": 2}}, '"ab"', '"abc"'),
+])
+def test_guided_and_llama_server_fields(compiler, body, good, bad):
+    g = constraint_from_request(compiler, body, "/completion")
+    assert accepts_text(g, good)
+    assert not accepts_text(g, bad)
+
+
+def test_forced_tool_call_shape(compiler, smollm2_vocab):
+    body = {"tools": [WEATHER, TIME], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    g = constraint_from_request(compiler, body, "/v1/chat/completions")
+    assert accepts_text(g, '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}')
+    assert not accepts_text(g, '{"name": "get_time", "arguments": {}}')
+    assert not accepts_text(g, '{"name": "get_weather", "arguments": {"unit": "c"}}')
+    rng = np.random.default_rng(0)
+    for mode in ("random", "close", "long"):
+        out, done = sample(g, smollm2_vocab, rng, 300, mode)
+        if done:
+            call = json.loads(out)
+            assert call["name"] == "get_weather" and "city" in call["arguments"]
+
+
+def test_required_tool_choice_any_function(compiler):
+    g = constraint_from_request(compiler, {"tools": [WEATHER, TIME], "tool_choice": "required"}, "/v1/chat/completions")
+    assert accepts_text(g, '{"name": "get_time", "arguments": {"tz": "UTC"}}')
+    assert accepts_text(g, '{"name": "get_weather", "arguments": {"city": "x"}}')
+    assert not accepts_text(g, '{"name": "other", "arguments": {}}')
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "conflicting"),
+    ({"guided_json": {"type": "integer"}, "grammar": 'root ::= "a"'}, "conflicting"),
+    ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "conflicting"),
+    ({"response_format": "json"}, "response_format"),
+    ({"response_format": {"type": "yaml"}}, "unsupported response_format"),
+    ({"response_format": {"type": "json_schema"}}, "json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}}}, "strict"),
+    ({"guided_json": "{not json"}, "not valid JSON"),
+    ({"guided_json": [1]}, "JSON Schema"),
+    ({"guided_regex": 5}, "guided_regex"),
+    ({"guided_regex": "(?=x)"}, "lookaround"),
+    ({"guided_grammar": "root ::= nope"}, "undefined"),
+    ({"guided_choice": []}, "non-empty"),
+    ({"guided_choice": ["a", 1]}, "choice[1]"),
+    ({"grammar": 7}, "GBNF"),
+    ({"tool_choice": "required"}, "tools"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "not in 'tools'"),
+    ({"tools": [{"type": "function"}], "tool_choice": "required"}, "tools[0]"),
+    ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+    ({"json_schema": {"type": "array", "uniqueItems": True}}, "uniqueItems"),
+])
+def test_bad_requests(compiler, body, needle):
+    with pytest.raises(GrammarError) as ei:
+        constraint_from_request(compiler, body, "/v1/chat/completions")
+    assert needle in str(ei.value)
+
+
+def test_body_must_be_object(compiler):
+    with pytest.raises(GrammarError):
+        constraint_from_request(compiler, [], "/completion")  # type: ignore[arg-type]
