@@ -6,6 +6,7 @@ one numba walk over the byte-sorted vocabulary that skips the subtree of every r
 
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
 
 import numba
@@ -21,26 +22,39 @@ MAX_CLOSURE = 100_000
 MASK_CACHE_BYTES = 128 * 1024 * 1024
 
 
+SKIP_DEPTHS = 4
+
+
 @numba.njit(cache=True, nogil=True)
-def _walk(trans, byte_class, data, offs, lcp, ids, start, out, missing, maxlen):
+def _walk(trans, byte_class, data, offs, lcp, skip, ids, states, pos, out):
+    """Set the bit of every token whose bytes the automaton accepts from states[0].
+
+    Resumable: on reaching a state whose row is not built yet it stores (token index, depth) in `pos`
+    and returns 1; the caller builds states[depth] and calls again. Returns 0 when the walk is done.
+    """
     n = ids.shape[0]
-    states = np.empty(maxlen + 1, np.int32)
-    states[0] = start
+    i = pos[0]
+    first_d = pos[1]
     dead = 1 << 30
-    nmiss = 0
-    for i in range(n):
-        d = lcp[i]
-        if d > dead:
-            continue
+    while i < n:
+        if first_d >= 0:
+            d = first_d
+            first_d = -1
+        else:
+            d = lcp[i]
+            if d > dead:
+                i += 1
+                continue
         o = offs[i]
         ln = offs[i + 1] - o
         ok = True
         while d < ln:
             nx = trans[states[d], byte_class[data[o + d]]]
             if nx < 0:
-                if nx == -2 and nmiss < missing.shape[0]:
-                    missing[nmiss] = states[d]
-                    nmiss += 1
+                if nx == -2:
+                    pos[0] = i
+                    pos[1] = d
+                    return 1
                 ok = False
                 break
             states[d + 1] = nx
@@ -49,9 +63,28 @@ def _walk(trans, byte_class, data, offs, lcp, ids, start, out, missing, maxlen):
             tid = ids[i]
             out[tid >> 5] |= np.uint32(1) << np.uint32(tid & 31)
             dead = 1 << 30
+            i += 1
+        elif d < skip.shape[0]:
+            # Jump over every token sharing the rejected prefix (the next one with lcp <= d).
+            dead = d
+            i = skip[d, i]
         else:
             dead = d
-    return nmiss
+            i += 1
+    return 0
+
+
+@numba.njit(cache=True)
+def _skip_table(lcp, depths):
+    n = lcp.shape[0]
+    skip = np.empty((depths, n), np.int64)
+    for k in range(depths):
+        last = n
+        for i in range(n - 1, -1, -1):
+            skip[k, i] = last
+            if lcp[i] <= k:
+                last = i
+    return skip
 
 
 class TokenTable:
@@ -66,6 +99,7 @@ class TokenTable:
         np.cumsum(lens, out=self.offs[1:])
         self.data = np.frombuffer(b"".join(trie.sorted_bytes), dtype=np.uint8).copy()
         self.lcp = trie.lcp.astype(np.int64)
+        self.skip = _skip_table(self.lcp, SKIP_DEPTHS)
         self.ids = trie.sorted_ids.astype(np.int64)
         self.maxlen = int(lens.max()) if len(lens) else 1
         self.eos = np.asarray(sorted(vocab.eos_token_ids), dtype=np.int64)
@@ -93,7 +127,6 @@ class Automaton:
         self.accepting = np.zeros(cap, dtype=bool)
         self.masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self.mask_bytes = 0
-        self.missing = np.empty(4096, dtype=np.int32)
         configs, acc = self.closure(nfa.rule_start[0], 0)
         self.start = self._state(configs, acc)
 
@@ -336,6 +369,17 @@ class Automaton:
     def expand(self, sid: int) -> None:
         if sid in self._expanded_set:
             return
+        # Building states allocates many small objects; a full GC pass over the vocabulary-sized heap in
+        # the middle of a decoding step would cost tens of milliseconds, so collection waits.
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            self._expand(sid)
+        finally:
+            if was:
+                gc.enable()
+
+    def _expand(self, sid: int) -> None:
         per_class: dict[int, list[tuple[int, int]]] = {}
         for q, st in self.state_configs[sid]:
             for c, ts in self.targets[q].items():
@@ -418,6 +462,15 @@ class Automaton:
         if m is not None:
             self.masks.move_to_end(sid)
             return m
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            return self._mask_slow(sid)
+        finally:
+            if was:
+                gc.enable()
+
+    def _mask_slow(self, sid: int) -> np.ndarray:
         csid = self.canonical(sid)
         if csid != sid:
             m = self.mask(csid)
@@ -427,14 +480,11 @@ class Automaton:
         out = np.zeros(tb.words, dtype=np.uint32)
         if sid not in self._expanded_set:
             self.expand(sid)
-        while True:
-            nmiss = _walk(self.trans, self.byte_class, tb.data, tb.offs, tb.lcp, tb.ids, sid, out,
-                          self.missing, tb.maxlen)
-            if nmiss == 0:
-                break
-            for s in set(self.missing[:nmiss].tolist()):
-                self.expand(s)
-            out[:] = 0
+        states = np.empty(tb.maxlen + 1, dtype=np.int32)
+        states[0] = sid
+        pos = np.zeros(2, dtype=np.int64)
+        while _walk(self.trans, self.byte_class, tb.data, tb.offs, tb.lcp, tb.skip, tb.ids, states, pos, out):
+            self.expand(int(states[pos[1]]))
         if self.accepting[sid] and tb.eos.size:
             out[tb.eos >> 5] |= np.uint32(1) << (tb.eos & 31).astype(np.uint32)
         m = out.view(np.int32)
