@@ -87,18 +87,15 @@ class XGrammarEngine:
 class LLGuidanceEngine:
     name = "llguidance"
 
-    def __init__(self, vocab) -> None:
+    def __init__(self, vocab, tokenizer=None) -> None:
         import llguidance
         import llguidance.numpy as llnp
 
         self.ll = llguidance
         self.llnp = llnp
-        from tokenseam.vocab import Tokenizer
-
-        self.tok = _llg_tokenizer(llguidance, vocab)
+        self.tok = _llg_tokenizer(llguidance, vocab, tokenizer)
         self.compile_errors = (ValueError, RuntimeError)
         self.mask = llnp.allocate_token_bitmask(1, vocab.size)
-        _ = Tokenizer
 
     def compile(self, schema):
         grm = self.ll.LLMatcher.grammar_from_json_schema(json.dumps(schema),
@@ -120,24 +117,27 @@ class LLGuidanceEngine:
         return bool(m.is_accepting())
 
 
-def _llg_tokenizer(llguidance, vocab):
-    tokens = [b"" if vocab.is_special[i] else vocab.token_bytes[i] for i in range(vocab.size)]
+def _llg_tokenizer(llguidance, vocab, tokenizer):
+    tokens = [vocab.token_bytes[i] for i in range(vocab.size)]
     eos = sorted(vocab.eos_token_ids)[0]
     special = [i for i in range(vocab.size) if vocab.is_special[i]]
-    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_TokWrap(tokens, eos, special)))
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_TokWrap(tokens, eos, special, tokenizer)))
 
 
 class _TokWrap:
-    """The duck-typed tokenizer llguidance wraps: raw token bytes plus a (never used) tokenize function."""
+    """The duck-typed tokenizer llguidance wraps: raw token bytes plus our llama.cpp tokenize function."""
 
-    def __init__(self, tokens, eos, special) -> None:
+    def __init__(self, tokens, eos, special, tokenizer) -> None:
         self.tokens = tokens
         self.eos_token_id = eos
         self.bos_token_id = None
         self.special_token_ids = special
+        self._tok = tokenizer
 
     def __call__(self, s):
-        raise NotImplementedError
+        if isinstance(s, bytes):
+            s = s.decode("utf-8", errors="replace")
+        return self._tok.encode(s)
 
 
 ADAPTERS = {"tokenseam": TokenseamEngine, "xgrammar": XGrammarEngine, "llguidance": LLGuidanceEngine}
@@ -244,10 +244,10 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_engine(name: str, vocab, docs, timeout_s: float, verbose: bool = False):
+def run_engine(name: str, vocab, docs, timeout_s: float, verbose: bool = False, tokenizer=None):
     """Run one engine over every file: (summary, per-file results, mask times in us)."""
     try:
-        engine = ADAPTERS[name](vocab)
+        engine = ADAPTERS[name](vocab, tokenizer) if name == "llguidance" else ADAPTERS[name](vocab)
     except ImportError as exc:
         return {"engine": name, "status": "not installed", "error": str(exc)}, [], []
     gc.collect()
@@ -267,7 +267,7 @@ def run_engine(name: str, vocab, docs, timeout_s: float, verbose: bool = False):
     return summary, results, mask_times
 
 
-def run_engine_isolated(name: str, vocab, docs, timeout_s: float, verbose: bool = False):
+def run_engine_isolated(name: str, vocab, docs, timeout_s: float, verbose: bool = False, tokenizer=None):
     """run_engine in a forked child, so peak memory is this engine's alone and a crash stays contained."""
     import multiprocessing as mp
 
@@ -276,7 +276,7 @@ def run_engine_isolated(name: str, vocab, docs, timeout_s: float, verbose: bool 
 
     def target() -> None:
         try:
-            child.send(run_engine(name, vocab, docs, timeout_s, verbose))
+            child.send(run_engine(name, vocab, docs, timeout_s, verbose, tokenizer))
         except BaseException as exc:  # noqa: BLE001
             child.send(({"engine": name, "status": "crashed", "error": repr(exc)}, [], []))
         finally:
@@ -387,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
     summaries, all_times, per_file = [], {}, {}
     for name in engines:
         t0 = time.time()
-        summary, results, times = run_engine_isolated(name, vocab, docs, args.timeout, args.verbose)
+        summary, results, times = run_engine_isolated(name, vocab, docs, args.timeout, args.verbose, tokenizer)
         summary["wall_s"] = round(time.time() - t0, 2)
         summaries.append(summary)
         per_file[name] = results
