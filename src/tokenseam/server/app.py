@@ -223,6 +223,15 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
     if hooked is not None:  # an embedder's own constraint replaces grammar and healing
         gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, constraint_factory=hooked)
         return Prepared(gen=gen, prompt_tokens=len(ids))
+    tool_call = None
+    if body.get("tools") and parsed.route == "/v1/chat/completions":
+        choice = body.get("tool_choice", "auto")
+        if choice == "auto":
+            raise bad("tool_choice 'auto' is not supported: this server does not parse free-form tool calls; "
+                      "use tool_choice 'required' or name a function (the call is then generated under a grammar)",
+                      "tool_choice", code="unsupported_parameter")
+        if choice != "none":
+            tool_call = {"tool_choice": choice}
     compiled = state.compile_request_grammar(body, parsed.route)
     healed = None
     removed = b""
@@ -237,7 +246,7 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
                       "removed_text": removed.decode("utf-8", errors="replace")}
     gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, text_skip_bytes=len(removed))
     gen.constraint_factory = _constraint_factory(state, compiled, removed)
-    return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed)
+    return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed, tool_call=tool_call)
 
 
 def _constraint_factory(state: ServerState, compiled, removed: bytes):
@@ -426,6 +435,20 @@ class Formatter:
         m.prefix_hit_tokens.inc(d.cached_tokens)
         m.prefix_miss_tokens.inc(d.prompt_tokens - d.cached_tokens)
 
+    def _tool_calls(self, c: fmt.ChoiceState) -> list[dict] | None:
+        """The forced tool call as OpenAI `tool_calls`, or None (no tool mode, or the JSON is incomplete)."""
+        if self.prep.tool_call is None or c.finish_reason != "stop":
+            return None
+        try:
+            obj = json.loads(c.text)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict) or "name" not in obj:
+            return None
+        return [{"id": f"call_{self.rid[-12:]}_{c.index}", "type": "function",
+                 "function": {"name": obj["name"], "arguments": json.dumps(obj.get("arguments", {}),
+                                                                           ensure_ascii=False)}}]
+
     def _usage(self) -> dict:
         d = self.done
         return fmt.usage(d.prompt_tokens, sum(len(c.token_ids) for c in self.choices), d.cached_tokens)
@@ -443,7 +466,12 @@ class Formatter:
         for c in self.choices:
             ch: dict = {"index": c.index, "finish_reason": self._finish(c)}
             if self.chat:
-                ch["message"] = {"role": "assistant", "content": c.text}
+                calls = self._tool_calls(c)
+                if calls is not None:
+                    ch["message"] = {"role": "assistant", "content": None, "tool_calls": calls}
+                    ch["finish_reason"] = "tool_calls"
+                else:
+                    ch["message"] = {"role": "assistant", "content": c.text}
                 ch["logprobs"] = fmt.chat_logprobs(self.vocab, c.logprobs) if self.p.params.logprobs else None
             else:
                 ch["text"] = c.text
@@ -507,7 +535,16 @@ class Formatter:
                 out.append(fmt.sse(obj))
                 continue
             ch: dict = {"index": e.index, "finish_reason": self._finish(c) if last else None}
-            if self.chat:
+            if self.chat and self.prep.tool_call is not None:
+                # the call is sent whole once its JSON is complete; every event still carries its ids
+                calls = self._tool_calls(c) if last else None
+                ch["delta"] = {"tool_calls": [{"index": k, **call} for k, call in enumerate(calls)]} if calls else {}
+                if calls:
+                    ch["finish_reason"] = "tool_calls"
+                elif last and c.text:
+                    ch["delta"] = {"content": c.text}  # not a complete call (e.g. max_tokens): show the text
+                ch["logprobs"] = fmt.chat_logprobs(self.vocab, e.logprobs) if self.p.params.logprobs else None
+            elif self.chat:
                 ch["delta"] = {"content": e.text} if e.text or not last else {}
                 ch["logprobs"] = fmt.chat_logprobs(self.vocab, e.logprobs) if self.p.params.logprobs else None
             else:
