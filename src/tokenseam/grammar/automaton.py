@@ -134,7 +134,8 @@ class Automaton:
     def _prepare(self) -> None:
         nfa = self.nfa
         self._check_left_recursion()
-        self._trim()
+        if nfa.may_dead_end:
+            self._trim()
         bounds = {0, 256}
         for row in nfa.edges:
             for lo, hi, _ in row:
@@ -149,21 +150,24 @@ class Automaton:
         self._cls_of = cls_of
         self.n_classes = len(pts) - 1
         self.class_start = pts[:-1]
-        targets: list[dict[int, tuple[int, ...]] | None] = []
-        for row in nfa.edges:
-            if not row:
-                targets.append(None)
-                continue
-            d: dict[int, list[int]] = {}
-            for lo, hi, t in row:
+        # Per-NFA-state byte-class successor tables are built lazily (most states are never reached).
+        self._targets: dict[int, dict[int, tuple[int, ...]]] = {}
+
+    def targets(self, q: int) -> dict[int, tuple[int, ...]]:
+        d = self._targets.get(q)
+        if d is None:
+            cls_of = self._cls_of
+            acc: dict[int, list[int]] = {}
+            for lo, hi, t in self.nfa.edges[q]:
                 for c in range(cls_of[lo], cls_of[hi] + 1):
-                    lst = d.get(c)
+                    lst = acc.get(c)
                     if lst is None:
-                        d[c] = [t]
+                        acc[c] = [t]
                     elif t not in lst:
                         lst.append(t)
-            targets.append({c: tuple(ts) for c, ts in d.items()})
-        self.targets = targets
+            d = {c: tuple(ts) for c, ts in acc.items()}
+            self._targets[q] = d
+        return d
 
     def _nullable_rules(self) -> set[int]:
         nfa = self.nfa
@@ -236,45 +240,49 @@ class Automaton:
         for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
             for q, (t, _) in d.items():
                 rev[t].append(q)
-        call_by_ret: dict[int, list[tuple[int, int]]] = {}
+        sites_by_ret: dict[int, list[tuple[int, int]]] = {}
+        sites_by_rule: dict[int, list[tuple[int, int]]] = {}
         for q, (r, ret) in nfa.call.items():
-            call_by_ret.setdefault(ret, []).append((q, r))
+            sites_by_ret.setdefault(ret, []).append((q, r))
+            sites_by_rule.setdefault(r, []).append((q, ret))
+        start_rule = {s: r for r, s in enumerate(nfa.rule_start)}
         rule_ok = [False] * len(nfa.rule_start)
         live = [False] * n
-        while True:
-            live = [False] * n
-            stack = list(nfa.rule_end)
-            for e in stack:
-                live[e] = True
-            while stack:
-                t = stack.pop()
-                preds = list(rev[t])
-                for q, r in call_by_ret.get(t, ()):
-                    if rule_ok[r]:
-                        preds.append(q)
-                for q in preds:
-                    if not live[q]:
-                        live[q] = True
-                        stack.append(q)
-            new_ok = [live[s] for s in nfa.rule_start]
-            if new_ok == rule_ok:
-                break
-            rule_ok = new_ok
+        stack = list(nfa.rule_end)
+        for e in stack:
+            live[e] = True
+        # One backward search; a call edge opens once both its return state is live and its rule can finish.
+        while stack:
+            t = stack.pop()
+            preds = rev[t]
+            r0 = start_rule.get(t)
+            if r0 is not None and not rule_ok[r0]:
+                rule_ok[r0] = True
+                preds = preds + [q for q, ret in sites_by_rule.get(r0, ()) if live[ret]]
+            for q, r in sites_by_ret.get(t, ()):
+                if rule_ok[r]:
+                    preds = preds + [q]
+            for q in preds:
+                if not live[q]:
+                    live[q] = True
+                    stack.append(q)
         if not rule_ok[0]:
             raise GrammarError("the grammar accepts no string at all")
         for q in range(n):
             if live[q]:
-                nfa.edges[q] = [e for e in nfa.edges[q] if live[e[2]]]
-                nfa.eps[q] = [t for t in nfa.eps[q] if live[t]]
+                if nfa.edges[q]:
+                    nfa.edges[q] = [e for e in nfa.edges[q] if live[e[2]]]
+                if nfa.eps[q]:
+                    nfa.eps[q] = [t for t in nfa.eps[q] if live[t]]
                 if q in nfa.call and not (rule_ok[nfa.call[q][0]] and live[nfa.call[q][1]]):
                     del nfa.call[q]
             else:
                 nfa.edges[q] = []
                 nfa.eps[q] = []
                 nfa.call.pop(q, None)
-            for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
-                if q in d and not (live[q] and live[d[q][0]]):
-                    del d[q]
+        for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
+            for q in [q for q, (t, _) in d.items() if not (live[q] and live[t])]:
+                del d[q]
 
     # -- configurations ----------------------------------------------------------------------------------
     def _push(self, ret: int, parent: int, value: int = 0) -> int:
@@ -333,7 +341,7 @@ class Automaton:
                 else:
                     ret, parent, _ = self.stacks[st]
                     nxt.append((ret, parent))
-            if self.targets[q] is not None:
+            if nfa.edges[q]:
                 out.add((q, st))
             for k in nxt:
                 if k not in seen:
@@ -382,7 +390,7 @@ class Automaton:
     def _expand(self, sid: int) -> None:
         per_class: dict[int, list[tuple[int, int]]] = {}
         for q, st in self.state_configs[sid]:
-            for c, ts in self.targets[q].items():
+            for c, ts in self.targets(q).items():
                 lst = per_class.setdefault(c, [])
                 for t in ts:
                     lst.append((t, st))

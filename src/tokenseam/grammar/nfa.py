@@ -75,6 +75,7 @@ class ByteNFA:
         self.rule_names: list[str] = []
         self.end_rule: dict[int, int] = {}
         # Counted loops: entering pushes a counter frame, `cinc` bumps it, `cexit` pops it (if >= min).
+        self.may_dead_end = False  # set when some path can reach a state that cannot finish
         self.loops: list[tuple[int, int | None]] = []
         self.cpush: dict[int, tuple[int, int]] = {}
         self.cinc: dict[int, tuple[int, int]] = {}
@@ -204,6 +205,7 @@ class _Builder:
                 self.est_memo.clear()
         self.rule_index: dict[str, int] = {}
         self.tails: dict[tuple[int, int], int] = {}
+        self.lower_cache: dict[tuple, int] = {}
 
     def estimate(self, node: Node, depth: int = 0) -> int:
         key = id(node)
@@ -236,6 +238,38 @@ class _Builder:
         v = min(v, 10 * MAX_STATES)
         self.est_memo[key] = v
         return v
+
+    def all_productive(self) -> bool:
+        """Whether every rule can derive some string (then no path can strand the sampler)."""
+        ok: dict[str, bool] = {name: False for name in self.g.rules}
+
+        def prod(node: Node, depth: int = 0) -> bool:
+            if depth > 500:
+                return False
+            if isinstance(node, (Chars, Auto)):
+                return True
+            if isinstance(node, Seq):
+                return all(prod(x, depth + 1) for x in node.items)
+            if isinstance(node, Alt):
+                return any(prod(x, depth + 1) for x in node.items)
+            if isinstance(node, Repeat):
+                return node.min == 0 or prod(node.item, depth + 1)
+            if isinstance(node, Escaped):
+                return prod(node.item, depth + 1)
+            if isinstance(node, Ref):
+                return ok[node.name]
+            if isinstance(node, Members):
+                return all(prod(x, depth + 1) for x, req in node.items if req)
+            return False
+
+        changed = True
+        while changed:
+            changed = False
+            for name, node in self.g.rules.items():
+                if not ok[name] and prod(node):
+                    ok[name] = True
+                    changed = True
+        return all(ok.values())
 
     def counted(self, node: Repeat) -> bool:
         big = (node.max if node.max is not None else node.min) > COUNTER_THRESHOLD
@@ -290,6 +324,8 @@ class _Builder:
             raise GrammarError(f"grammar too large (about {est} automaton states, limit {MAX_STATES}); "
                                "reduce repeat counts or nesting")
         self.pending: list[tuple[str, int, int]] = []
+        if not self.all_productive():
+            self.nfa.may_dead_end = True
         self.rule(self.g.start)
         while self.pending:
             name, s, e = self.pending.pop()
@@ -309,6 +345,7 @@ class _Builder:
             return s
         if isinstance(node, Alt):
             if not node.items:
+                nfa.may_dead_end = True
                 return nfa.add()  # unreachable end: the empty language
             e = nfa.add()
             for it in node.items:
@@ -436,7 +473,7 @@ class _Builder:
         nfa.eps[s].append(m[a.start])
         for q in range(a.size):
             for lo, hi, t in a.edges[q]:
-                self.lower(((lo, hi),), m[q], m[t], esc)
+                self.lower(((lo, hi),) if not isinstance(lo, tuple) else lo, m[q], m[t], esc)
             for t in a.eps[q]:
                 nfa.eps[m[q]].append(m[t])
             if q in a.finals:
@@ -444,6 +481,19 @@ class _Builder:
         return e
 
     def lower(self, ranges, s: int, e: int, esc: bool) -> None:
+        if len(ranges) == 1 and ranges[0][1] < 0x80 and not (esc and ranges[0][0] <= 0x5C):
+            self.nfa.edges[s].append((ranges[0][0], ranges[0][1], e))
+            return
+        # Big sets (multi-byte UTF-8, escapes) into the same target are lowered once and shared.
+        key = (ranges, esc, e)
+        x = self.lower_cache.get(key)
+        if x is None:
+            x = self.nfa.add()
+            self._lower(ranges, x, e, esc)
+            self.lower_cache[key] = x
+        self.nfa.eps[s].append(x)
+
+    def _lower(self, ranges, s: int, e: int, esc: bool) -> None:
         if not esc or not any(lo <= 0x5C for lo, _ in ranges):
             for lo, hi in ranges:
                 self.lower_raw(lo, hi, s, e)
