@@ -26,18 +26,20 @@ class FakeState:
         self.requests = 0  # every POST, failed or not
         self.answered = 0
         self.fail_after: int | None = None  # answer this many, then 503 forever
-        self.flaky_every: int | None = None  # every k-th POST gets a 503
+        self.flaky_every: int | None = None  # the first request for every k-th new prompt gets a 503
+        self.seen: set[str] = set()
         self.reject = False  # 400 on everything
         self.garbage = False  # 200 with a body that is not a completion
 
     def respond(self, prompt: str) -> tuple[int, str]:
         with self.lock:
             self.requests += 1
-            n = self.requests
             if self.reject:
                 return 400, "bad request for testing"
-            if self.flaky_every and n % self.flaky_every == 0:
-                return 503, "flaky"
+            if self.flaky_every and prompt not in self.seen:
+                self.seen.add(prompt)
+                if len(self.seen) % self.flaky_every == 0:
+                    return 503, "flaky"
             if self.fail_after is not None and self.answered >= self.fail_after:
                 return 503, "outage"
             self.answered += 1
