@@ -219,3 +219,16 @@ def test_pad_local_profile_aligns_to_16(tokenizers):
     n = counter.leading_tokens + len(tokenizers["smollm2"].encode(res.text))
     assert n == res.report["final_tokens"] and n % 16 == 0 and res.report["on_boundary"]
     assert res.report["status"].startswith("exact block boundary")
+
+
+def test_pad_with_approximate_count_raises_the_floor():
+    from tokenseam.planner.counting import make_counter as mk
+
+    counter = mk(None)  # hosted profile, no local tokenizer: bytes/4
+    profile = load_profiles().get("openai")
+    res = pad_prompt("Answer briefly.", _examples(200), profile, counter)
+    r = res.report
+    assert r["count"]["exact"] is False and r["count"]["relative_error_bound"] == 0.25
+    assert r["effective_floor"] == 1280 and r["final_tokens"] >= 1280
+    assert r["final_tokens"] == -(-len(res.text.encode()) // 4)
+    assert r["stable_end"]["checked"] is False

@@ -60,3 +60,20 @@ def test_plan_bad_inputs(tmp_path, args, needle):
     r = _cli("plan", *[str(sub.get(a, a)) for a in args])
     assert r.returncode == 2
     assert needle in r.stderr, r.stderr
+
+
+def test_plan_with_user_profile_file(tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_text("x " * 300)
+    prof = tmp_path / "mine.toml"
+    prof.write_text('[profiles.tiny]\nprovider = "me"\nfloor = 256\nblock = 32\nread_multiplier = 0.25\n'
+                    'verified = 2026-01-01\nsource = "test"\nwrites = [{name = "w", multiplier = 1.5, ttl_seconds = 60}]\n')
+    r = _cli("plan", str(f), "--profile", "tiny", "--profiles", str(prof), "--tokenizer", "bytes/4", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)["plan"]
+    # 600 bytes -> 150 tokens (approx.) under a 256 floor: T = 256, steady 0.25 * 256 = 64 < 150.
+    assert plan["prefix_tokens"] == 150 and plan["planned_tokens"] == 256
+    assert plan["steady_cost_planned"] == 64 and plan["steady_padding_wins"]
+    prof.write_text("[profiles.tiny]\nfloor = -1\n")
+    r = _cli("plan", str(f), "--profile", "tiny", "--profiles", str(prof))
+    assert r.returncode == 2 and "mine.toml" in r.stderr and "'tiny'" in r.stderr
