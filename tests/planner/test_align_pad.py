@@ -232,3 +232,30 @@ def test_pad_with_approximate_count_raises_the_floor():
     assert r["effective_floor"] == 1280 and r["final_tokens"] >= 1280
     assert r["final_tokens"] == -(-len(res.text.encode()) // 4)
     assert r["stable_end"]["checked"] is False
+
+
+def test_pad_local_chat_prefix_is_block_aligned_in_rendered_requests(model_paths):
+    """With --leading-tokens chat, the padded prefix as the engine tokenizes two real chat requests (template
+    header + padded text + different questions) is shared for exactly final_tokens tokens, a multiple of 16."""
+    from tokenseam.engine.chat_template import ChatTemplate
+    from tokenseam.vocab import Tokenizer, Vocabulary
+    from tokenseam.vocab.gguf import read_gguf_metadata
+
+    counter = make_counter("smollm2", leading_tokens="chat")
+    res = pad_prompt("Solve the task. Reply with the answer only.", _examples(40), load_profiles().get("local"),
+                     counter)
+    n = res.report["final_tokens"]
+    assert n % 16 == 0 and counter.leading_tokens > 0
+    path = model_paths["smollm2"]
+    tmpl = ChatTemplate(read_gguf_metadata(path).get("tokenizer.chat_template"), Vocabulary.from_gguf(path),
+                        Tokenizer.from_gguf(path))
+    a = tmpl.encode([{"role": "user", "content": res.text + "\n\nQuestion: what is 2 + 2?"}])
+    b = tmpl.encode([{"role": "user", "content": res.text + "\n\nThe list: pear, fig."}])
+    common = 0
+    while a[common] == b[common]:
+        common += 1
+    assert common >= n
+    assert a[:n] == b[:n]
+    # The n shared tokens end exactly where the padded text ends: the header plus the padded text is n tokens.
+    tok = Tokenizer.from_gguf(path)
+    assert tok.decode(a[:n]).endswith(res.text[-30:].encode()) and tok.decode(a[n:n + 1]).startswith(b"\n")

@@ -30,6 +30,10 @@ def non_negative_float(text: str) -> float:
     return v
 
 
+def leading_tokens_arg(text: str) -> int | str:
+    return "chat" if text == "chat" else non_negative_int(text)
+
+
 def non_negative_int(text: str) -> int:
     try:
         v = int(text)
@@ -46,9 +50,10 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="TOML file whose profiles extend/override the built-in ones")
     p.add_argument("--tokenizer", metavar="MODEL", default=None,
                    help="count with this tokenizer: smollm2, gemma3, a .gguf path, or bytes/4 (approximation)")
-    p.add_argument("--leading-tokens", type=non_negative_int, default=None, metavar="N",
-                   help="tokens the request adds before the text (BOS, chat template); default: the "
-                        "tokenizer's BOS (1 or 0), 0 for the approximation")
+    p.add_argument("--leading-tokens", type=leading_tokens_arg, default=None, metavar="N|chat",
+                   help="tokens the request adds before the text (BOS, chat template); `chat` = the model's "
+                        "chat-template header for one user message; default: the tokenizer's BOS (1 or 0), "
+                        "0 for the approximation")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -70,11 +70,44 @@ def _cross_check(text: str) -> dict | None:
             "estimate_error": None if n == 0 else (est - n) / n}
 
 
+def chat_leading_tokens(model: str | Path) -> int:
+    """Tokens the model's chat template puts before a single user message's text (BOS, default system prompt,
+    role header): they lead the cached prefix on `/v1/chat/completions`, so they count toward block alignment.
+
+    Found as the common token prefix of two one-message conversations whose texts differ from the first
+    character, rendered with the engine's own chat template code."""
+    from ..engine.chat_template import ChatTemplate
+    from ..models import ModelNotFoundError, resolve_model
+    from ..vocab import Tokenizer, Vocabulary, VocabularyError
+    from ..vocab.gguf import read_gguf_metadata
+
+    try:
+        path = resolve_model(str(model))
+        meta = read_gguf_metadata(path, skip=frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                                                         "tokenizer.ggml.token_type", "tokenizer.ggml.merges"}))
+        tok, vocab = Tokenizer.from_gguf(path), Vocabulary.from_gguf(path)
+        tmpl = ChatTemplate(meta.get("tokenizer.chat_template"), vocab, tok)
+        a = tmpl.encode([{"role": "user", "content": "Alpha beta."}])
+        b = tmpl.encode([{"role": "user", "content": "Zulu yankee."}])
+    except (ModelNotFoundError, VocabularyError) as e:
+        raise PlannerError(f"--leading-tokens chat: {e}") from None
+    except Exception as e:  # the template code belongs to the engine; report rather than crash
+        raise PlannerError(f"--leading-tokens chat: could not render {model}'s chat template: {e}") from None
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def make_counter(tokenizer: str | None, profile_tokenizer: str | None = None,
-                 leading_tokens: int | None = None) -> TokenCounter:
-    """A counter for `--tokenizer` (alias or .gguf path), else the profile's local tokenizer, else bytes/4."""
+                 leading_tokens: int | str | None = None) -> TokenCounter:
+    """A counter for `--tokenizer` (alias or .gguf path), else the profile's local tokenizer, else bytes/4.
+
+    `leading_tokens`: a number, None (the tokenizer's BOS), or "chat" (the chat template's header tokens)."""
     name = tokenizer or profile_tokenizer
     if name in (None, "", APPROX_NAME, "approx"):
+        if leading_tokens == "chat":
+            raise PlannerError("--leading-tokens chat needs a local tokenizer (--tokenizer smollm2|gemma3|PATH.gguf)")
         return TokenCounter(
             name=APPROX_NAME, exact=False, leading_tokens=leading_tokens or 0,
             error_note=(f"approximation {APPROX_NAME}: no local tokenizer for this profile. Expect up to "
@@ -89,7 +122,10 @@ def make_counter(tokenizer: str | None, profile_tokenizer: str | None = None,
         tok = Tokenizer.from_gguf(path)
     except (ModelNotFoundError, VocabularyError) as e:
         raise PlannerError(f"tokenizer {name!r}: {e}") from None
-    lead = leading_tokens if leading_tokens is not None else (1 if tok.add_bos else 0)
+    if leading_tokens == "chat":
+        lead = chat_leading_tokens(name)
+    else:
+        lead = leading_tokens if leading_tokens is not None else (1 if tok.add_bos else 0)
     return TokenCounter(name=f"{Path(path).name} (llama.cpp)", exact=True, leading_tokens=lead, tokenizer=tok)
 
 
