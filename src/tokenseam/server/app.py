@@ -60,6 +60,9 @@ class ServerState:
         # exact outputs): (parsed request, body) -> constraint factory or None.
         self.constraint_hook: Callable[[ParsedRequest, dict], Callable | None] | None = None
         self.response_cache = response_cache  # tokenseam.respcache.ResponseCache or None
+        from ..healing import prepare_vocabulary
+
+        prepare_vocabulary(self.vocab)  # healing's lookup tables, built once here rather than by a request
         self._grammar_compiler = None
 
     def compile_request_grammar(self, body: dict, route: str):

@@ -40,6 +40,13 @@ def from_exception(e: Exception) -> APIError:
     if isinstance(e, BackendError):
         return APIError(503, f"the model backend failed: {e}", "server_error", code="backend_error")
     try:
+        from ..healing import HealingError
+
+        if isinstance(e, HealingError):
+            return APIError(400, str(e), param="token_healing")
+    except ImportError:
+        pass
+    try:
         from ..grammar import GrammarError
 
         if isinstance(e, GrammarError):
