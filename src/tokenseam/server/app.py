@@ -248,7 +248,17 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
             healed = {"removed_ids": hr.removed_ids, "removed_bytes": list(removed),
                       "removed_text": removed.decode("utf-8", errors="replace")}
     gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, text_skip_bytes=len(removed))
-    gen.constraint_factory = _constraint_factory(state, compiled, removed)
+    think = body.get("grammar_after_think", state.chat.is_thinking and parsed.messages is not None)
+    if not isinstance(think, bool):
+        raise bad("grammar_after_think must be true or false", "grammar_after_think")
+    if compiled is not None and think:
+        from ..grammar import GrammarMatcher
+        from .reasoning import ThinkThenGrammar
+
+        vocab = state.vocab
+        gen.constraint_factory = lambda i: _Opaque(ThinkThenGrammar(vocab, GrammarMatcher(compiled)))
+    else:
+        gen.constraint_factory = _constraint_factory(state, compiled, removed)
     return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed, tool_call=tool_call)
 
 
