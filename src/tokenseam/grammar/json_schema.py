@@ -185,6 +185,7 @@ class _Compiler:
         self.warnings: list[str] = []
         self.rules: dict[str, Node] = {}
         self.ref_rules: dict[str, str] = {}
+        self.merge_rules: dict[str, str] = {}
         if compact:
             self.ws = EMPTY
         else:
@@ -284,7 +285,24 @@ class _Compiler:
                 return self.ref(ref, ptr)
             return self.compile({"allOf": [{"$ref": ref}, rest]}, ptr)
         if "allOf" in s:
+            subs = s["allOf"]
+            rest = [k for k in s if k != "allOf" and k not in ANNOTATIONS]
+            if isinstance(subs, list) and len(subs) == 1 and not rest:
+                return self.compile(subs[0], f"{ptr}/allOf/0")
             merged = self.merge_all(s, ptr)
+            # A merged schema seen before becomes a shared rule, so recursion through allOf/$ref terminates.
+            try:
+                key = json.dumps(merged, sort_keys=True)
+            except (TypeError, ValueError):
+                key = None
+            if key is not None:
+                name = self.merge_rules.get(key)
+                if name is None:
+                    name = f"all{len(self.merge_rules)}"
+                    self.merge_rules[key] = name
+                    self.rules[name] = NOTHING
+                    self.rules[name] = self.compile(merged, ptr)
+                return Ref(name)
             return self.compile(merged, ptr)
         for key in ("anyOf", "oneOf"):
             if key in s:
@@ -300,7 +318,7 @@ class _Compiler:
                         b = {"allOf": [rest, b]}
                     subs.append((b, bp))
                 if key == "oneOf" and len(subs) > 1:
-                    self.check_disjoint(subs, ptr)
+                    subs = self.exclusive_branches(subs, ptr)
                 return alt(*[self.compile(b, bp) for b, bp in subs])
         if "const" in s or "enum" in s:
             return self.enum(s, ptr)
@@ -314,7 +332,7 @@ class _Compiler:
         else:
             raise GrammarError(f"'type' at {ptr} must be a string or an array of strings")
         for t in tlist:
-            if t not in TYPES and t != "integer":
+            if t not in TYPES and t not in ("integer", "__none__"):
                 raise GrammarError(f"unknown type {t!r} at {ptr}/type")
         if "number" in tlist and "integer" in tlist:
             tlist.remove("integer")
@@ -438,8 +456,9 @@ class _Compiler:
                     out["anyOf"] = out.get("anyOf", [])
                     self.unsupported("allOf combining two oneOf lists", ptr)
                 out[k] = combos
-            else:
-                raise GrammarError(f"cannot combine two different {k!r} values in allOf at {ptr}")
+            elif k in UNSUPPORTED or k in SUPPORTED:
+                self.unsupported(f"keyword {k!r} with different values in allOf", ptr)
+            # Unknown (vendor) keywords carry no assertion: the first value is kept, the other ignored.
         # A property declared by one side only is still governed by the other side's additionalProperties.
         for side, other in ((a, b), (b, a)):
             addl = other.get("additionalProperties", True)
@@ -457,18 +476,34 @@ class _Compiler:
         return out
 
     # -- oneOf disjointness ------------------------------------------------------------------------------
-    def check_disjoint(self, subs, ptr: str) -> None:
+    def exclusive_branches(self, subs, ptr: str):
+        """Make oneOf branches mutually exclusive, or raise if that cannot be done exactly.
+
+        Provably disjoint branches stay as they are. For two overlapping object-only branches, branch i
+        additionally requires that one of branch j's required properties is absent: a subset of
+        "not branch j", so every accepted value matches exactly one branch."""
         resolved = []
         for b, bp in subs:
             r = self.deref(b, bp)
             if isinstance(r, dict) and "allOf" in r:
                 r = self.merge_all(r, bp)
             resolved.append(r)
-        for i in range(len(resolved)):
-            for j in range(i + 1, len(resolved)):
-                if not self.disjoint(resolved[i], resolved[j], 0):
-                    self.unsupported(f"oneOf whose branches {i} and {j} may overlap", ptr)
-                    return
+        out = []
+        for i, (b, bp) in enumerate(subs):
+            extra = []
+            for j in range(len(resolved)):
+                if i == j or self.disjoint(resolved[i], resolved[j], 0):
+                    continue
+                ri, rj = resolved[i], resolved[j]
+                req_j = rj.get("required", []) if isinstance(rj, dict) else []
+                if (isinstance(ri, dict) and isinstance(rj, dict) and self._types(ri) == {"object"}
+                        and self._types(rj) == {"object"} and req_j and isinstance(req_j, list)):
+                    extra.append({"anyOf": [{"properties": {k: False}} for k in req_j]})
+                else:
+                    self.unsupported(f"oneOf whose branches {min(i, j)} and {max(i, j)} may overlap", ptr)
+                    return subs
+            out.append(({"allOf": [b, *extra]} if extra else b, bp))
+        return out
 
     def _types(self, s) -> set[str]:
         if s is False:
@@ -480,6 +515,12 @@ class _Compiler:
             return {_json_type(v) for v in vals}
         t = s.get("type")
         if t is None:
+            for key in ("anyOf", "oneOf"):
+                if isinstance(s.get(key), list):
+                    acc: set[str] = set()
+                    for b in s[key]:
+                        acc |= self._types(self.deref(b, ""))
+                    return acc
             return set(TYPES) | {"integer"}
         ts = {t} if isinstance(t, str) else set(t)
         if "number" in ts:
@@ -491,6 +532,13 @@ class _Compiler:
             return True
         if depth > 8 or not isinstance(a, dict) or not isinstance(b, dict):
             return False
+        for x, y in ((a, b), (b, a)):
+            for key in ("anyOf", "oneOf"):
+                if isinstance(x.get(key), list) and "type" not in x:
+                    rest = {k: v for k, v in x.items() if k != key}
+                    if all(self.disjoint(self.deref({"allOf": [rest, br]} if rest else br, ""), y, depth + 1)
+                           for br in x[key]):
+                        return True
         ta, tb = self._types(a), self._types(b)
         inter = set()
         for x in ta:

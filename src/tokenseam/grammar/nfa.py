@@ -230,7 +230,7 @@ class _Builder:
         elif isinstance(node, Auto):
             v = node.auto.size * 3
         elif isinstance(node, Members):
-            copies = (max(node.min, node.max or 0) + 1) * 2
+            copies = max(node.min, node.max or 0) + 1
             v = copies * (sum(self.estimate(x, depth + 1) for x, _ in node.items) + self.estimate(node.sep)
                           + (self.estimate(node.extra, depth + 1) if node.extra is not None else 0)) + 4
         else:
