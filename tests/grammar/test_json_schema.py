@@ -149,7 +149,7 @@ def test_extra_key_cannot_alias_declared_key(compiler):
 
 
 @pytest.mark.parametrize("schema,keyword,where", [
-    ({"type": "object", "properties": {"a": {"not": {"type": "string"}}}}, "'not'", "/properties/a"),
+    ({"type": "object", "properties": {"a": {"not": {"minLength": 3}}}}, "'not'", "/properties/a"),
     ({"type": "array", "uniqueItems": True}, "'uniqueItems'", "#"),
     ({"if": {"type": "string"}, "then": {"minLength": 2}}, "'if'", "#"),
     ({"$defs": {"x": {"type": "array", "contains": {"type": "integer"}}}, "$ref": "#/$defs/x"}, "'contains'",
@@ -234,3 +234,24 @@ def test_recursive_allof_ref_terminates(compiler):
     g = compiler.compile_json_schema(schema)
     assert accepts_text(g, '{"children": [{"children": [{"x": 2}], "x": 1}]}')
     assert not accepts_text(g, '{"children": [{"children": []}]}')
+
+
+@pytest.mark.parametrize("schema,docs", [
+    ({"not": {"type": "string"}}, [1, "x", None, [1], {"a": "b"}]),
+    ({"type": ["string", "integer"], "not": {"type": "integer"}}, [1, "x", 2.5]),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}},
+     [{"a": 1}, {"a": 1, "b": 2}, {}, {"b": 1}]),
+    ({"type": "string", "not": {"enum": ["foo", "bar"]}}, ["foo", "bar", "baz", "fo"]),
+    ({"not": {"const": "x"}, "enum": ["x", "y"]}, ["x", "y"]),
+    ({"not": {}}, [1]),
+    ({"not": False, "type": "integer"}, [1, "a"]),
+])
+def test_supported_not_forms_are_exact(compiler, schema, docs):
+    try:
+        g = compiler.compile_json_schema(schema)
+    except GrammarError:
+        assert schema == {"not": {}}
+        return
+    for doc in docs:
+        valid = jsonschema.Draft202012Validator(schema).is_valid(doc)
+        assert accepts_text(g, json.dumps(doc)) == valid, doc

@@ -275,7 +275,11 @@ class _Compiler:
             if k in UNSUPPORTED:
                 if k == "propertyNames" and s[k] in (True, {}):
                     continue
+                if k == "not":
+                    continue
                 self.unsupported(f"keyword {k!r}", ptr)
+        if "not" in s:
+            return self.negation(s, ptr)
         if s.get("uniqueItems") is True:
             self.unsupported("keyword 'uniqueItems'", ptr)
         if "$ref" in s:
@@ -340,6 +344,39 @@ class _Compiler:
         for t in tlist:
             parts.append(getattr(self, "t_" + t)(s, ptr))
         return alt(*parts)
+
+    def negation(self, s: dict, ptr: str) -> Node:
+        """`not` in the forms that have an exact (or subset) positive rewrite; others are unsupported."""
+        n = self.deref(s["not"], f"{ptr}/not")
+        rest = {k: v for k, v in s.items() if k != "not"}
+        if n is False:
+            return self.compile(rest, ptr)
+        if n is True:
+            return NOTHING
+        if isinstance(n, dict):
+            keys = {k for k in n if k not in ANNOTATIONS}
+            if not keys:
+                return NOTHING
+            if keys == {"type"}:
+                t = n["type"]
+                excl = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+                cur = rest.get("type", list(TYPES))
+                cur = [cur] if isinstance(cur, str) else list(cur)
+                # "not integer" over "number" would need non-integral numbers only: not representable here.
+                if excl is not None and not ("integer" in excl and "number" not in excl and "number" in cur):
+                    keep = [x for x in cur if x not in excl and not (x == "integer" and "number" in excl)]
+                    return self.compile({**rest, "type": keep or ["__none__"]}, ptr)
+            if keys == {"required"} and isinstance(n["required"], list) and n["required"]:
+                # not(required: K) = an object missing at least one key of K (non-objects satisfy `required`).
+                absent = {"anyOf": [{"properties": {k: False}} for k in n["required"]]}
+                return self.compile({"allOf": [rest, {"type": "object"}, absent]}, ptr)
+            if keys <= {"enum", "const"}:
+                vals = [n["const"]] if "const" in n else n.get("enum")
+                if isinstance(vals, list) and vals and all(isinstance(v, str) for v in vals):
+                    excl = list(rest.get("_not_strings", [])) + vals
+                    return self.compile({**rest, "_not_strings": excl}, ptr)
+        self.unsupported("keyword 'not' (only not with type, required or string enum/const is supported)", ptr)
+        return self.compile(rest, ptr)
 
     def ref(self, ref: str, ptr: str) -> Node:
         name = self.ref_rules.get(ref)
@@ -438,6 +475,8 @@ class _Compiler:
                 out[k] = props
             elif k in ("additionalProperties", "items", "additionalItems"):
                 out[k] = {"allOf": [u, v]}
+            elif k == "_not_strings":
+                out[k] = list(u) + list(v)
             elif k == "pattern":
                 out["pattern"] = [*(u if isinstance(u, list) else [u]), *(v if isinstance(v, list) else [v])]
             elif k in ("enum", "const"):
@@ -578,6 +617,9 @@ class _Compiler:
         rest = {k: v for k, v in s.items() if k not in ("enum", "const") and k not in ANNOTATIONS}
         if "const" in s and "enum" in s:
             vals = [v for v in vals if any(_json_equal(v, e) for e in s["enum"])]
+        excluded = rest.pop("_not_strings", None)
+        if excluded:
+            vals = [v for v in vals if not (isinstance(v, str) and v in excluded)]
         if rest:
             vals = [v for v in vals if self.is_valid(v, rest)]
         alts = []
@@ -704,16 +746,20 @@ class _Compiler:
             else:
                 self.warnings.append(f"format {fmt!r} at {ptr} is not enforced (annotation only)")
         q = lit('"')
+        excluded = s.get("_not_strings")
+        if excluded:
+            # Excluding values forces the canonical (json.dumps) encoding, so an escape cannot spell one.
+            regexes.append(Auto(cpauto.complement(cpauto.literal_set(excluded))))
         if not regexes:
             return seq(q, Repeat(JCHAR, mn, mx), q)
         if len(regexes) == 1 and mn == 0 and mx is None:
-            return seq(q, Escaped(regexes[0]), q)
+            return seq(q, Escaped(regexes[0]), q)  # an Auto inside is escaped the same way
         auto = None
         if len(regexes) == 1:
-            auto = cpauto.from_ir(regexes[0])
+            auto = regexes[0].auto if isinstance(regexes[0], Auto) else cpauto.from_ir(regexes[0])
         else:
             for r in regexes:
-                d = cpauto.determinize(cpauto.from_ir(r))
+                d = r.auto if isinstance(r, Auto) else cpauto.determinize(cpauto.from_ir(r))
                 auto = d if auto is None else cpauto.product(auto, d)
         if mn or mx is not None:
             auto = cpauto.count(auto, mn, mx)
