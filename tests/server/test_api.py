@@ -138,7 +138,7 @@ def test_unknown_route_and_method(smollm2_server):
 def test_queue_bound_gives_503_with_retry_after():
     s = RunningServer("smollm2", n_ctx=512, parallel=1, max_queue=1)
     try:
-        body = {"prompt": "Tell a long story:", "max_tokens": 300, "temperature": 0, "ignore_eos": True}
+        body = {"prompt": "Tell a long story:", "max_tokens": 480, "temperature": 0, "ignore_eos": True}
         results: list[int] = []
 
         def call():
@@ -149,9 +149,10 @@ def test_queue_bound_gives_503_with_retry_after():
             t.start()
         import time
 
-        deadline = time.time() + 30
+        deadline = time.time() + 120
         while (s.state.engine.running_count < 1 or s.state.engine.queue_depth < 1) and time.time() < deadline:
-            time.sleep(0.02)
+            time.sleep(0.01)
+        assert s.state.engine.running_count == 1 and s.state.engine.queue_depth == 1, "queue never filled"
         r = httpx.post(s.url + "/v1/completions", json=body, timeout=30)
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert r.json()["error"]["code"] == "queue_full"

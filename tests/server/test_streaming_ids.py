@@ -43,7 +43,10 @@ def run_both(server, route: str, extra: dict):
     return full, events
 
 
-def check_invariants(server, full, events, route, n=1):
+def check_invariants(server, full, events, route, n=1, same_output=True):
+    """ID accounting of one streamed and one non-streamed run. With `same_output`, the two runs must also
+    agree token for token (greedy decoding; sampled runs with a seed agree only when the KV cache placement
+    and batch shapes are identical, which a shared server does not promise)."""
     usage_chunk = [e for e in events if not e["choices"]]
     assert len(usage_chunk) == 1
     for idx in range(n):
@@ -53,18 +56,28 @@ def check_invariants(server, full, events, route, n=1):
         assert len(finals) == 1 and finals[0] is evs[-1]
         assert finals[0]["all_token_ids"] == streamed_ids
         choice = full["choices"][idx]
-        assert choice["token_ids"] == streamed_ids
         if route == "/v1/chat/completions":
             streamed_text = "".join(c["delta"].get("content", "") for c in evs)
             text = choice["message"]["content"]
         else:
             streamed_text = "".join(c["text"] for c in evs)
             text = choice["text"]
-        assert streamed_text == text
-        assert "\ufffd" not in text
-        assert choice["finish_reason"] == finals[0]["finish_reason"]
+        vocab = server.state.vocab
+        healed = bytes(full.get("token_healing", {}).get("removed_bytes", []))
+        assert bytes(events[0].get("token_healing", {}).get("removed_bytes", [])) == healed
+        for ids, t in ((streamed_ids, streamed_text), (choice["token_ids"], text)):
+            raw = vocab.decode_bytes(ids)
+            assert raw.startswith(healed)  # healing regenerates the removed bytes; the text does not repeat them
+            decoded = raw[len(healed):].decode("utf-8", errors="ignore")
+            assert "\ufffd" not in t and decoded.startswith(t)
+        if same_output:
+            assert choice["token_ids"] == streamed_ids
+            assert streamed_text == text
+            assert choice["finish_reason"] == finals[0]["finish_reason"]
     total = sum(len(c["token_ids"]) for c in full["choices"])
-    assert full["usage"]["completion_tokens"] == total == usage_chunk[0]["usage"]["completion_tokens"]
+    assert full["usage"]["completion_tokens"] == total
+    streamed_total = sum(len(c.get("token_ids", [])) for e in events for c in e["choices"])
+    assert usage_chunk[0]["usage"]["completion_tokens"] == streamed_total
 
 
 @pytest.mark.model
@@ -136,14 +149,20 @@ def test_max_tokens_ending_mid_character(server):
 def test_n_choices_never_mix_ids(smollm2_server):
     body = {"n": 3, "temperature": 1.0, "seed": 1234, "max_tokens": 24}
     full, events = run_both(smollm2_server, "/v1/chat/completions", body)
-    check_invariants(smollm2_server, full, events, "/v1/chat/completions", n=3)
+    check_invariants(smollm2_server, full, events, "/v1/chat/completions", n=3, same_output=False)
     assert len({tuple(c["token_ids"]) for c in full["choices"]}) > 1
 
 
 @pytest.mark.model
-def test_same_seed_same_ids_streamed_or_not(smollm2_server):
-    full, events = run_both(smollm2_server, "/v1/completions", {"temperature": 0.9, "seed": 7, "max_tokens": 40})
+def test_greedy_same_ids_streamed_or_not(smollm2_server):
+    full, events = run_both(smollm2_server, "/v1/completions", {"temperature": 0, "seed": 7, "max_tokens": 40})
     check_invariants(smollm2_server, full, events, "/v1/completions")
+
+
+@pytest.mark.model
+def test_sampled_stream_accounts_for_every_id(smollm2_server):
+    full, events = run_both(smollm2_server, "/v1/completions", {"temperature": 0.9, "seed": 7, "max_tokens": 40})
+    check_invariants(smollm2_server, full, events, "/v1/completions", same_output=False)
 
 
 @pytest.mark.model

@@ -418,6 +418,7 @@ class Formatter:
         self.choices = [fmt.ChoiceState(i) for i in range(parsed.params.n)]
         self.done: RequestDone | None = None
         self.chat = route == "/v1/chat/completions"
+        self._healing_reported = False
 
     # ------------------------------------------------------------------ accumulate
     def absorb(self, evs: list) -> list[tuple[ChoiceEvent, bytes]]:
@@ -533,6 +534,8 @@ class Formatter:
 
     def stream_chunks(self, evs: list) -> list[bytes]:
         out = []
+        healing = self.prep.healed if not self._healing_reported else None
+        self._healing_reported = True
         for e, prev in self.absorb(evs):
             c = self.choices[e.index]
             last = e.finish_reason is not None
@@ -545,6 +548,8 @@ class Formatter:
                     obj["content"] = e.text
                     obj["tokens"] = e.token_ids
                     obj["all_tokens"] = c.token_ids
+                if healing:
+                    obj["token_healing"], healing = healing, None
                 out.append(fmt.sse(obj))
                 continue
             ch: dict = {"index": e.index, "finish_reason": self._finish(c) if last else None}
@@ -568,7 +573,10 @@ class Formatter:
                 ch["token_ids"] = e.token_ids
                 if last:
                     ch["all_token_ids"] = c.token_ids
-            out.append(fmt.sse(self._chunk([ch])))
+            chunk = self._chunk([ch])
+            if healing:  # what healing removed from the prompt, once, on the first chunk
+                chunk["token_healing"], healing = healing, None
+            out.append(fmt.sse(chunk))
         return out
 
     def closing_chunks(self) -> list[bytes]:
