@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     oursn = res["tokenseam_n"]["tok_s"]
     res["ratio_single_vs_llama_cpp_python"] = ours1 / res["llama_cpp_python_1"]["tok_s"]
     res["ratio_batched_vs_raw"] = oursn / res["raw_batched"]["tok_s"]
+    res["ratio_json_vs_unconstrained"] = res["tokenseam_json_1"]["tok_s"] / ours1
     table = Table(title=f"decode tokens/s, median of {args.repeats} ({Path(path).name}, {args.threads} threads)")
     for col in ("system", "1 stream", f"{args.streams} streams (aggregate)"):
         table.add_column(col)
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         ls = res["llama_server"]
         table.add_row("llama-server", f"{ls['tok_s_1']:.1f}", f"{ls['tok_s_n']:.1f}")
     table.add_row("tokenseam (HTTP SSE)", f"{ours1:.1f}", f"{oursn:.1f}")
+    table.add_row("tokenseam under a JSON Schema", f"{res['tokenseam_json_1']['tok_s']:.1f} "
+                  f"({res['ratio_json_vs_unconstrained']:.3f}x unconstrained)", "-")
     table.add_row("ratio tokenseam / anchor", f"{res['ratio_single_vs_llama_cpp_python']:.3f} (vs llama-cpp-python)",
                   f"{res['ratio_batched_vs_raw']:.3f} (vs raw batch)")
     console.print(table)
@@ -208,6 +211,14 @@ def _tokenseam(path: Path, args) -> dict:
             r1.append(n / dt)
             ov1.append((eng.stats.overhead_seconds - s0) / max(g, 1) * 1000)
             out1.append((dt - (be.decode_seconds - d0)) / max(n, 1) * 1000)
+        # the same single stream under a JSON Schema (grammar masks every step)
+        schema = {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "note": {"type": "string"}}, "required": ["name", "note"]}}
+        asyncio.run(_concurrent(url, [{**body(0), "guided_json": schema}]))  # warm-up: compile + first masks
+        rj = []
+        for r in range(args.repeats):
+            n, dt = asyncio.run(_concurrent(url, [{**body(r), "guided_json": schema}]))
+            rj.append(n / dt)
         rn, ovn = [], []
         for _ in range(args.repeats):
             s0, st0 = eng.stats.overhead_seconds, eng.stats.steps
@@ -220,6 +231,7 @@ def _tokenseam(path: Path, args) -> dict:
         be.close()
     return {"tokenseam_1": {"tok_s": median(r1), "runs": r1, "engine_overhead_ms_per_token": median(ov1),
                             "outside_decode_ms_per_token": median(out1)},
+            "tokenseam_json_1": {"tok_s": median(rj), "runs": rj},
             "tokenseam_n": {"tok_s": median(rn), "runs": rn, "engine_overhead_ms_per_token": median(ovn)}}
 
 
