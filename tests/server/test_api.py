@@ -161,3 +161,15 @@ def test_queue_bound_gives_503_with_retry_after():
         assert results == [200, 200]
     finally:
         s.stop()
+
+
+def test_legacy_completion_logprobs_one_entry_per_token(smollm2_server):
+    r = httpx.post(smollm2_server.url + "/v1/completions",
+                   json={"prompt": "Emoji: 😊 and Korean: 안녕", "max_tokens": 12, "temperature": 0, "logprobs": 2,
+                         "return_token_ids": True, "token_healing": False}, timeout=60).json()
+    c = r["choices"][0]
+    lp = c["logprobs"]
+    vocab = smollm2_server.state.vocab
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["token_bytes"]) == len(c["token_ids"])
+    assert [bytes(b) for b in lp["token_bytes"]] == [vocab.token_bytes[t] for t in c["token_ids"]]
+    assert lp["text_offset"] == sorted(lp["text_offset"]) and all(len(t) <= 2 for t in lp["top_logprobs"])

@@ -429,7 +429,10 @@ class Formatter:
                 self.done = e
                 continue
             c = self.choices[e.index]
-            prev = self.vocab.decode_bytes(c.token_ids)
+            legacy_lp = self.p.params.logprobs and not self.chat and self.route != "/completion"
+            prev = bytes(c.raw) if legacy_lp else b""  # only legacy logprob text offsets need it
+            if legacy_lp:
+                c.raw += self.vocab.decode_bytes(e.token_ids)
             c.token_ids += e.token_ids
             c.text += e.text
             c.logprobs += e.logprobs

@@ -30,6 +30,7 @@ class ChoiceState:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
     stop_string: str | None = None
+    raw: bytearray = field(default_factory=bytearray)  # bytes of token_ids (for legacy logprob text offsets)
 
 
 def chat_logprobs(vocab: Vocabulary, lps: list[TokenLogprob]) -> dict:
