@@ -152,6 +152,8 @@ class Automaton:
         self.class_start = pts[:-1]
         # Per-NFA-state byte-class successor tables are built lazily (most states are never reached).
         self._targets: dict[int, dict[int, tuple[int, ...]]] = {}
+        self._groups: dict[int, tuple[np.ndarray, list[tuple[int, ...]]]] = {}
+        self._local_memo: dict[int, tuple[int, ...] | None] = {}
 
     def targets(self, q: int) -> dict[int, tuple[int, ...]]:
         d = self._targets.get(q)
@@ -294,11 +296,44 @@ class Automaton:
             self.stack_index[key] = sid
         return sid
 
+    def _local(self, q0: int) -> tuple[int, ...] | None:
+        """The epsilon closure of q0 when it touches no stack operation (same for every stack), else None."""
+        hit = self._local_memo.get(q0, 0)
+        if hit != 0:
+            return hit
+        nfa = self.nfa
+        special = (nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
+        seen = {q0}
+        stack = [q0]
+        res: tuple[int, ...] | None = None
+        ok = True
+        while stack and ok:
+            q = stack.pop()
+            for d in special:
+                if q in d:
+                    ok = False
+                    break
+            for t in nfa.eps[q]:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+            if len(seen) > 256:
+                ok = False
+        if ok:
+            res = tuple(q for q in seen if nfa.edges[q])
+        self._local_memo[q0] = res
+        return res
+
     def closure(self, q0: int, st0: int) -> tuple[frozenset, bool]:
         key = (q0, st0)
         hit = self.closure_memo.get(key)
         if hit is not None:
             return hit
+        local = self._local(q0)
+        if local is not None:
+            res = (frozenset([(q, st0) for q in local]), False)
+            self.closure_memo[key] = res
+            return res
         nfa = self.nfa
         out = set()
         acc = False
@@ -387,28 +422,60 @@ class Automaton:
             if was:
                 gc.enable()
 
-    def _expand(self, sid: int) -> None:
-        per_class: dict[int, list[tuple[int, int]]] = {}
-        for q, st in self.state_configs[sid]:
+    def groups(self, q: int) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+        """NFA state q's byte classes grouped by target set: (group index per class, -1 = none; targets)."""
+        g = self._groups.get(q)
+        if g is None:
+            idx = np.full(self.n_classes, -1, dtype=np.int32)
+            tgts: list[tuple[int, ...]] = []
+            where: dict[tuple[int, ...], int] = {}
             for c, ts in self.targets(q).items():
-                lst = per_class.setdefault(c, [])
-                for t in ts:
-                    lst.append((t, st))
+                k = where.get(ts)
+                if k is None:
+                    k = where[ts] = len(tgts)
+                    tgts.append(ts)
+                idx[c] = k
+            g = self._groups[q] = (idx, tgts)
+        return g
+
+    def _successor(self, moves: frozenset) -> int:
+        configs: set = set()
+        acc = False
+        for t, st in moves:
+            cs, a = self.closure(t, st)
+            configs |= cs
+            acc = acc or a
+        return DEAD if not configs and not acc else self._state(frozenset(configs), acc)
+
+    def _expand(self, sid: int) -> None:
+        # Work per group of byte classes with the same targets, not per class: a string-content state has
+        # dozens of classes but only a few distinct moves.
+        configs = list(self.state_configs[sid])
         row = np.full(self.n_classes, DEAD, dtype=np.int32)
-        cache: dict[frozenset, int] = {}
-        for c, moves in per_class.items():
-            mk = frozenset(moves)
-            nxt = cache.get(mk)
-            if nxt is None:
-                configs: set = set()
-                acc = False
-                for t, st in mk:
-                    cs, a = self.closure(t, st)
-                    configs |= cs
-                    acc = acc or a
-                nxt = DEAD if not configs and not acc else self._state(frozenset(configs), acc)
-                cache[mk] = nxt
-            row[c] = nxt
+        if len(configs) == 1:
+            q, st = configs[0]
+            idx, tgts = self.groups(q)
+            for k, ts in enumerate(tgts):
+                row[idx == k] = self._successor(frozenset((t, st) for t in ts))
+        elif configs:
+            gs = [self.groups(q) for q, _ in configs]
+            # Classes with the same group in every config move alike: refine a 1-D key config by config.
+            key = gs[0][0].astype(np.int64) + 1
+            for idx, tgts in gs[1:]:
+                key = key * (len(tgts) + 1) + (idx + 1)
+                if key.max() > (1 << 40):
+                    key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            for j, c in enumerate(first.tolist()):
+                moves = set()
+                for i, (_, st) in enumerate(configs):
+                    k = gs[i][0][c]
+                    if k >= 0:
+                        for t in gs[i][1][k]:
+                            moves.add((t, st))
+                if moves:
+                    row[inverse == j] = self._successor(frozenset(moves))
         self.trans[sid] = row
         self._expanded_set.add(sid)
 
