@@ -561,7 +561,7 @@ class Automaton:
         while _walk(self.trans, self.byte_class, tb.data, tb.offs, tb.lcp, tb.skip, tb.ids, states, pos, out):
             self.expand(int(states[pos[1]]))
         if self.accepting[sid] and tb.eos.size:
-            out[tb.eos >> 5] |= np.uint32(1) << (tb.eos & 31).astype(np.uint32)
+            np.bitwise_or.at(out, tb.eos >> 5, np.uint32(1) << (tb.eos & 31).astype(np.uint32))
         m = out.view(np.int32)
         self.masks[sid] = m
         self.mask_bytes += m.nbytes
