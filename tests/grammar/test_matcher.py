@@ -122,3 +122,23 @@ def test_same_grammar_on_gemma(gemma_compiler, gemma3_vocab):
     assert allowed[sorted(gemma3_vocab.eos_token_ids)].all()
     assert not (allowed & gemma3_vocab.is_special & ~np.isin(np.arange(gemma3_vocab.size),
                                                              sorted(gemma3_vocab.eos_token_ids))).any()
+
+
+def test_reasoning_phase_is_free_until_end_tag(compiler, smollm2_vocab):
+    v = smollm2_vocab
+    m = GrammarMatcher(compiler.compile_choice(["yes", "no"]), reasoning_end="</think>")
+    allowed = _allowed(m, v)
+    assert not allowed[sorted(v.eos_token_ids)].any() and allowed[v.trie.tokens_equal(b"maybe")[0]]
+    assert not m.is_accepting()
+    for piece in (b"hm", b"</", b"think", b">"):
+        tid = v.trie.tokens_equal(piece)[0]
+        assert m.accept_token(tid)
+    allowed = _allowed(m, v)
+    assert allowed[v.trie.tokens_equal(b"yes")[0]] and not allowed[v.trie.tokens_equal(b"maybe")[0]]
+    m.rollback(1)
+    assert _allowed(m, v)[v.trie.tokens_equal(b"maybe")[0]]
+    assert m.accept_token(v.trie.tokens_equal(b">")[0])
+    assert m.accept_token(v.trie.tokens_equal(b"yes")[0]) and m.is_accepting()
+    m2 = GrammarMatcher(compiler.compile_choice(["yes", "no"]), reasoning_end="</think>")
+    assert m2.accept_bytes(b"some thoughts</think>ye")
+    assert m2.accept_bytes(b"s") and m2.is_accepting()

@@ -13,25 +13,64 @@ MAX_JUMP = 4096
 
 
 class GrammarMatcher:
-    """Per-request matcher. EOS is allowed exactly when the grammar accepts; special tokens never."""
+    """Per-request matcher. EOS is allowed exactly when the grammar accepts; special tokens never.
 
-    def __init__(self, compiled: CompiledGrammar) -> None:
+    With `reasoning_end` (e.g. "</think>"), generation is free (any non-special token, never EOS) until the
+    output ends with that tag (as text or as the special token whose text it is); the grammar starts right
+    after it.
+    """
+
+    def __init__(self, compiled: CompiledGrammar, reasoning_end: str | None = None) -> None:
         self.compiled = compiled
         self._auto = compiled.automaton
         self._table = self._auto.table
         self._eos = {int(x) for x in self._table.eos}
+        self._end_tag = reasoning_end.encode("utf-8") if reasoning_end else None
+        self._free_mask: np.ndarray | None = None
+        self._end_ids: set[int] = set()
+        if self._end_tag is not None:
+            tb = self._table
+            self._end_ids = {i for i, b in enumerate(tb.token_bytes) if b == self._end_tag}
+            free = ~tb.is_special.copy()
+            free[list(self._end_ids)] = True
+            free[list(self._eos)] = False
+            bits = np.packbits(np.concatenate([free, np.zeros(tb.words * 32 - len(free), bool)]), bitorder="little")
+            self._free_mask = bits.view(np.int32).copy()
         self.reset()
 
     def reset(self) -> None:
         self._state = self._auto.start
         self._history: list[int] = []
         self._terminated = False
+        self._free = self._end_tag is not None
+        self._tail = b""
+        self._tail_stack: list[bytes] = []
+
+    def _accept_free(self, tid: int) -> bool:
+        tb = self._table
+        if tid in self._eos or tid < 0 or tid >= tb.vocab_size:
+            return False
+        if tb.is_special[tid] and tid not in self._end_ids:
+            return False
+        # History entries in the free phase are -1 - (length of the kept tail) so rollback can restore it.
+        self._history.append(-1 - len(self._tail))
+        self._tail_stack.append(self._tail)
+        data = self._end_tag if tid in self._end_ids else tb.token_bytes[tid]
+        tail = self._tail + data
+        if tail.endswith(self._end_tag):
+            self._free = False
+            self._tail = b""
+        else:
+            self._tail = tail[-len(self._end_tag):]
+        return True
 
     # -- commits -----------------------------------------------------------------------------------------
     def accept_token(self, token_id: int) -> bool:
         if self._terminated:
             return False
         tid = int(token_id)
+        if self._free:
+            return self._accept_free(tid)
         if tid in self._eos:
             if not self._auto.accepting[self._state]:
                 return False
@@ -54,6 +93,15 @@ class GrammarMatcher:
         """Advance over raw bytes (e.g. prompt bytes removed by token healing); not a rollback step."""
         if self._terminated:
             return False
+        if self._free:
+            tail = self._tail + bytes(data)
+            k = tail.find(self._end_tag)
+            if k < 0:
+                self._tail = tail[-len(self._end_tag):]
+                return True
+            self._free = False
+            self._tail = b""
+            data = tail[k + len(self._end_tag):]
         nxt = self._auto.step_bytes(self._state, bytes(data))
         if nxt < 0:
             return False
@@ -64,7 +112,13 @@ class GrammarMatcher:
         if n < 0 or n > len(self._history):
             raise ValueError(f"cannot roll back {n} tokens (only {len(self._history)} accepted)")
         for _ in range(n):
-            self._state = self._history.pop()
+            h = self._history.pop()
+            if h < 0:
+                # Back into the free (reasoning) phase.
+                self._free = True
+                self._tail = self._tail_stack.pop()
+            else:
+                self._state = h
         if n:
             self._terminated = False
 
@@ -75,18 +129,25 @@ class GrammarMatcher:
         if self._terminated:
             row[:] = 0
             return
+        if self._free:
+            row[:] = self._free_mask
+            return
         row[:] = self._auto.mask(self._state)
 
     def is_accepting(self) -> bool:
-        return bool(self._auto.accepting[self._state])
+        return not self._free and bool(self._auto.accepting[self._state])
 
     def is_terminated(self) -> bool:
         if self._terminated:
             return True
+        if self._free:
+            return False
         return self.is_accepting() and not self._auto.has_moves(self._state)
 
     def find_jump_forward_string(self) -> str:
         """The continuation the grammar forces from here (longest complete-UTF-8 prefix), or ''."""
+        if self._free:
+            return ""
         auto = self._auto
         s = self._state
         out = bytearray()
