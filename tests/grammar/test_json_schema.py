@@ -255,3 +255,30 @@ def test_supported_not_forms_are_exact(compiler, schema, docs):
     for doc in docs:
         valid = jsonschema.Draft202012Validator(schema).is_valid(doc)
         assert accepts_text(g, json.dumps(doc)) == valid, doc
+
+
+@pytest.mark.parametrize("bounds", [
+    {"minimum": 0.01}, {"minimum": -2.5, "maximum": 10}, {"exclusiveMinimum": 0, "exclusiveMaximum": 1},
+    {"minimum": 1.25, "maximum": 1.5}, {"exclusiveMinimum": -1.5, "maximum": -0.25}, {"maximum": 64.0},
+    {"minimum": 3, "exclusiveMaximum": 3.001}, {"exclusiveMinimum": 0.5, "exclusiveMaximum": 0.5000001},
+])
+def test_number_bounds_exact(compiler, bounds):
+    from decimal import Decimal
+
+    schema = {"type": "number", **bounds}
+    g = compiler.compile_json_schema(schema)
+    rng = np.random.default_rng(5)
+    texts = ["0", "0.0", "-0.5", "0.01", "0.009", "0.0100", "1.25", "1.5", "1.5000", "1.2", "1.51", "-2.5",
+             "-2.50001", "10", "10.0", "10.001", "3", "3.0009", "3.001", "0.5", "0.50000001", "-1.5", "-0.25",
+             "-0.2", "64", "64.5", "63.99", "-0.25001", "1", "0.99"]
+    texts += [f"{x:.{rng.integers(0, 5)}f}" for x in rng.uniform(-4, 12, 60)]
+    texts += ["0.500000000000000000001", "2.99999999999999999999", "0.0100000000000000000001"]
+    for t in texts:
+        if t.startswith("-0") and Decimal(t) == 0:
+            continue  # "-0" spellings are refused by design (a subset)
+        valid = jsonschema.Draft202012Validator(schema).is_valid(json.loads(t))
+        accepted = accepts_text(g, t)
+        if len(Decimal(t).normalize().as_tuple().digits) > 15:
+            assert not accepted or valid, (t, bounds)  # long spellings: never a wrong accept
+        else:
+            assert accepted == valid, (t, bounds)

@@ -6,7 +6,7 @@ Intersection (pattern plus length or format), complement (keys not among the dec
 from __future__ import annotations
 
 from .errors import GrammarError
-from .ir import ANY_RANGES, Alt, Chars, Escaped, Node, Repeat, Seq, norm
+from .ir import ANY_RANGES, Alt, Auto, Chars, Escaped, Node, Repeat, Seq, norm
 
 MAX_DFA_STATES = 4000
 MAX_NFA_STATES = 200_000
@@ -76,6 +76,19 @@ def _build(nfa: CPNFA, node: Node, s: int) -> int:
         return e
     if isinstance(node, Escaped):
         return _build(nfa, node.item, s)
+    if isinstance(node, Auto) and not node.escape:
+        a = node.auto
+        m = [nfa.add() for _ in range(a.size)]
+        e = nfa.add()
+        nfa.eps[s].append(m[a.start])
+        for q in range(a.size):
+            for lo, hi, t in a.edges[q]:
+                nfa.edges[m[q]].append((lo, hi, m[t]))
+            for t in a.eps[q]:
+                nfa.eps[m[q]].append(m[t])
+            if q in a.finals:
+                nfa.eps[m[q]].append(e)
+        return e
     raise GrammarError(f"cannot intersect a grammar containing {type(node).__name__}")
 
 

@@ -159,6 +159,97 @@ JCHAR = alt(
 )
 
 
+def _frac_digits(x: Decimal) -> str:
+    """Digits after the point of a non-negative decimal, without trailing zeros."""
+    t = format(x - math.floor(x), "f")
+    return t.split(".")[1].rstrip("0") if "." in t else ""
+
+
+def _ge_digits(f: str, strict: bool) -> Node:
+    """Non-empty digit strings d with 0.d >= 0.f (> when strict)."""
+    if not f:
+        return seq(star(DIG), DIG19, star(DIG)) if strict else Repeat(DIG, 1, None)
+    return _rest_ge(f, strict)
+
+
+def _rest_ge(g: str, strict: bool) -> Node:
+    if not g:
+        return seq(star(DIG), DIG19, star(DIG)) if strict else star(DIG)
+    d = int(g[0])
+    options = [seq(lit(g[0]), _rest_ge(g[1:], strict))]
+    if d < 9:
+        options.append(seq(cls(f"{d + 1}-9"), star(DIG)))
+    return alt(*options)
+
+
+def _le_digits(f: str, strict: bool, first: bool = True) -> Node:
+    """Non-empty digit strings d with 0.d <= 0.f (< when strict)."""
+    if not f:
+        if first:
+            return NOTHING if strict else Repeat(lit("0"), 1, None)
+        return NOTHING if strict else star(lit("0"))
+    d = int(f[0])
+    options = [seq(lit(f[0]), _le_digits(f[1:], strict, False))]
+    if d > 0:
+        options.append(seq(cls(f"0-{d - 1}"), star(DIG)))
+    if not first:
+        options.append(EMPTY)  # a proper prefix of f (which ends in a non-zero digit) is smaller
+    return alt(*options)
+
+
+def _decimal_range(lo: Decimal, lo_ex: bool, hi: Decimal | None, hi_ex: bool) -> Node:
+    """Non-negative decimals (canonical integer part, optional fraction, no exponent) in the range."""
+    lo_n, lo_f = math.floor(lo), _frac_digits(lo)
+    hi_n = None if hi is None else math.floor(hi)
+    hi_f = "" if hi is None else _frac_digits(hi)
+    dot = lit(".")
+    parts = []
+    mid_hi = None if hi_n is None else hi_n - 1
+    if mid_hi is None or mid_hi >= lo_n + 1:
+        parts.append(seq(_nonneg_range(lo_n + 1, mid_hi), opt(seq(dot, Repeat(DIG, 1, None)))))
+    low_int_ok = lo_f == "" and not lo_ex
+    if hi_n is None or hi_n > lo_n:
+        low = [seq(dot, _ge_digits(lo_f, lo_ex))]
+        if low_int_ok:
+            low.append(EMPTY)
+        parts.append(seq(lit(str(lo_n)), alt(*low)))
+        if hi_n is not None:
+            high = [seq(dot, _le_digits(hi_f, hi_ex))]
+            if not (hi_f == "" and hi_ex):
+                high.append(EMPTY)
+            parts.append(seq(lit(str(hi_n)), alt(*high)))
+    else:
+        both = cpauto.product(cpauto.determinize(cpauto.from_ir(_ge_digits(lo_f, lo_ex))),
+                              cpauto.determinize(cpauto.from_ir(_le_digits(hi_f, hi_ex))))
+        opts = [] if cpauto.is_empty(both) else [seq(dot, Auto(both))]
+        if low_int_ok and not (hi_f == "" and hi_ex):
+            opts.append(EMPTY)
+        if opts:
+            parts.append(seq(lit(str(lo_n)), alt(*opts)))
+    return alt(*parts) if parts else NOTHING
+
+
+def _sig_digits_dfa(limit: int) -> cpauto.CPNFA:
+    """Number spellings ('-', digits, '.') with at most `limit` significant digits."""
+    d = cpauto.CPNFA()
+    lead = d.add()  # before the first non-zero digit
+    counts = [d.add() for _ in range(limit + 1)]
+    for q in [lead, *counts]:
+        d.finals.add(q)
+        d.edges[q].append((ord("-"), ord("."), q))  # '-' (0x2D) and '.' (0x2E); '/' never occurs in numbers
+    d.edges[lead].append((ord("0"), ord("0"), lead))
+    d.edges[lead].append((ord("1"), ord("9"), counts[1]))
+    for k in range(1, limit):
+        d.edges[counts[k]].append((ord("0"), ord("9"), counts[k + 1]))
+    for q in range(d.size):
+        d.edges[q].sort()
+    d.start = lead
+    return d
+
+
+_SIG15 = _sig_digits_dfa(15)
+
+
 def _mod_dfa(k: int) -> cpauto.CPNFA:
     """Canonical integers divisible by k (digits read left to right, residue as the state)."""
     d = cpauto.CPNFA()
@@ -711,20 +802,26 @@ class _Compiler:
         lo, lo_ex, hi, hi_ex = self._bounds(s, ptr)
         if lo is None and hi is None:
             return NUMBER
-        ilo = None if lo is None else _int_bound(lo, True, lo_ex)
-        ihi = None if hi is None else _int_bound(hi, False, hi_ex)
-        ints = int_range(ilo, ihi) if (ilo is None or ihi is None or ilo <= ihi) else NOTHING
-        parts = [seq(ints, opt(ZERO_FRAC))]
-        # Fractional values n.f (0 < f < 1) are allowed when the whole open interval fits the bounds.
-        plo = 0 if lo is None else max(0, math.ceil(lo))
-        phi = None if hi is None else math.floor(hi) - 1
-        if phi is None or phi >= plo:
-            parts.append(seq(_nonneg_range(plo, phi), NONZERO_FRAC))
-        nlo = 0 if hi is None else max(0, math.ceil(-hi))
-        nhi = None if lo is None else math.floor(-lo) - 1
-        if nhi is None or nhi >= nlo:
-            parts.append(seq(lit("-"), _nonneg_range(nlo, nhi), NONZERO_FRAC))
-        return alt(*parts)
+        if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_ex or hi_ex))):
+            return NOTHING
+        # Bounded numbers are written without exponent (a subset of the valid spellings), exactly in range.
+        parts = []
+        if hi is None or hi >= 0:
+            plo, plo_ex = (Decimal(0), False) if lo is None or lo < 0 else (lo, lo_ex)
+            parts.append(_decimal_range(plo, plo_ex, hi, hi_ex))
+        if lo is None or lo < 0:
+            nlo, nlo_ex = (Decimal(0), True) if hi is None or hi >= 0 else (-hi, hi_ex)
+            parts.append(seq(lit("-"), _decimal_range(nlo, nlo_ex, None if lo is None else -lo, lo_ex)))
+        for b in (lo, hi):
+            if b is not None and len(b.normalize().as_tuple().digits) > 15:
+                self.unsupported("number bound with more than 15 significant digits", ptr)
+        # Validators compare binary floats: decimals of at most 15 significant digits keep their order
+        # when rounded to doubles, so longer spellings (which could round onto a bound) are not generated.
+        node = alt(*parts)
+        if node == NOTHING:
+            return NOTHING
+        dfa = cpauto.determinize(cpauto.from_ir(node), max_states=20000)
+        return Auto(cpauto.product(dfa, _SIG15, max_states=40000))
 
     def t_string(self, s, ptr):
         mn = s.get("minLength", 0)
