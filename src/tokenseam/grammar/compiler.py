@@ -17,6 +17,7 @@ from .ir import Grammar, alt, lit
 from .nfa import build_nfa
 from .regex import parse_regex
 
+MAX_CHOICE_CHARS = 200_000
 _TABLES: dict[str, TokenTable] = {}
 _TABLES_LOCK = threading.Lock()
 
@@ -97,6 +98,9 @@ class GrammarCompiler:
         for k, c in enumerate(choices):
             if not isinstance(c, str):
                 raise GrammarError(f"choice[{k}] must be a string, got {type(c).__name__}")
+        total = sum(len(c) for c in choices)
+        if total > MAX_CHOICE_CHARS:
+            raise GrammarError(f"choice list too large ({total} characters, limit {MAX_CHOICE_CHARS})")
         source = json.dumps(list(choices), ensure_ascii=False)
 
         def build():
@@ -125,6 +129,8 @@ class GrammarCompiler:
                 schema = json.loads(schema)
             except json.JSONDecodeError as exc:
                 raise GrammarError(f"JSON schema is not valid JSON: {exc}") from exc
+            except RecursionError as exc:
+                raise GrammarError("JSON schema is nested too deeply") from exc
         try:
             source = json.dumps(schema, ensure_ascii=False)
         except RecursionError as exc:

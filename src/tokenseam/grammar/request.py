@@ -40,6 +40,8 @@ def _schema_arg(value, what: str):
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             raise GrammarError(f"{what} is not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise GrammarError(f"{what} is nested too deeply") from exc
     if not isinstance(value, (dict, bool)):
         raise GrammarError(f"{what} must be a JSON Schema object")
     return value
