@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 import openai
 import pytest
@@ -136,29 +134,35 @@ def test_unknown_route_and_method(smollm2_server):
 
 
 def test_queue_bound_gives_503_with_retry_after():
+    from tokenseam.engine import GenerationRequest, SamplingParams
+
     s = RunningServer("smollm2", n_ctx=512, parallel=1, max_queue=1)
     try:
-        body = {"prompt": "Tell a long story:", "max_tokens": 480, "temperature": 0, "ignore_eos": True}
-        results: list[int] = []
-
-        def call():
-            results.append(httpx.post(s.url + "/v1/completions", json=body, timeout=120).status_code)
-
-        threads = [threading.Thread(target=call) for _ in range(2)]
-        for t in threads:
-            t.start()
+        engine = s.state.engine
+        ids = s.state.tokenizer.encode("Tell a long story:")
         import time
 
-        deadline = time.time() + 120
-        while (s.state.engine.running_count < 1 or s.state.engine.queue_depth < 1) and time.time() < deadline:
-            time.sleep(0.01)
-        assert s.state.engine.running_count == 1 and s.state.engine.queue_depth == 1, "queue never filled"
+        def hold():
+            return engine.submit(GenerationRequest(ids, SamplingParams(max_tokens=480, ignore_eos=True)), lambda e: None)
+
+        # one request decoding, one waiting: the queue (bound 1) is full
+        held = [hold()]
+        deadline = time.time() + 30
+        while engine.running_count < 1 and time.time() < deadline:
+            time.sleep(0.005)
+        held.append(hold())
+        assert engine.running_count == 1 and engine.queue_depth == 1
+        body = {"prompt": "Hello", "max_tokens": 5}
         r = httpx.post(s.url + "/v1/completions", json=body, timeout=30)
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert r.json()["error"]["code"] == "queue_full"
-        for t in threads:
-            t.join()
-        assert results == [200, 200]
+        for h in held:
+            engine.cancel(h)
+        deadline = time.time() + 30
+        while (engine.running_count or engine.queue_depth) and time.time() < deadline:
+            time.sleep(0.02)
+        r = httpx.post(s.url + "/v1/completions", json=body, timeout=60)  # served again once there is room
+        assert r.status_code == 200
     finally:
         s.stop()
 
