@@ -57,11 +57,21 @@ class GrammarMatcher:
         self._tail_stack.append(self._tail)
         data = self._end_tag if tid in self._end_ids else tb.token_bytes[tid]
         tail = self._tail + data
-        if tail.endswith(self._end_tag):
-            self._free = False
-            self._tail = b""
-        else:
+        k = tail.find(self._end_tag)
+        if k < 0:
             self._tail = tail[-len(self._end_tag):]
+            return True
+        # The tag may end inside the token ("</think>\n{"): what follows it is the grammar's first input.
+        rest = tail[k + len(self._end_tag):]
+        if rest:
+            nxt = self._auto.step_bytes(self._state, rest)
+            if nxt < 0:
+                self._history.pop()
+                self._tail_stack.pop()
+                return False
+            self._state = nxt
+        self._free = False
+        self._tail = b""
         return True
 
     # -- commits -----------------------------------------------------------------------------------------
@@ -114,9 +124,10 @@ class GrammarMatcher:
         for _ in range(n):
             h = self._history.pop()
             if h < 0:
-                # Back into the free (reasoning) phase.
+                # Back into the free (reasoning) phase, before any grammar input.
                 self._free = True
                 self._tail = self._tail_stack.pop()
+                self._state = self._auto.start
             else:
                 self._state = h
         if n:

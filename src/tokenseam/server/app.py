@@ -253,10 +253,8 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
         raise bad("grammar_after_think must be true or false", "grammar_after_think")
     if compiled is not None and think:
         from ..grammar import GrammarMatcher
-        from .reasoning import ThinkThenGrammar
 
-        vocab = state.vocab
-        gen.constraint_factory = lambda i: _Opaque(ThinkThenGrammar(vocab, GrammarMatcher(compiled)))
+        gen.constraint_factory = lambda i: _Opaque(GrammarMatcher(compiled, reasoning_end="</think>"))
     else:
         gen.constraint_factory = _constraint_factory(state, compiled, removed)
     return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed, tool_call=tool_call)
