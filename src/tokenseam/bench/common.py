@@ -32,3 +32,39 @@ def write_json(path: str | Path, data: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=str))
     return path
+
+
+class LlamaServer:
+    """llama-server (the anchor binary, never a dependency) on a free loopback port, as a context manager."""
+
+    def __init__(self, binary: str, model: str | Path, parallel: int, threads: int, ctx_per_slot: int) -> None:
+        import socket
+        import subprocess
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen([binary, "-m", str(model), "-np", str(parallel), "-t", str(threads),
+                                      "-c", str(ctx_per_slot * parallel), "--port", str(port), "--host", "127.0.0.1"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def __enter__(self) -> LlamaServer:
+        import httpx
+
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited with code {self.proc.returncode}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.__exit__()
+        raise RuntimeError("llama-server did not become healthy within 120 s")
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)

@@ -8,12 +8,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import time
 
 import httpx
 
-from .common import machine, median, write_json
+from .common import LlamaServer, machine, median, write_json
 
 QUESTIONS = ["What is the main topic?", "Who is mentioned first?", "Which number appears last?",
              "Summarise it in one sentence.", "What happens at the end?", "Is a city named?"]
@@ -181,48 +180,39 @@ def _report(console, res: dict) -> None:
 
 
 def _llama_server(args, path, tok) -> dict:
-    """llama-server -np 1 and -np 8 on the long-prefix TTFT and the interleaved workload (cache_prompt on)."""
-    import socket
-
-    out = {}
+    """llama-server -np 1 and -np 8 on the same long-prefix TTFT and interleaved workloads (cache_prompt on)."""
     doc_ids = tok.encode("Document:\n" + _document(int(args.long_prefix_tokens * 0.8), seed=1))
     doc_ids = doc_ids[: args.long_prefix_tokens]
     heads = [tok.encode(f"System {k}: you are assistant number {k}.\n" + _document(220, seed=10 + k) + "\n")
              for k in range(8)]
-    for np_ in (1, 8):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        proc = subprocess.Popen([args.llama_server, "-m", str(path), "-np", str(np_), "-t", str(args.threads),
-                                 "-c", str(2048 * np_), "--port", str(port), "--host", "127.0.0.1"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                try:
-                    if httpx.get(base + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
 
-            def call(prompt, base=base):
-                r = httpx.post(base + "/completion", json={"prompt": prompt, "n_predict": 1, "cache_prompt": True},
-                               timeout=600).json()
-                return r["timings"]["prompt_ms"] / 1000, r.get("tokens_cached", 0)
+    async def ttft(c: httpx.AsyncClient, base: str, prompt: list[int]) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        first, cached = None, 0
+        async with c.stream("POST", base + "/completion", json={"prompt": prompt, "n_predict": 1, "stream": True,
+                                                                "cache_prompt": True}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    first = first or time.perf_counter() - t0
+                    cached = json.loads(line[6:]).get("tokens_cached", cached)
+        return first or float("nan"), cached
 
-            cold, _ = call(doc_ids + tok.encode("\nQuestion: A?\nAnswer:"))
-            warm, _ = call(doc_ids + tok.encode("\nQuestion: B?\nAnswer:"))
+    async def workload(base: str) -> dict:
+        async with httpx.AsyncClient(timeout=600) as c:
+            cold, _ = await ttft(c, base, doc_ids + tok.encode("\nQuestion: A?\nAnswer:"))
+            warm, _ = await ttft(c, base, doc_ids + tok.encode("\nQuestion: B?\nAnswer:"))
             total = served = 0
             for rnd in range(args.rounds):
-                for h in heads:
-                    _, cached = call(h + tok.encode(f"Question {rnd}: what?"))
-                    if rnd:
+                outs = await asyncio.gather(*[ttft(c, base, h + tok.encode(f"Question {rnd}: what?")) for h in heads])
+                if rnd:
+                    for h, (_, cached) in zip(heads, outs, strict=True):
                         total += len(h)
                         served += min(cached, len(h))
-            out[f"np{np_}"] = {"prompt_s_cold": cold, "prompt_s_cached": warm, "interleaved_share": served / total}
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+        return {"ttft_cold_s": cold, "ttft_cached_s": warm, "ratio": warm / cold,
+                "interleaved_share": served / max(total, 1)}
+
+    out = {}
+    for np_ in (1, 8):
+        with LlamaServer(args.llama_server, path, np_, args.threads, 2048) as ls:
+            out[f"np{np_}"] = asyncio.run(workload(ls.url))
     return out

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-from .common import machine, median, write_json
+from .common import LlamaServer, machine, median, write_json
 
 PROMPTS = [
     "Write a long story about a dragon who learns to paint.",
@@ -236,26 +235,10 @@ def _tokenseam(path: Path, args) -> dict:
 
 
 def _llama_server(path: Path, args) -> dict:
-    import socket
-
     out = {}
     for label, np_ in (("1", 1), ("n", args.streams)):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        proc = subprocess.Popen([args.llama_server, "-m", str(path), "-np", str(np_), "-t", str(args.threads),
-                                 "-c", str(1024 * np_), "--port", str(port), "--host", "127.0.0.1"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                try:
-                    if httpx.get(base + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
+        with LlamaServer(args.llama_server, path, np_, args.threads, 1024) as ls:
+            base = ls.url
             rates = []
             for r in range(args.repeats):
                 k = 1 if np_ == 1 else args.streams
@@ -271,7 +254,4 @@ def _llama_server(path: Path, args) -> dict:
                 n, dt = asyncio.run(go())
                 rates.append(n / dt)
             out[f"tok_s_{label}"] = median(rates)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
     return out
