@@ -154,6 +154,7 @@ class Automaton:
         self._targets: dict[int, dict[int, tuple[int, ...]]] = {}
         self._groups: dict[int, tuple[np.ndarray, list[tuple[int, ...]]]] = {}
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
+        self._parts: dict[int, tuple[np.ndarray, list[frozenset]]] = {}
 
     def targets(self, q: int) -> dict[int, tuple[int, ...]]:
         d = self._targets.get(q)
@@ -447,16 +448,19 @@ class Automaton:
             acc = acc or a
         return DEAD if not configs and not acc else self._state(frozenset(configs), acc)
 
-    def _expand(self, sid: int) -> None:
-        # Work per group of byte classes with the same targets, not per class: a string-content state has
-        # dozens of classes but only a few distinct moves.
+    def _partition(self, sid: int) -> tuple[np.ndarray, list[frozenset]]:
+        """State sid's byte classes grouped by their moves: (group per class, -1 = dead; moves per group).
+
+        Grouping is cheap (no closures); successors are built per group only when a byte needs them."""
+        p = self._parts.get(sid)
+        if p is not None:
+            return p
         configs = list(self.state_configs[sid])
-        row = np.full(self.n_classes, DEAD, dtype=np.int32)
         if len(configs) == 1:
             q, st = configs[0]
             idx, tgts = self.groups(q)
-            for k, ts in enumerate(tgts):
-                row[idx == k] = self._successor(frozenset((t, st) for t in ts))
+            inverse = idx
+            moves = [frozenset((t, st) for t in ts) for ts in tgts]
         elif configs:
             gs = [self.groups(q) for q, _ in configs]
             # Classes with the same group in every config move alike: refine a 1-D key config by config.
@@ -466,23 +470,58 @@ class Automaton:
                 if key.max() > (1 << 40):
                     key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
             _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-            inverse = inverse.reshape(-1)
+            inverse = inverse.reshape(-1).astype(np.int32)
+            moves = []
             for j, c in enumerate(first.tolist()):
-                moves = set()
+                mv = set()
                 for i, (_, st) in enumerate(configs):
                     k = gs[i][0][c]
                     if k >= 0:
                         for t in gs[i][1][k]:
-                            moves.add((t, st))
-                if moves:
-                    row[inverse == j] = self._successor(frozenset(moves))
-        self.trans[sid] = row
+                            mv.add((t, st))
+                if not mv:
+                    inverse[inverse == j] = -1
+                moves.append(frozenset(mv))
+        else:
+            inverse = np.full(self.n_classes, -1, dtype=np.int32)
+            moves = []
+        self.trans[sid, inverse < 0] = DEAD
+        p = self._parts[sid] = (inverse, moves)
+        return p
+
+    def fill(self, sid: int, c: int) -> None:
+        """Build the successor of state sid on byte class c (and on every class moving alike)."""
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            inverse, moves = self._partition(sid)
+            j = inverse[c]
+            if j < 0:
+                self.trans[sid, c] = DEAD
+                return
+            nxt = self._successor(moves[j])
+            self.trans[sid, inverse == j] = nxt
+        finally:
+            if was:
+                gc.enable()
+
+    def _expand(self, sid: int) -> None:
+        inverse, moves = self._partition(sid)
+        row = self.trans[sid]
+        for j in range(len(moves)):
+            cls = np.flatnonzero(inverse == j)
+            if len(cls) and self.trans[sid, cls[0]] == UNKNOWN:
+                self.fill(sid, int(cls[0]))
+        del row
         self._expanded_set.add(sid)
 
     def step(self, sid: int, byte: int) -> int:
-        if sid not in self._expanded_set:
-            self.expand(sid)
-        return int(self.trans[sid, self._cls_of[byte]])
+        c = self._cls_of[byte]
+        v = self.trans[sid, c]
+        if v == UNKNOWN:
+            self.fill(sid, c)
+            v = self.trans[sid, c]
+        return int(v)
 
     def step_bytes(self, sid: int, data: bytes) -> int:
         for b in data:
@@ -553,13 +592,12 @@ class Automaton:
             return m
         tb = self.table
         out = np.zeros(tb.words, dtype=np.uint32)
-        if sid not in self._expanded_set:
-            self.expand(sid)
         states = np.empty(tb.maxlen + 1, dtype=np.int32)
         states[0] = sid
         pos = np.zeros(2, dtype=np.int64)
         while _walk(self.trans, self.byte_class, tb.data, tb.offs, tb.lcp, tb.skip, tb.ids, states, pos, out):
-            self.expand(int(states[pos[1]]))
+            byte = tb.data[tb.offs[pos[0]] + pos[1]]
+            self.fill(int(states[pos[1]]), self._cls_of[byte])
         if self.accepting[sid] and tb.eos.size:
             np.bitwise_or.at(out, tb.eos >> 5, np.uint32(1) << (tb.eos & 31).astype(np.uint32))
         m = out.view(np.int32)
