@@ -282,3 +282,16 @@ def test_number_bounds_exact(compiler, bounds):
             assert not accepted or valid, (t, bounds)  # long spellings: never a wrong accept
         else:
             assert accepted == valid, (t, bounds)
+
+
+def test_formats_standard_unsupported_or_custom_ignored(compiler):
+    with pytest.raises(GrammarError, match="format 'regex'"):
+        compiler.compile_json_schema({"type": "string", "format": "regex"})
+    g = compiler.compile_json_schema({"type": "string", "format": "uri-reference"}, lenient=True)
+    assert any("uri-reference" in w for w in g.warnings)
+    g = compiler.compile_json_schema({"type": "string", "format": "int32-ish"})
+    assert any("not enforced" in w for w in g.warnings) and accepts_text(g, '"anything"')
+    g = compiler.compile_json_schema({"type": "string", "format": "json-pointer"})
+    assert accepts_text(g, '"/a/b~1c"') and not accepts_text(g, '"a/b"') and not accepts_text(g, '"/~2"')
+    g = compiler.compile_json_schema({"type": "string", "format": "uri"})
+    assert accepts_text(g, '"https://x.org/a%20b"') and not accepts_text(g, '"https://x/%zz"')

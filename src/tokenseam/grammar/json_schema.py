@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from decimal import Decimal, InvalidOperation
 
 from . import cpauto
@@ -55,6 +56,7 @@ UNSUPPORTED = {
 }
 TYPES = ("null", "boolean", "object", "array", "number", "string")
 MAX_ENUM = 2000
+COMPILE_SECONDS = 10.0
 
 HEX = cls("0-9a-fA-F")
 DIG = cls("0-9")
@@ -81,9 +83,15 @@ FORMATS = {
             r"([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|"
             r"([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|"
             r":((:[0-9a-fA-F]{1,4}){1,7}|:)",
-    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*",
+    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9\-._~:/?#@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*",
+    "json-pointer": r"(/([^~/]|~[01])*)*",
+    "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)",
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
 }
+# Formats the specification defines (validators may assert them): one we cannot express is an error.
+STANDARD_FORMATS = {"date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
+                    "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
+                    "json-pointer", "relative-json-pointer", "regex"}
 FORMATS["date-time"] = "(" + _DATE + ")[Tt]" + _TIME
 
 
@@ -285,6 +293,7 @@ class _Compiler:
         self.sep = seq(self.ws, lit(","), self.ws)
         self.colon = seq(self.ws, lit(":"), self.ws)
         self._validator = None
+        self.deadline = time.monotonic() + COMPILE_SECONDS
         self._depth = 0
         self._any_rule = None
 
@@ -347,6 +356,8 @@ class _Compiler:
 
     # -- schema -> IR ------------------------------------------------------------------------------------
     def compile(self, s, ptr: str) -> Node:
+        if time.monotonic() > self.deadline:
+            raise GrammarError(f"JSON schema compile exceeded its time budget (at {ptr or '#'}); simplify it")
         self._depth += 1
         try:
             if self._depth > 60:
@@ -840,6 +851,8 @@ class _Compiler:
         if fmt is not None:
             if fmt in FORMATS:
                 regexes.append(parse_regex(FORMATS[fmt], where=f"format {fmt}"))
+            elif fmt in STANDARD_FORMATS:
+                self.unsupported(f"format {fmt!r}", ptr)
             else:
                 self.warnings.append(f"format {fmt!r} at {ptr} is not enforced (annotation only)")
         q = lit('"')

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 
 from .cpauto import CPNFA
 from .errors import GrammarError
@@ -15,6 +16,7 @@ from .ir import Alt, Auto, Chars, Escaped, Grammar, Members, Node, Ref, Repeat, 
 MAX_STATES = 300_000
 COUNTER_THRESHOLD = 12
 INLINE_LIMIT = 400
+COMPILE_SECONDS = 10.0
 
 # json.dumps escapes for the code points that cannot appear raw inside a JSON string.
 _SHORT_ESC = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t", 0x08: b"\\b", 0x0C: b"\\f"}
@@ -75,6 +77,7 @@ class ByteNFA:
         self.rule_names: list[str] = []
         self.end_rule: dict[int, int] = {}
         # Counted loops: entering pushes a counter frame, `cinc` bumps it, `cexit` pops it (if >= min).
+        self.deadline = time.monotonic() + COMPILE_SECONDS
         self.may_dead_end = False  # set when some path can reach a state that cannot finish
         self.loops: list[tuple[int, int | None]] = []
         self.cpush: dict[int, tuple[int, int]] = {}
@@ -83,8 +86,11 @@ class ByteNFA:
         self.cguard: dict[int, tuple[int, int]] = {}  # enter the body only while the counter is < max
 
     def add(self) -> int:
-        if len(self.edges) >= MAX_STATES:
+        n = len(self.edges)
+        if n >= MAX_STATES:
             raise GrammarError(f"grammar too large: more than {MAX_STATES} automaton states")
+        if not n & 4095 and time.monotonic() > self.deadline:
+            raise GrammarError("grammar compile exceeded its time budget; simplify the grammar")
         self.edges.append([])
         self.eps.append([])
         return len(self.edges) - 1
