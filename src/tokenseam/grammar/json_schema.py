@@ -1,7 +1,6 @@
-"""JSON Schema front end (draft 2020-12 and draft-07 keywords) lowered to the grammar IR.
+"""JSON Schema front end (draft 2020-12 and draft-07 keywords) lowered to the grammar IR, exactly or not at all.
 
-Exactness rule: every accepted document validates; what cannot be represented exactly is a GrammarError.
-Declared properties are generated in schema order, then any additional/pattern properties.
+Declared properties are generated in schema order, then additional/pattern properties; unsupported -> error.
 """
 
 from __future__ import annotations
