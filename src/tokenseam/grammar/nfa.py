@@ -105,7 +105,7 @@ def _cyclic_rules(g: Grammar) -> set[str]:
     for name, node in g.rules.items():
         acc: set[str] = set()
         _collect_refs(node, acc)
-        missing = acc - g.rules.keys()
+        missing = {x for x in acc if x not in g.rules}
         if missing:
             raise GrammarError(f"rule {name!r} references undefined rule(s): {', '.join(sorted(missing))}")
         refs[name] = acc
