@@ -64,7 +64,13 @@ class LlamaCppBackend:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = False
+        # Flash attention on the CPU skips masked KV cells; with a unified cache that also holds cached prefixes
+        # of other requests, that is most cells (measured: 26 tok/s without it, 106 with it, 94 on "auto").
+        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+            self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             raise BackendError("llama.cpp could not create a context (n_ctx too large for memory?)")
         self.n_ctx = config.n_ctx  # per sequence

@@ -370,8 +370,9 @@ async def _stream_body(request: Request, state: ServerState, route: str, body: d
         if first:
             state.metrics.ttft.labels(f.route).observe(time.perf_counter() - t0)
             first = False
-        for chunk in f.stream_chunks(evs):
-            yield chunk
+        chunks = f.stream_chunks(evs)
+        if chunks:
+            yield b"".join(chunks)
     if f.done is not None:
         if f.done.error:
             yield fmt.sse({"error": {"message": f"generation failed: {f.done.error}", "type": "server_error",
@@ -383,16 +384,22 @@ async def _stream_body(request: Request, state: ServerState, route: str, body: d
 
 
 async def _events(request: Request, state: ServerState, handle, queue: asyncio.Queue) -> AsyncIterator[list]:
-    """Engine events for one request; cancels the request if the client goes away."""
+    """Engine events for one request, drained in batches; cancels the request if the client goes away."""
     done = False
     try:
         while True:
-            try:
-                evs = await asyncio.wait_for(queue.get(), timeout=0.5)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    return
-                continue
+            if queue.empty():
+                try:
+                    async with asyncio.timeout(0.5):  # a timer, not a task per event as wait_for would be
+                        evs = await queue.get()
+                except TimeoutError:
+                    if await request.is_disconnected():
+                        return
+                    continue
+            else:
+                evs = queue.get_nowait()
+            while not queue.empty():  # everything the engine produced meanwhile goes out in one write
+                evs = evs + queue.get_nowait()
             yield evs
             if any(isinstance(e, RequestDone) for e in evs):
                 done = True
