@@ -110,3 +110,14 @@ def test_missing_files_are_clear_errors(tmp_path):
 def test_empty_vocabulary_rejected():
     with pytest.raises(VocabularyError):
         Vocabulary([], np.zeros(0, dtype=bool), kind="gpt2")
+
+
+def test_tokenizer_of_a_closed_backend_raises_instead_of_crashing(model_paths):
+    from tokenseam.engine import BackendConfig, LlamaCppBackend
+
+    b = LlamaCppBackend(model_paths["smollm2"], BackendConfig(n_ctx=128, n_seq=1, prefix_cache_tokens=0))
+    tok = b.tokenizer
+    assert tok.encode("hi")
+    b.close()
+    with pytest.raises(VocabularyError, match="closed"):
+        tok.encode("hi")

@@ -156,7 +156,9 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
             state.engine.shutdown()
             state.backend.close()
         if args.llama_server:
-            m["llama_server"] = _llama_server(args, state.backend.path, tok)
+            from ..vocab import Tokenizer
+
+            m["llama_server"] = _llama_server(args, state.backend.path, Tokenizer.from_gguf(state.backend.path))
     return m
 
 

@@ -92,6 +92,7 @@ class LlamaCppBackend:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
         if getattr(self, "_model", None):
+            self.tokenizer.detach()  # it borrowed the model's vocabulary
             llama_cpp.llama_model_free(self._model)
             self._model = None
 

@@ -58,6 +58,15 @@ class Tokenizer:
             raise VocabularyError(f"llama.cpp could not load the vocabulary of {path}")
         return cls(model, owns_model=True, path=path)
 
+    def detach(self) -> None:
+        """The owner of a borrowed model is freeing it: later calls raise instead of touching freed memory."""
+        self._vocab = None
+        self._model = None
+
+    def _check(self) -> None:
+        if self._vocab is None:
+            raise VocabularyError("this tokenizer's model has been closed")
+
     def close(self) -> None:
         if self._owns and self._model:
             llama_cpp.llama_model_free(self._model)
@@ -72,6 +81,7 @@ class Tokenizer:
     def encode(self, text: str | bytes, add_special: bool = False, parse_special: bool = False) -> list[int]:
         """Token ids for `text`. `add_special` adds BOS if the model wants it; `parse_special` turns
         special-token text such as `<|im_end|>` into its id (only for trusted text such as chat templates)."""
+        self._check()
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         n_max = len(data) + 8
         buf = (llama_cpp.llama_token * n_max)()
@@ -88,6 +98,7 @@ class Tokenizer:
         """Raw bytes of `ids` as llama.cpp detokenizes them (special tokens dropped unless rendered)."""
         if not ids:
             return b""
+        self._check()
         arr = (llama_cpp.llama_token * len(ids))(*ids)
         cap = 16 * len(ids) + 64
         out = ctypes.create_string_buffer(cap)
@@ -99,6 +110,7 @@ class Tokenizer:
         return out.raw[:n]
 
     def piece(self, token_id: int, render_special: bool = True) -> bytes:
+        self._check()
         buf = ctypes.create_string_buffer(256)
         n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buf, 256, 0, render_special)
         if n < 0:
@@ -107,6 +119,7 @@ class Tokenizer:
         return buf.raw[:n]
 
     def is_eog(self, token_id: int) -> bool:
+        self._check()
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
 
     @property
