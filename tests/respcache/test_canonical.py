@@ -179,3 +179,16 @@ def test_input_body_not_mutated():
     before = copy.deepcopy(body)
     canonicalize_request(ROUTE_CHAT, body)
     assert body == before
+
+
+def test_token_healing_default_follows_the_route():
+    from tokenseam.respcache import fingerprint_request
+
+    base = {"model": "m", "prompt": "Visit http:", "temperature": 0}
+    for route in ("/v1/completions", "/completion"):
+        on = fingerprint_request(route, base)
+        assert fingerprint_request(route, {**base, "token_healing": True}) == on
+        assert fingerprint_request(route, {**base, "token_healing": False}) != on
+    chat = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    assert fingerprint_request("/v1/chat/completions", {**chat, "token_healing": False}) == \
+        fingerprint_request("/v1/chat/completions", chat)

@@ -93,7 +93,7 @@ DEFAULTS: dict[str, dict[str, tuple[str, Any]]] = {
         "logit_bias": (DROP, {}),
         "stop": (DROP, []),
         "ignore_eos": (DROP, False),
-        "token_healing": (DROP, False),
+        "token_healing": (DROP, True),  # healing is on by default for raw prompts
         "return_token_ids": (DROP, False),
     },
     ROUTE_LLAMA: {
@@ -119,7 +119,7 @@ DEFAULTS: dict[str, dict[str, tuple[str, Any]]] = {
         "logit_bias": (DROP, []),
         "stop": (DROP, []),
         "grammar": (DROP, ""),
-        "token_healing": (DROP, False),
+        "token_healing": (DROP, True),  # healing is on by default for raw prompts
         "return_token_ids": (DROP, False),
     },
 }
