@@ -19,6 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--show-ids", action="store_true", help="print the generated token ids at the end")
+    p.add_argument("--token-healing", action=argparse.BooleanOptionalAction, default=None,
+                   help="roll back the prompt's unstable tail and regenerate it (default: on, off with --chat)")
     p.set_defaults(func=run)
 
 
@@ -52,9 +54,20 @@ def run(args: argparse.Namespace) -> int:
                 [{"role": "user", "content": args.prompt}])
         else:
             ids = backend.tokenizer.encode(args.prompt, add_special=True)
+        request = GenerationRequest(ids, params)
+        if args.token_healing if args.token_healing is not None else not args.chat:
+            from ..healing import HealingConstraint, heal_prompt
+
+            healed = heal_prompt(ids, backend.vocab)
+            if healed.healed and healed.kept_ids:
+                removed = healed.removed_bytes
+                request = GenerationRequest(healed.kept_ids, params, text_skip_bytes=len(removed),
+                                            constraint_factory=lambda i: HealingConstraint(backend.vocab, removed))
+                if args.show_ids:
+                    print(f"[healed: removed {healed.removed_ids} = {removed!r}]", file=sys.stderr)
         all_ids: list[int] = []
         reason = None
-        for ev in run_sync(engine, GenerationRequest(ids, params)):
+        for ev in run_sync(engine, request):
             if isinstance(ev, ChoiceEvent):
                 all_ids += ev.token_ids
                 sys.stdout.write(ev.text)
