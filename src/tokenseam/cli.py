@@ -23,6 +23,21 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def int_in_range(name: str, lo: int, hi: int):
+    """An argparse type: an integer from lo to hi, with an error that names the flag."""
+
+    def conv(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{name} must be between {lo} and {hi}, got {v}")
+        return v
+
+    return conv
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenseam", description="LLM serving that gets the text/token seam right.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -13,16 +13,9 @@ from .cli_plan import positive_float
 
 
 def _pos_int(lo: int, hi: int, name: str):
-    def conv(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{name} must be between {lo} and {hi}, got {v}")
-        return v
+    from ..cli import int_in_range
 
-    return conv
+    return int_in_range(name, lo, hi)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

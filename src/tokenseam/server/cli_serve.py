@@ -6,16 +6,9 @@ import argparse
 
 
 def _positive(name: str, lo: int = 1, hi: int = 1 << 20):
-    def conv(v: str) -> int:
-        try:
-            n = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {v!r}") from None
-        if not lo <= n <= hi:
-            raise argparse.ArgumentTypeError(f"{name} must be between {lo} and {hi}, got {n}")
-        return n
+    from ..cli import int_in_range
 
-    return conv
+    return int_in_range(name, lo, hi)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
