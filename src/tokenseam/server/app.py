@@ -236,10 +236,14 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
         if choice != "none":
             tool_call = {"tool_choice": choice}
     compiled = state.compile_request_grammar(body, parsed.route)
+    think = body.get("grammar_after_think", state.chat.is_thinking and parsed.messages is not None)
+    if not isinstance(think, bool):
+        raise bad("grammar_after_think must be true or false", "grammar_after_think")
+    think = think and compiled is not None
     healed = None
     removed = b""
     rollback = 4 if parsed.token_healing is True else int(parsed.token_healing)
-    if rollback:
+    if rollback and not think:  # the thinking text comes first: nothing to heal into
         from ..healing import heal_prompt
 
         hr = heal_prompt(ids, state.vocab, rollback)
@@ -248,10 +252,7 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
             healed = {"removed_ids": hr.removed_ids, "removed_bytes": list(removed),
                       "removed_text": removed.decode("utf-8", errors="replace")}
     gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, text_skip_bytes=len(removed))
-    think = body.get("grammar_after_think", state.chat.is_thinking and parsed.messages is not None)
-    if not isinstance(think, bool):
-        raise bad("grammar_after_think must be true or false", "grammar_after_think")
-    if compiled is not None and think:
+    if think:
         from ..grammar import GrammarMatcher
 
         gen.constraint_factory = lambda i: _Opaque(GrammarMatcher(compiled, reasoning_end="</think>"))
