@@ -5,7 +5,6 @@ Never filler: if the examples cannot reach the target, `pad_prompt` raises. Coun
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from .align import Candidate, candidates, length_cost, rank_key
 from .counting import APPROX_REL_ERROR, TokenCounter
 from .economics import planned_length
 from .errors import PlannerError
+from .jsonl import read_jsonl
 from .profiles import Profile
 
 MAX_EXAMPLES = 2000
@@ -30,26 +30,9 @@ DEFAULT_CONTINUATION_STARTS = ("Q", "Question:", "The", "1", "#", "{", "-", "中
 def load_examples(path: str | Path, max_examples: int = MAX_EXAMPLES,
                   max_bytes: int = MAX_EXAMPLES_BYTES) -> list[str]:
     """Examples from a JSONL file: one per line, `{"text": "..."}` or a bare JSON string; blank lines skipped."""
-    p = Path(path)
-    if not p.exists():
-        raise PlannerError(f"examples file not found: {p}")
-    if not p.is_file():
-        raise PlannerError(f"examples file is not a regular file: {p}")
-    size = p.stat().st_size
-    if size > max_bytes:
-        raise PlannerError(f"examples file {p} is {size:,} bytes; the limit is {max_bytes:,} bytes")
-    try:
-        lines = p.read_bytes().decode("utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise PlannerError(f"examples file {p} is not UTF-8 text (byte offset {e.start})") from None
     out: list[str] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise PlannerError(f"{p} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+    p = Path(path)
+    for p, n, obj in read_jsonl(path, "examples", max_bytes):
         text = obj.get("text") if isinstance(obj, dict) else obj
         if not isinstance(text, str):
             raise PlannerError(f'{p} line {n}: expected {{"text": "..."}} or a JSON string')

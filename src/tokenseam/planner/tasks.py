@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from .errors import PlannerError
+from .jsonl import read_jsonl
 
 GROUPS = ("arithmetic", "sorting", "word_extraction", "reading_comprehension")
 MAX_TASKS = 100_000
@@ -145,25 +146,9 @@ def write_tasks(tasks: list[Task], path: str | Path) -> None:
 
 def load_tasks(path: str | Path) -> list[Task]:
     """Tasks from JSONL: {"id", "input", "answer"} and optional "group" (default "all"); ids must be unique."""
-    p = Path(path)
-    if not p.exists():
-        raise PlannerError(f"tasks file not found: {p}")
-    if not p.is_file():
-        raise PlannerError(f"tasks file is not a regular file: {p}")
-    if p.stat().st_size > MAX_TASKS_BYTES:
-        raise PlannerError(f"tasks file {p} is larger than {MAX_TASKS_BYTES:,} bytes")
-    try:
-        lines = p.read_bytes().decode("utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise PlannerError(f"tasks file {p} is not UTF-8 text (byte offset {e.start})") from None
     tasks, seen = [], set()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise PlannerError(f"{p} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+    p = Path(path)
+    for p, n, obj in read_jsonl(path, "tasks", MAX_TASKS_BYTES):
         if not isinstance(obj, dict):
             raise PlannerError(f"{p} line {n}: expected an object with id, input, answer")
         for f in ("id", "input", "answer"):
