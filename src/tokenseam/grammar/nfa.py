@@ -156,16 +156,18 @@ def _cyclic_rules(g: Grammar) -> set[str]:
     return cyclic
 
 
-def _collect_refs(node: Node, acc: set[str]) -> None:
+def _iter_refs(node: Node, once: bool):
+    """Names of the rule references under `node`; with `once`, a shared subtree is walked only once."""
     stack = [node]
     seen: set[int] = set()
     while stack:
         n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
+        if once:
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
         if isinstance(n, Ref):
-            acc.add(n.name)
+            yield n.name
         elif isinstance(n, (Seq, Alt)):
             stack.extend(n.items)
         elif isinstance(n, (Repeat, Escaped)):
@@ -175,23 +177,15 @@ def _collect_refs(node: Node, acc: set[str]) -> None:
             stack.append(n.sep)
             if n.extra is not None:
                 stack.append(n.extra)
+
+
+def _collect_refs(node: Node, acc: set[str]) -> None:
+    acc.update(_iter_refs(node, once=True))
 
 
 def _count_refs(node: Node, counts: dict[str, int]) -> None:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Ref):
-            counts[n.name] = counts.get(n.name, 0) + 1
-        elif isinstance(n, (Seq, Alt)):
-            stack.extend(n.items)
-        elif isinstance(n, (Repeat, Escaped)):
-            stack.append(n.item)
-        elif isinstance(n, Members):
-            stack.extend(x for x, _ in n.items)
-            stack.append(n.sep)
-            if n.extra is not None:
-                stack.append(n.extra)
+    for name in _iter_refs(node, once=False):
+        counts[name] = counts.get(name, 0) + 1
 
 
 class _Builder:
