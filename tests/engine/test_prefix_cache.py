@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from tokenseam.engine.prefix_cache import PrefixCache
+from tokenseam.engine.prefix_cache import KVRestoreError, PrefixCache
 
 
 class FakeKV:
@@ -28,13 +28,35 @@ class FakeKV:
         self.seqs[seq] = dict(enumerate(tokens))
 
 
+class FakeHostKV(FakeKV):
+    """HostKV's semantics: a cache sequence (id >= 100) is a snapshot of positions [0, p1) of the source."""
+
+    def seq_cp(self, src, dst, p0=-1, p1=-1):
+        if dst >= 100:
+            assert src < 100
+            self.seqs[dst] = {pos: t for pos, t in self.seqs.get(src, {}).items() if pos < p1}
+            return
+        if src >= 100:
+            if src not in self.seqs:
+                raise KVRestoreError("no blob")
+            self.seqs[dst] = {pos: t for pos, t in self.seqs[src].items() if pos < p1}
+            return
+        super().seq_cp(src, dst, p0, p1)
+
+    def seq_rm(self, seq, p0=-1, p1=-1):
+        if seq >= 100 and p0 < 0 and p1 < 0:
+            self.seqs.pop(seq, None)
+            return
+        super().seq_rm(seq, p0, p1)
+
+
 def check(cache: PrefixCache, kv: FakeKV):
     total = 0
     stack = [(c, []) for c in cache.root.children.values()]
     while stack:
         node, path = stack.pop()
         path = path + node.tokens
-        total += len(node.tokens)
+        total += (node.depth if node.is_leaf else 0) if cache.full_paths else len(node.tokens)
         assert node.depth == len(path)
         held = kv.seqs[node.seq_id]
         assert [held.get(i) for i in range(len(path))] == path  # the node's sequence really holds its path
@@ -83,6 +105,54 @@ def test_random_workload_keeps_invariants():
     rng = random.Random(7)
     kv = FakeKV()
     cache = PrefixCache(kv, list(range(200, 216)), max_tokens=600, block_size=4)
+    prefixes = [[rng.randrange(50) for _ in range(rng.randrange(4, 60))] for _ in range(10)]
+    for step in range(400):
+        base = rng.choice(prefixes)
+        toks = base[: rng.randrange(1, len(base) + 1)] + [rng.randrange(50) for _ in range(rng.randrange(0, 30))]
+        slot = step % 4
+        kv.seq_rm(slot)
+        n = cache.load(toks, slot, limit=len(toks) - 1)
+        assert [kv.seqs.get(slot, {}).get(i) for i in range(n)] == toks[:n]
+        kv.fill(slot, toks)
+        cache.insert(toks, slot)
+        check(cache, kv)
+    assert cache.stats.hit_tokens > 0 and cache.stats.evictions > 0
+
+
+def test_host_blobs_budget_counts_each_leaf_whole_path():
+    kv = FakeHostKV()
+    cache = PrefixCache(kv, list(range(100, 110)), max_tokens=100, block_size=4, full_paths=True)
+    head = list(range(32))
+    for i in range(4):
+        toks = head + [1000 * (i + 1) + j for j in range(8)]
+        kv.fill(0, toks)
+        cache.insert(toks, 0)
+        check(cache, kv)
+    # two 40-token leaves fit in 100 tokens; the third insert evicted the oldest, and so on
+    assert cache.tokens_held == 80 and cache.stats.evictions == 2
+    assert cache.match(head + [4000 + j for j in range(8)])[0] == 40
+    assert cache.match(head + [1000 + j for j in range(8)])[0] == 32  # the shared head is still there
+    kv.seq_rm(1)
+    assert cache.load(head + [1, 2, 3], 1, limit=34) == 32
+    assert [kv.seqs[1][i] for i in range(32)] == head and 32 not in kv.seqs[1]
+
+
+def test_host_blob_that_cannot_be_restored_is_a_miss():
+    kv = FakeHostKV()
+    cache = PrefixCache(kv, [100, 101], max_tokens=100, block_size=4, full_paths=True)
+    toks = list(range(16))
+    kv.fill(0, toks)
+    cache.insert(toks, 0)
+    kv.seqs.pop(100)  # the blob is gone (a restore that llama.cpp refuses looks the same)
+    kv.seq_rm(1)
+    assert cache.load(toks + [99], 1, limit=16) == 0
+    assert not kv.seqs.get(1) and cache.stats.miss_tokens == 17
+
+
+def test_random_workload_keeps_invariants_with_host_blobs():
+    rng = random.Random(11)
+    kv = FakeHostKV()
+    cache = PrefixCache(kv, list(range(100, 116)), max_tokens=600, block_size=4, full_paths=True)
     prefixes = [[rng.randrange(50) for _ in range(rng.randrange(4, 60))] for _ in range(10)]
     for step in range(400):
         base = rng.choice(prefixes)

@@ -75,6 +75,11 @@ def test_llama_server_style_routes(smollm2_server):
     assert httpx.get(url + "/health").json()["status"] == "ok"
     m = httpx.get(url + "/metrics").text
     assert "tokenseam_requests_total" in m and "tokenseam_queue_depth" in m
+    import re
+
+    decode = float(re.search(r"^tokenseam_engine_decode_seconds_total (\S+)$", m, re.M).group(1))
+    gen = float(re.search(r"^tokenseam_engine_generated_tokens_total (\S+)$", m, re.M).group(1))
+    assert decode > 0 and gen >= 6  # the engine's own counters: the 6 tokens above at least
 
 
 BAD = [

@@ -34,28 +34,28 @@ def write_json(path: str | Path, data: dict) -> Path:
     return path
 
 
-class LlamaServer:
-    """llama-server (the anchor binary, never a dependency) on a free loopback port, as a context manager."""
+class ServerProcess:
+    """An HTTP server binary started on a free loopback port, as a context manager that waits for /health."""
 
-    def __init__(self, binary: str, model: str | Path, parallel: int, threads: int, ctx_per_slot: int) -> None:
-        import socket
+    name = "server"
+
+    def __init__(self, argv: list[str], port: int) -> None:
         import subprocess
+        import tempfile
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen([binary, "-m", str(model), "-np", str(parallel), "-t", str(threads),
-                                      "-c", str(ctx_per_slot * parallel), "--port", str(port), "--host", "127.0.0.1"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._log)
 
-    def __enter__(self) -> LlamaServer:
+    def __enter__(self):
         import httpx
 
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with code {self.proc.returncode}")
+                self._log.seek(0)
+                tail = self._log.read().decode(errors="replace")[-2000:]
+                raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}:\n{tail}")
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     return self
@@ -63,8 +63,31 @@ class LlamaServer:
                 pass
             time.sleep(0.2)
         self.__exit__()
-        raise RuntimeError("llama-server did not become healthy within 120 s")
+        raise RuntimeError(f"{self.name} did not become healthy within 120 s")
 
     def __exit__(self, *exc) -> None:
         self.proc.terminate()
-        self.proc.wait(timeout=10)
+        try:
+            self.proc.wait(timeout=10)
+        except Exception:
+            self.proc.kill()
+        self._log.close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer(ServerProcess):
+    """llama-server (the anchor binary, never a dependency)."""
+
+    name = "llama-server"
+
+    def __init__(self, binary: str, model: str | Path, parallel: int, threads: int, ctx_per_slot: int) -> None:
+        port = free_port()
+        super().__init__([binary, "-m", str(model), "-np", str(parallel), "-t", str(threads),
+                          "-c", str(ctx_per_slot * parallel), "--port", str(port), "--host", "127.0.0.1"], port)

@@ -7,23 +7,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-from .common import LlamaServer, machine, median, write_json
+from .common import LlamaServer, ServerProcess, free_port, machine, median, write_json
 
+# Prompts after which SmolLM2 keeps going (greedy) for 256+ tokens, so llama-cpp-python, which cannot ignore
+# EOS without a Python logits processor, decodes as many tokens as the servers (which get ignore_eos).
 PROMPTS = [
-    "Write a long story about a dragon who learns to paint.",
     "Explain in detail how a steam engine works.",
     "Describe a walk through a busy market in the morning.",
-    "Write a letter to a friend about your summer holidays.",
-    "List and explain ten tips for learning a new language.",
-    "Tell the history of the bicycle in a few paragraphs.",
     "Describe the water cycle to a ten-year-old.",
-    "Write a recipe for a vegetable soup with all the steps.",
+    "Explain in detail how a bicycle works.",
+    "Describe a busy train station in the evening.",
+    "Explain in detail how a windmill works.",
+    "Explain in detail how bread is made.",
+    "Explain in detail how a refrigerator works.",
 ]
 
 
@@ -39,7 +42,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from ..models import resolve_model
 
@@ -49,85 +51,184 @@ def run(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     console = Console()
     res: dict = {"machine": machine(), "model": str(path), "threads": args.threads, "tokens": args.tokens,
-                 "streams": args.streams, "repeats": args.repeats}
-
-    console.print("[bold]1/4[/bold] llama-cpp-python Llama.create_completion, single stream")
-    res["llama_cpp_python_1"] = _llama_cpp_python(path, args)
-    console.print("[bold]2/4[/bold] raw llama.cpp multi-sequence batching (low-level API, greedy)")
-    res["raw_batched"] = _raw_batched(path, args)
-    console.print("[bold]3/4[/bold] tokenseam server over HTTP (SSE), 1 stream and concurrent streams")
-    res.update(_tokenseam(path, args))
+                 "streams": args.streams, "repeats": args.repeats, "rounds": []}
+    # Every system runs once per round, rounds interleaved, so a burst of load from elsewhere on a shared
+    # machine hits anchor and tokenseam alike; ratios are taken within a round, then the median.
+    console.print(f"loading llama-cpp-python, the raw batch loop and a `tokenseam serve` process "
+                  f"({Path(path).name}, {args.threads} threads)")
+    lcp = _LlamaCppPython(path, args)
+    raw = _RawBatch(path, args)
+    with TokenseamServer(path, args) as ts:
+        ts.warm_up()
+        for r in range(args.repeats):
+            console.print(f"[bold]round {r + 1}/{args.repeats}[/bold]: llama-cpp-python, tokenseam 1 stream, "
+                          f"raw batch 1 and {args.streams}, tokenseam {args.streams} streams, tokenseam JSON schema")
+            rnd = {"llama_cpp_python_1": lcp.once(r), "tokenseam_1": ts.measure([r])}
+            rnd["raw_1"] = raw.once(1)
+            rnd["raw_n"] = raw.once(args.streams)
+            rnd["tokenseam_n"] = ts.measure([r + i for i in range(args.streams)])
+            rnd["tokenseam_json_1"] = ts.measure([r], schema=JSON_SCHEMA)
+            res["rounds"].append(rnd)
+            console.print("  " + ", ".join(f"{k} {v['tok_s']:.1f}" for k, v in rnd.items()))
+    lcp.close()
+    raw.close()
     if args.llama_server:
-        console.print("[bold]4/4[/bold] llama-server anchor")
+        console.print("llama-server anchor (-np 1, then -np N)")
         res["llama_server"] = _llama_server(path, args)
-    else:
-        console.print("[dim]4/4 llama-server anchor skipped (pass --llama-server PATH)[/dim]")
-
-    ours1 = res["tokenseam_1"]["tok_s"]
-    oursn = res["tokenseam_n"]["tok_s"]
-    res["ratio_single_vs_llama_cpp_python"] = ours1 / res["llama_cpp_python_1"]["tok_s"]
-    res["ratio_batched_vs_raw"] = oursn / res["raw_batched"]["tok_s"]
-    res["ratio_json_vs_unconstrained"] = res["tokenseam_json_1"]["tok_s"] / ours1
-    table = Table(title=f"decode tokens/s, median of {args.repeats} ({Path(path).name}, {args.threads} threads)")
-    for col in ("system", "1 stream", f"{args.streams} streams (aggregate)"):
-        table.add_column(col)
-    table.add_row("llama-cpp-python create_completion", f"{res['llama_cpp_python_1']['tok_s']:.1f}", "-")
-    table.add_row("raw llama.cpp batch (low-level API)", f"{res['raw_batched']['tok_s_1']:.1f}",
-                  f"{res['raw_batched']['tok_s']:.1f}")
-    if "llama_server" in res:
-        ls = res["llama_server"]
-        table.add_row("llama-server", f"{ls['tok_s_1']:.1f}", f"{ls['tok_s_n']:.1f}")
-    table.add_row("tokenseam (HTTP SSE)", f"{ours1:.1f}", f"{oursn:.1f}")
-    table.add_row("tokenseam under a JSON Schema", f"{res['tokenseam_json_1']['tok_s']:.1f} "
-                  f"({res['ratio_json_vs_unconstrained']:.3f}x unconstrained)", "-")
-    table.add_row("ratio tokenseam / anchor", f"{res['ratio_single_vs_llama_cpp_python']:.3f} (vs llama-cpp-python)",
-                  f"{res['ratio_batched_vs_raw']:.3f} (vs raw batch)")
-    console.print(table)
-    console.print(f"time per token outside llama_decode (engine thread): "
-                  f"{res['tokenseam_1']['engine_overhead_ms_per_token']:.3f} ms single stream, "
-                  f"{res['tokenseam_n']['engine_overhead_ms_per_token']:.3f} ms per step batched; "
-                  f"end to end (HTTP + engine, single stream): {res['tokenseam_1']['outside_decode_ms_per_token']:.3f} ms")
+    _summarise(res, args)
+    _print(console, res, args)
     out = write_json(args.out, res)
     console.print(f"wrote {out}")
     return 0
 
 
-def _llama_cpp_python(path: Path, args) -> dict:
-    from llama_cpp import Llama
+JSON_SCHEMA = {"type": "array", "items": {"type": "object", "properties": {
+    "name": {"type": "string"}, "note": {"type": "string"}}, "required": ["name", "note"]}}
 
-    llm = Llama(model_path=str(path), n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads,
-                n_batch=512, verbose=False)
-    rates = []
-    for r in range(args.repeats):
-        prompt = PROMPTS[r % len(PROMPTS)]
+
+def _summarise(res: dict, args) -> None:
+    rounds = res["rounds"]
+
+    def med(key: str, field: str = "tok_s") -> float:
+        return median([r[key][field] for r in rounds])
+
+    def ratio(a: str, b: str) -> float:
+        return median([r[a]["tok_s"] / r[b]["tok_s"] for r in rounds])
+
+    res["summary"] = {
+        "llama_cpp_python_1": med("llama_cpp_python_1"), "raw_1": med("raw_1"), "raw_n": med("raw_n"),
+        "tokenseam_1": med("tokenseam_1"), "tokenseam_n": med("tokenseam_n"),
+        "tokenseam_json_1": med("tokenseam_json_1"),
+        "ratio_single_vs_llama_cpp_python": ratio("tokenseam_1", "llama_cpp_python_1"),
+        "ratio_batched_vs_raw": ratio("tokenseam_n", "raw_n"),
+        "ratio_json_vs_unconstrained": ratio("tokenseam_json_1", "tokenseam_1"),
+        "engine_overhead_ms_per_token_1": med("tokenseam_1", "engine_overhead_ms_per_step"),
+        "engine_overhead_ms_per_step_n": med("tokenseam_n", "engine_overhead_ms_per_step"),
+        "outside_decode_ms_per_token_1": med("tokenseam_1", "outside_decode_ms_per_token"),
+    }
+
+
+def _print(console, res: dict, args) -> None:
+    from rich.table import Table
+
+    s = res["summary"]
+    table = Table(title=f"decode tokens/s, median of {args.repeats} interleaved rounds "
+                        f"({Path(res['model']).name}, {args.threads} threads)")
+    for col in ("system", "1 stream", f"{args.streams} streams (aggregate)"):
+        table.add_column(col)
+    table.add_row("llama-cpp-python create_completion", f"{s['llama_cpp_python_1']:.1f}", "-")
+    table.add_row("raw llama.cpp batch (low-level API)", f"{s['raw_1']:.1f}", f"{s['raw_n']:.1f}")
+    if "llama_server" in res:
+        ls = res["llama_server"]
+        table.add_row("llama-server", f"{ls['tok_s_1']:.1f}", f"{ls['tok_s_n']:.1f}")
+    table.add_row("tokenseam serve (HTTP SSE)", f"{s['tokenseam_1']:.1f}", f"{s['tokenseam_n']:.1f}")
+    table.add_row("tokenseam under a JSON Schema", f"{s['tokenseam_json_1']:.1f} "
+                  f"({s['ratio_json_vs_unconstrained']:.3f}x unconstrained)", "-")
+    table.add_row("ratio tokenseam / anchor (median of per-round ratios)",
+                  f"{s['ratio_single_vs_llama_cpp_python']:.3f} (vs llama-cpp-python)",
+                  f"{s['ratio_batched_vs_raw']:.3f} (vs raw batch)")
+    console.print(table)
+    console.print(f"time outside llama_decode: engine thread {s['engine_overhead_ms_per_token_1']:.3f} ms per token "
+                  f"(single stream), {s['engine_overhead_ms_per_step_n']:.3f} ms per batched step of "
+                  f"{args.streams}; end to end (server process, single stream) "
+                  f"{s['outside_decode_ms_per_token_1']:.3f} ms per token")
+
+
+class _LlamaCppPython:
+    def __init__(self, path: Path, args) -> None:
+        from llama_cpp import Llama
+
+        self.args = args
+        self.llm = Llama(model_path=str(path), n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads,
+                         n_batch=512, verbose=False)
+        self.llm.create_completion(PROMPTS[0], max_tokens=4, temperature=0)  # warm-up
+
+    def once(self, r: int) -> dict:
         t0 = time.perf_counter()
-        out = llm.create_completion(prompt, max_tokens=args.tokens, temperature=0)
-        dt = time.perf_counter() - t0
-        rates.append(out["usage"]["completion_tokens"] / dt)
-    llm.close()
-    return {"tok_s": median(rates), "runs": rates}
+        out = self.llm.create_completion(PROMPTS[r % len(PROMPTS)], max_tokens=self.args.tokens, temperature=0)
+        n = out["usage"]["completion_tokens"]
+        if n < self.args.tokens // 2:
+            raise RuntimeError(f"llama-cpp-python stopped after {n} tokens (EOS); the rate would mean nothing")
+        return {"tok_s": n / (time.perf_counter() - t0), "tokens": n}
+
+    def close(self) -> None:
+        self.llm.close()
 
 
-def _raw_batched(path: Path, args) -> dict:
+class TokenseamServer(ServerProcess):
+    """`tokenseam serve` in its own process, as it is deployed (the client here shares no GIL with it).
+
+    The response cache is off: rounds repeat prompts, and a cache hit is not a decode."""
+
+    name = "tokenseam serve"
+
+    def __init__(self, path: Path, args) -> None:
+        import sys
+
+        port = free_port()
+        self.args = args
+        super().__init__([sys.executable, "-m", "tokenseam.cli", "serve", "--model", str(path), "--port", str(port),
+                          "--ctx-size", "1024", "--parallel", str(max(args.streams, 1)), "--threads",
+                          str(args.threads), "--cache", "off", "--log-level", "warning"], port)
+
+    def _body(self, i: int, schema: dict | None) -> dict:
+        b = {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": self.args.tokens, "temperature": 0,
+             "stream": True, "return_token_ids": True, "ignore_eos": True}
+        if schema is not None:
+            b["guided_json"] = schema
+        return b
+
+    def warm_up(self) -> None:
+        asyncio.run(_concurrent(self.url + "/v1/completions", [self._body(0, None)]))
+        asyncio.run(_concurrent(self.url + "/v1/completions", [self._body(0, JSON_SCHEMA)]))  # compile + masks
+
+    def counters(self) -> dict[str, float]:
+        import re
+
+        text = httpx.get(self.url + "/metrics", timeout=10).text
+        return {m.group(1): float(m.group(2)) for m in
+                re.finditer(r"^tokenseam_engine_(\w+)_total (\S+)$", text, re.M)}
+
+    def measure(self, prompts: list[int], schema: dict | None = None) -> dict:
+        c0 = self.counters()
+        n, dt = asyncio.run(_concurrent(self.url + "/v1/completions", [self._body(i, schema) for i in prompts]))
+        c1 = self.counters()
+        d = {k: c1[k] - c0.get(k, 0.0) for k in c1}
+        return {"tok_s": n / dt, "tokens": n, "seconds": dt,
+                "engine_overhead_ms_per_step": d["overhead_seconds"] / max(d["steps"], 1) * 1000,
+                "outside_decode_ms_per_token": (dt - d["decode_seconds"]) / max(n, 1) * 1000}
+
+
+class _RawBatch:
     """The ceiling: a bare loop of llama_decode over n sequences with numpy argmax, nothing else."""
-    import llama_cpp
 
-    from ..vocab.tokenizer import ensure_llama_backend
+    def __init__(self, path: Path, args) -> None:
+        import llama_cpp
 
-    ensure_llama_backend()
-    mp = llama_cpp.llama_model_default_params()
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), mp)
-    vocab = llama_cpp.llama_model_get_vocab(model)
-    n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+        from ..vocab.tokenizer import ensure_llama_backend
 
-    def once(n_seq: int) -> float:
+        ensure_llama_backend()
+        self.args = args
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), llama_cpp.llama_model_default_params())
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+
+    def close(self) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_model_free(self.model)
+
+    def once(self, n_seq: int) -> dict:
+        import llama_cpp
+
+        args, vocab, n_vocab = self.args, self.vocab, self.n_vocab
         cp = llama_cpp.llama_context_default_params()
         cp.n_ctx = 1024 * n_seq
         cp.n_batch = cp.n_ubatch = 512
         cp.n_seq_max = n_seq
         cp.kv_unified = True
         cp.n_threads = cp.n_threads_batch = args.threads
-        ctx = llama_cpp.llama_init_from_model(model, cp)
+        ctx = llama_cpp.llama_init_from_model(self.model, cp)
         batch = llama_cpp.llama_batch_init(512, 0, n_seq)
         try:
             toks, pos = [], []
@@ -157,15 +258,10 @@ def _raw_batched(path: Path, args) -> dict:
                     raise RuntimeError("llama_decode failed")
                 toks = [int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, s),
                                                             shape=(n_vocab,)))) for s in range(n_seq)]
-            return n_seq * (args.tokens - 1) / (time.perf_counter() - t0)
+            return {"tok_s": n_seq * (args.tokens - 1) / (time.perf_counter() - t0)}
         finally:
             llama_cpp.llama_batch_free(batch)
             llama_cpp.llama_free(ctx)
-
-    r1 = [once(1) for _ in range(args.repeats)]
-    rn = [once(args.streams) for _ in range(args.repeats)]
-    llama_cpp.llama_model_free(model)
-    return {"tok_s_1": median(r1), "tok_s": median(rn), "runs_1": r1, "runs": rn}
 
 
 async def _stream_one(client: httpx.AsyncClient, url: str, body: dict) -> int:
@@ -174,8 +270,6 @@ async def _stream_one(client: httpx.AsyncClient, url: str, body: dict) -> int:
         r.raise_for_status()
         async for line in r.aiter_lines():
             if line.startswith("data: {"):
-                import json
-
                 obj = json.loads(line[6:])
                 n += sum(len(c.get("token_ids", [])) for c in obj.get("choices", []))
     return n
@@ -186,52 +280,6 @@ async def _concurrent(url: str, bodies: list[dict]) -> tuple[int, float]:
         t0 = time.perf_counter()
         counts = await asyncio.gather(*[_stream_one(client, url, b) for b in bodies])
         return sum(counts), time.perf_counter() - t0
-
-
-def _tokenseam(path: Path, args) -> dict:
-    from ..server.runtime import BackgroundServer, build_server
-
-    app, state = build_server(str(path), n_ctx=1024, parallel=max(args.streams, 1), threads=args.threads)
-    bg = BackgroundServer(app)
-    url = bg.url + "/v1/completions"
-    eng, be = state.engine, state.backend
-
-    def body(i: int) -> dict:
-        return {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": args.tokens, "temperature": 0,
-                "stream": True, "return_token_ids": True, "ignore_eos": True}
-
-    try:
-        asyncio.run(_concurrent(url, [body(0)]))  # warm-up
-        r1, ov1, out1 = [], [], []
-        for r in range(args.repeats):
-            s0, d0, g0 = eng.stats.overhead_seconds, be.decode_seconds, eng.stats.generated_tokens
-            n, dt = asyncio.run(_concurrent(url, [body(r)]))
-            g = eng.stats.generated_tokens - g0
-            r1.append(n / dt)
-            ov1.append((eng.stats.overhead_seconds - s0) / max(g, 1) * 1000)
-            out1.append((dt - (be.decode_seconds - d0)) / max(n, 1) * 1000)
-        # the same single stream under a JSON Schema (grammar masks every step)
-        schema = {"type": "array", "items": {"type": "object", "properties": {
-            "name": {"type": "string"}, "note": {"type": "string"}}, "required": ["name", "note"]}}
-        asyncio.run(_concurrent(url, [{**body(0), "guided_json": schema}]))  # warm-up: compile + first masks
-        rj = []
-        for r in range(args.repeats):
-            n, dt = asyncio.run(_concurrent(url, [{**body(r), "guided_json": schema}]))
-            rj.append(n / dt)
-        rn, ovn = [], []
-        for _ in range(args.repeats):
-            s0, st0 = eng.stats.overhead_seconds, eng.stats.steps
-            n, dt = asyncio.run(_concurrent(url, [body(i) for i in range(args.streams)]))
-            rn.append(n / dt)
-            ovn.append((eng.stats.overhead_seconds - s0) / max(eng.stats.steps - st0, 1) * 1000)
-    finally:
-        bg.stop()
-        eng.shutdown()
-        be.close()
-    return {"tokenseam_1": {"tok_s": median(r1), "runs": r1, "engine_overhead_ms_per_token": median(ov1),
-                            "outside_decode_ms_per_token": median(out1)},
-            "tokenseam_json_1": {"tok_s": median(rj), "runs": rj},
-            "tokenseam_n": {"tok_s": median(rn), "runs": rn, "engine_overhead_ms_per_token": median(ovn)}}
 
 
 def _llama_server(path: Path, args) -> dict:

@@ -15,7 +15,7 @@ import numpy as np
 from .backend import LlamaCppBackend
 from .constraint import bitmask_to_bool
 from .errors import BackendError, ContextLengthError, InvalidRequestError, QueueFullError
-from .prefix_cache import PrefixCache
+from .prefix_cache import HostKV, PrefixCache
 from .sequence import ChoiceEvent, Emit, GenerationRequest, RequestDone, RequestState, Sequence
 
 log = logging.getLogger("tokenseam.engine")
@@ -24,8 +24,8 @@ log = logging.getLogger("tokenseam.engine")
 class Engine:
     """Continuous-batching scheduler over a `LlamaCppBackend`.
 
-    Prompts are looked up in the radix prefix cache: the cached part is shared into the request's sequence
-    (no copy) and only the rest is decoded (`cached_tokens`). Prompts are cached after prefill, and
+    Prompts are looked up in the radix prefix cache: the cached part is restored into the request's sequence
+    from host memory and only the rest is decoded (`cached_tokens`). Prompts are cached after prefill, and
     prompt + output when a request finishes.
     """
 
@@ -35,9 +35,11 @@ class Engine:
         self.max_queue = max_queue
         self.n_slots = backend.config.n_seq
         cfg = backend.config
+        first = backend.n_seq_total  # cache sequence ids are host blobs, numbered past llama.cpp's sequences
+        self.host_kv = HostKV(backend, first)
         self.prefix_cache = PrefixCache(
-            backend, list(range(self.n_slots, self.n_slots + backend.n_cache_seqs)), cfg.prefix_cache_tokens,
-            cfg.prefix_block, backend.kv_bytes_per_token)
+            self.host_kv, list(range(first, first + backend.n_cache_seqs)), cfg.prefix_cache_tokens,
+            cfg.prefix_block, backend.kv_bytes_per_token, full_paths=True)
         self._slot_tokens: list[list[int]] = [[] for _ in range(self.n_slots)]
         self._free: set[int] = set(range(self.n_slots))
         self._waiting: deque[RequestState] = deque()

@@ -1,7 +1,8 @@
 """Radix-tree prefix KV cache over token ids: requests that share a token prefix reuse its KV.
 
-KV lives in llama.cpp's unified cache; the tree only records which *cache sequence* holds which path.
-Copying a path into a request's sequence is `seq_cp`, which shares cells instead of copying them.
+The tree records which *cache sequence* holds which path; `HostKV` keeps those sequences as host-memory
+blobs (llama.cpp sequence state), so cached prefixes cost no KV cells and no attention time in the decode of
+other requests. A hit restores the blob into the request's sequence.
 """
 
 from __future__ import annotations
@@ -33,10 +34,57 @@ class RadixNode:
 
 
 class KVOps:
-    """What the cache needs from a backend (LlamaCppBackend provides these)."""
+    """What the cache needs: llama.cpp's sequence operations (`HostKV` maps cache sequences to host blobs)."""
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None: ...
+
+
+class KVRestoreError(Exception):
+    """A cached prefix could not be put back into a request's sequence (treated as a miss)."""
+
+
+class HostKV:
+    """KVOps where the cache sequences (ids >= `first_cache_id`) live in host memory.
+
+    Copying a request's sequence to a cache sequence saves positions [0, p1) of it as a blob (the whole path:
+    a leaf always holds its path from the root); copying a cache sequence into a request's sequence restores
+    the blob and trims it to p1. Cached prefixes thus take no KV cells, so they add nothing to the attention
+    of the requests being decoded (in a unified cache every held cell is visited by every decode).
+    """
+
+    def __init__(self, backend, first_cache_id: int) -> None:
+        self.backend = backend
+        self.first_cache_id = first_cache_id
+        self.blobs: dict[int, bytes] = {}
+
+    @property
+    def bytes_held(self) -> int:
+        return sum(len(b) for b in self.blobs.values())
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        cache_src, cache_dst = src >= self.first_cache_id, dst >= self.first_cache_id
+        if cache_dst and not cache_src:
+            self.blobs[dst] = self.backend.save_prefix(src, p1)
+        elif cache_src and not cache_dst:
+            blob = self.blobs.get(src)
+            if blob is None or p0 > 0:
+                raise KVRestoreError(f"cache sequence {src} holds no blob")
+            try:
+                self.backend.load_prefix(dst, blob, p1)
+            except Exception as e:
+                raise KVRestoreError(str(e)) from e
+        elif not cache_src and not cache_dst:
+            self.backend.seq_cp(src, dst, p0, p1)
+        else:
+            raise ValueError("copying between two cache sequences is not supported")
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+        if seq_id >= self.first_cache_id:
+            if p0 <= 0 and p1 < 0:
+                self.blobs.pop(seq_id, None)
+            return
+        self.backend.seq_rm(seq_id, p0, p1)
 
 
 @dataclass
@@ -51,14 +99,16 @@ class PrefixCache:
     """LRU radix cache of token paths, stored in llama.cpp sequences `seq_ids`, bounded by `max_tokens`.
 
     Only whole blocks of `block_size` tokens are inserted, so the cache holds stable, reusable prefixes
-    rather than every stray tail token.
+    rather than every stray tail token. With `full_paths` (host blobs) each leaf stores its whole path, so
+    the budget counts a leaf's depth; otherwise (shared KV cells) it counts each edge once.
     """
 
     def __init__(self, kv: KVOps, seq_ids: list[int], max_tokens: int, block_size: int = 16,
-                 bytes_per_token: int = 0) -> None:
+                 bytes_per_token: int = 0, full_paths: bool = False) -> None:
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
         self.kv = kv
+        self.full_paths = full_paths
         self.block_size = block_size
         self.max_tokens = max_tokens
         self.bytes_per_token = bytes_per_token
@@ -101,7 +151,11 @@ class PrefixCache:
         matched, seq = self.match(tokens)
         n = min(matched, limit)
         if n > 0:
-            self.kv.seq_cp(seq, dst_seq, 0, n)
+            try:
+                self.kv.seq_cp(seq, dst_seq, 0, n)
+            except KVRestoreError:
+                self.kv.seq_rm(dst_seq)
+                n = 0
         self.stats.hit_tokens += n
         self.stats.miss_tokens += len(tokens) - n
         return n
@@ -118,7 +172,8 @@ class PrefixCache:
             if pos + k == n:
                 return  # already covered
             extend = child is None and node is not self.root and node.is_leaf
-            if self.tokens_held + n - pos - k <= self.max_tokens and (extend or self._free_seqs):
+            grow = (n - pos if extend else n) if self.full_paths else n - pos - k
+            if self.tokens_held + grow <= self.max_tokens and (extend or self._free_seqs):
                 break
             guard = {id(child)} if child is not None else set()
             p = node
@@ -132,6 +187,7 @@ class PrefixCache:
             self._split(child, k)
             node, pos = child.parent, pos + k
         rest = tokens[pos:]
+        grow = (n - pos if extend else n) if self.full_paths else len(rest)
         if extend:  # the leaf's sequence gains the new positions
             self.kv.seq_cp(src_seq, node.seq_id, pos, n)
             node.tokens = node.tokens + rest
@@ -142,7 +198,7 @@ class PrefixCache:
             self.kv.seq_rm(seq)
             self.kv.seq_cp(src_seq, seq, 0, n)
             node.children[rest[0]] = RadixNode(rest, node, n, seq, last_access=now)
-        self.tokens_held += len(rest)
+        self.tokens_held += grow
         self.stats.inserted_tokens += len(rest)
 
     def _walk(self, tokens: list[int]) -> tuple[RadixNode, int, RadixNode | None, int]:
@@ -185,7 +241,7 @@ class PrefixCache:
         del parent.children[victim.tokens[0]]
         self.kv.seq_rm(victim.seq_id)
         self._free_seqs.append(victim.seq_id)
-        self.tokens_held -= len(victim.tokens)
+        self.tokens_held -= victim.depth if self.full_paths else len(victim.tokens)
         self.stats.evictions += 1
         # ancestors that borrowed the victim's sequence borrow a surviving descendant's instead
         p = parent

@@ -22,7 +22,7 @@ from ..engine import ChoiceEvent, Engine, GenerationRequest, RequestDone
 from ..engine.chat_template import ChatTemplate
 from . import formatting as fmt
 from .errors import APIError, from_exception
-from .metrics import ServerMetrics
+from .metrics import EngineCollector, ServerMetrics
 from .protocol import ParsedRequest, bad, parse_llama_completion, parse_openai
 
 log = logging.getLogger("tokenseam.server")
@@ -54,6 +54,7 @@ class ServerState:
         self.model_names = {model_id, *aliases, engine.backend.model_name, engine.backend.path.name}
         self.max_body_bytes = max_body_bytes
         self.metrics = ServerMetrics()
+        self.metrics.registry.register(EngineCollector(engine))
         self.chat = ChatTemplate(engine.backend.chat_template, self.vocab, self.tokenizer)
         self.started = int(time.time())
         # Extra per-request constraint source (an embedding application's own rules; tests use it to force

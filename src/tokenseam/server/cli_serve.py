@@ -23,8 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=_positive("--threads", 0, 512), default=0, help="CPU threads (0 = all cores)")
     p.add_argument("--max-queue", type=_positive("--max-queue", 0, 100000), default=64,
                    help="requests allowed to wait for a free sequence; beyond it: 503 with Retry-After")
-    p.add_argument("--prefix-cache-tokens", type=_positive("--prefix-cache-tokens", 0, 1 << 22), default=8192,
-                   help="KV cells reserved for the radix prefix cache (0 disables it)")
+    p.add_argument("--prefix-cache-tokens", type=_positive("--prefix-cache-tokens", 0, 1 << 22), default=16384,
+                   help="tokens of KV the radix prefix cache keeps in host memory (0 disables it)")
     p.add_argument("--prefix-block", type=_positive("--prefix-block", 1, 4096), default=16,
                    help="prefix cache granularity in tokens")
     p.add_argument("--cache", default="deterministic", choices=["off", "deterministic", "always"],

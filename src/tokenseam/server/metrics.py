@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 
 class ServerMetrics:
@@ -36,3 +37,27 @@ class ServerMetrics:
         if ev > self._evictions_seen:
             self.prefix_evictions.inc(ev - self._evictions_seen)
             self._evictions_seen = ev
+
+
+class EngineCollector:
+    """The engine thread's own counters, read at scrape time: where decode time goes.
+
+    `tokenseam_engine_overhead_seconds` is engine-thread time outside llama_decode (scheduling, sampling,
+    masks, detokenizing); with `tokenseam_engine_decode_seconds` it tells what the model costs and what we add.
+    """
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def collect(self):
+        st, be = self.engine.stats, self.engine.backend
+        for name, doc, value in (
+                ("tokenseam_engine_decode_seconds", "Time spent inside llama_decode", be.decode_seconds),
+                ("tokenseam_engine_decode_calls", "llama_decode calls", be.decode_calls),
+                ("tokenseam_engine_overhead_seconds", "Engine-thread time per step outside llama_decode",
+                 st.overhead_seconds),
+                ("tokenseam_engine_steps", "Scheduler steps (one batched decode each)", st.steps),
+                ("tokenseam_engine_generated_tokens", "Tokens sampled by the engine", st.generated_tokens)):
+            m = CounterMetricFamily(name, doc)
+            m.add_metric([], value)
+            yield m

@@ -10,7 +10,7 @@ from .app import ServerState, create_app
 
 
 def build_server(model: str | None = None, n_ctx: int = 4096, parallel: int = 8, threads: int = 0,
-                 max_queue: int = 64, n_batch: int = 512, prefix_cache_tokens: int = 8192, prefix_block: int = 16,
+                 max_queue: int = 64, n_batch: int = 512, prefix_cache_tokens: int = 16384, prefix_block: int = 16,
                  cache_mode: str = "off", cache_store: str = "sqlite", cache_ttl: float | None = None):
     """Load a model and build the app. The response cache is off unless `cache_mode` says otherwise
     (`tokenseam serve` turns it on: deterministic requests, SQLite store)."""
