@@ -20,29 +20,52 @@ DEAD = -1
 MAX_DFA_STATES = 2_000_000
 MAX_CLOSURE = 100_000
 MASK_CACHE_BYTES = 128 * 1024 * 1024
+BOT = 1  # the stack id standing for "whatever frames lie below" in a stack-independent (local) state
+NO_ESC: tuple = ()
+# Configuration sets are sorted tuples of (NFA state, stack) int pairs, not frozensets: tuples of ints leave the
+# cyclic GC's tracking, so the millions of them a long request builds do not make every full collection slow.
 
 
 SKIP_DEPTHS = 4
 
 
 @numba.njit(cache=True, nogil=True)
-def _walk(trans, byte_class, data, offs, lcp, skip, ids, states, pos, out):
-    """Set the bit of every token whose bytes the automaton accepts from states[0].
+def _walk_esc(trans, flags, byte_class, data, offs, lcp, skip, ids, states, pos, out, rec, nrec):
+    """Like `_walk` over local states, which may escape (need the frames below BOT): tokens the local
+    automaton takes whole go to `out`; for every other token, each depth whose state escapes is recorded as
+    (index, depth, state) in `rec` (the token's fate depends on the real stack there).
 
-    Resumable: on reaching a state whose row is not built yet it stores (token index, depth) in `pos`
-    and returns 1; the caller builds states[depth] and calls again. Returns 0 when the walk is done.
-    """
+    Resumable through pos = (index, resume depth or -1, dead depth, dead path escapes): returns 1 when a
+    row must be built (states[pos[1]]), 2 when `rec` is full, 0 when done."""
     n = ids.shape[0]
+    cap = rec.shape[0]
+    maxd = states.shape[0]
     i = pos[0]
     first_d = pos[1]
-    dead = 1 << 30
+    dead = pos[2]
+    dead_esc = pos[3] != 0
     while i < n:
+        if nrec[0] + maxd + 1 > cap:
+            pos[0] = i
+            pos[1] = first_d
+            pos[2] = dead
+            pos[3] = 1 if dead_esc else 0
+            return 2
         if first_d >= 0:
             d = first_d
             first_d = -1
         else:
             d = lcp[i]
             if d > dead:
+                # Same path as the previous token up to its dead byte: same escapes.
+                if dead_esc:
+                    for k in range(dead + 1):
+                        if flags[states[k]] & 2:
+                            r = nrec[0]
+                            rec[r, 0] = i
+                            rec[r, 1] = k
+                            rec[r, 2] = states[k]
+                            nrec[0] = r + 1
                 i += 1
                 continue
         o = offs[i]
@@ -54,23 +77,40 @@ def _walk(trans, byte_class, data, offs, lcp, skip, ids, states, pos, out):
                 if nx == -2:
                     pos[0] = i
                     pos[1] = d
+                    pos[2] = dead
+                    pos[3] = 1 if dead_esc else 0
                     return 1
                 ok = False
                 break
             states[d + 1] = nx
             d += 1
-        if ok:
+        if ok and flags[states[d]] & 1:
             tid = ids[i]
             out[tid >> 5] |= np.uint32(1) << np.uint32(tid & 31)
             dead = 1 << 30
+            dead_esc = False
             i += 1
-        elif d < skip.shape[0]:
-            # Jump over every token sharing the rejected prefix (the next one with lcp <= d).
-            dead = d
-            i = skip[d, i]
+            continue
+        has = False
+        for k in range(d + 1):
+            if flags[states[k]] & 2:
+                r = nrec[0]
+                rec[r, 0] = i
+                rec[r, 1] = k
+                rec[r, 2] = states[k]
+                nrec[0] = r + 1
+                has = True
+        if ok:
+            dead = 1 << 30
+            dead_esc = False
+            i += 1
         else:
             dead = d
-            i += 1
+            dead_esc = has
+            if not has and d < skip.shape[0]:
+                i = skip[d, i]
+            else:
+                i += 1
     return 0
 
 
@@ -105,6 +145,47 @@ class TokenTable:
         self.eos = np.asarray(sorted(vocab.eos_token_ids), dtype=np.int64)
         self.is_special = np.asarray(vocab.is_special, dtype=bool)
         self.token_bytes = vocab.token_bytes
+        self.base = np.zeros(len(self.ids), dtype=np.int64)
+
+
+class SubTable:
+    """Token suffixes (bytes from an offset) sorted like the vocabulary trie, for walks resuming mid-token."""
+
+    def __init__(self, token_bytes, tids: np.ndarray, starts: np.ndarray) -> None:
+        suf = [token_bytes[t][o:] for t, o in zip(tids.tolist(), starts.tolist(), strict=True)]
+        order = sorted(range(len(suf)), key=suf.__getitem__)
+        sb = [suf[j] for j in order]
+        self.ids = tids[order].astype(np.int64)
+        self.base = starts[order].astype(np.int64)
+        lens = np.fromiter((len(b) for b in sb), dtype=np.int64, count=len(sb))
+        self.offs = np.zeros(len(sb) + 1, dtype=np.int64)
+        np.cumsum(lens, out=self.offs[1:])
+        self.data = np.frombuffer(b"".join(sb) or b"\0", dtype=np.uint8).copy()
+        lcp = np.zeros(len(sb), dtype=np.int64)
+        for k in range(1, len(sb)):
+            a, b = sb[k - 1], sb[k]
+            m = min(len(a), len(b))
+            j = 0
+            while j < m and a[j] == b[j]:
+                j += 1
+            lcp[k] = j
+        self.lcp = lcp
+        self.skip = _skip_table(lcp, SKIP_DEPTHS)
+        # Tokens ending exactly at the escape: accepted whenever the continuation is alive.
+        empty = self.ids[lens == 0]
+        self.empty = _sparse_bits(empty)
+
+
+def _sparse_bits(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(word indices, word bits) of a set of token ids, each word once."""
+    if not len(tids):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32)
+    words = tids >> 5
+    bits = np.left_shift(np.uint32(1), (tids & 31).astype(np.uint32))
+    uw, inv = np.unique(words, return_inverse=True)
+    agg = np.zeros(len(uw), dtype=np.uint32)
+    np.bitwise_or.at(agg, inv.reshape(-1), bits)
+    return uw.astype(np.int64), agg
 
 
 class Automaton:
@@ -115,20 +196,34 @@ class Automaton:
         self.table = table
         self._expanded_set: set[int] = set()
         self._prepare()
-        self.stacks: list[tuple[int, int, int]] = [(-1, -1, 0)]
+        self.stacks: list[tuple[int, int, int]] = [(-1, -1, 0), (-3, -3, 0)]
         self.stack_index: dict[tuple[int, int, int], int] = {}
         self.has_counters = bool(nfa.loops)
         self.canon: dict[int, int] = {}
-        self.closure_memo: dict[tuple[int, int], tuple[frozenset, bool]] = {}
-        self.state_index: dict[tuple[frozenset, bool], int] = {}
-        self.state_configs: list[frozenset] = []
+        self.closure_memo: dict[tuple[int, int], tuple[tuple, bool, tuple]] = {}
+        self._closing: set[tuple[int, int]] = set()
+        self.state_index: dict[tuple[tuple, bool, tuple], int] = {}
+        self.state_configs: list[tuple] = []
+        self.state_esc: list[tuple] = []
         cap = 256
+        self.flags = np.zeros(cap, dtype=np.int8)
         self.trans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
         self.accepting = np.zeros(cap, dtype=bool)
-        self.masks: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.masks: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self.mask_bytes = 0
-        configs, acc = self.closure(nfa.rule_start[0], 0)
-        self.start = self._state(configs, acc)
+        self.depth: list[int] = [0, 0]
+        # A position is a pair (local state K, parent stack P): K holds every configuration with its frames
+        # above P rebased onto BOT, so K (and its masks) is shared by every place the same shape recurs.
+        self.pairs: list[tuple[int, int, bool]] = []
+        self.pair_index: dict[tuple[int, int, bool], int] = {}
+        self._rebase_memo: dict[tuple[int, int], int] = {}
+        self._mat_memo: dict[tuple[int, int], int] = {}
+        self._cont_memo: dict[tuple[int, int], tuple[tuple, bool, int]] = {}
+        self._local_info: dict[int, tuple[np.ndarray, list[tuple[int, int]]]] = {}
+        self._suffix_info: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]] = {}
+        self._groups_tab: list[SubTable] = []
+        configs, acc, _ = self.closure(nfa.rule_start[0], 0)
+        self.start = self._pair(configs, acc)
 
     # -- preparation -------------------------------------------------------------------------------------
     def _prepare(self) -> None:
@@ -136,6 +231,10 @@ class Automaton:
         self._check_left_recursion()
         if nfa.may_dead_end:
             self._trim()
+        # Tuples of ints drop out of the cyclic GC's tracking (lists never do): a schema's NFA has 100k+ rows,
+        # and a full collection walking them would land inside some decoding step.
+        nfa.edges = [tuple(r) for r in nfa.edges]
+        nfa.eps = [tuple(r) for r in nfa.eps]
         bounds = {0, 256}
         for row in nfa.edges:
             for lo, hi, _ in row:
@@ -154,7 +253,9 @@ class Automaton:
         self._targets: dict[int, dict[int, tuple[int, ...]]] = {}
         self._groups: dict[int, tuple[np.ndarray, list[tuple[int, ...]]]] = {}
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
-        self._parts: dict[int, tuple[np.ndarray, list[frozenset]]] = {}
+        self._parts: dict[int, tuple] = {}
+        self._shapes: dict[tuple[int, ...], tuple] = {}
+        self._succ_memo: dict[tuple, int] = {}
 
     def targets(self, q: int) -> dict[int, tuple[int, ...]]:
         d = self._targets.get(q)
@@ -295,6 +396,7 @@ class Automaton:
             sid = len(self.stacks)
             self.stacks.append(key)
             self.stack_index[key] = sid
+            self.depth.append(self.depth[parent] + 1)
         return sid
 
     def _local(self, q0: int) -> tuple[int, ...] | None:
@@ -325,21 +427,32 @@ class Automaton:
         self._local_memo[q0] = res
         return res
 
-    def closure(self, q0: int, st0: int) -> tuple[frozenset, bool]:
+    def closure(self, q0: int, st0: int) -> tuple[tuple, bool, tuple]:
+        """(configs with byte edges, root end reached, escapes): an escape is an NFA state that needs the
+        frame under the local bottom BOT (a rule end or a counter operation there)."""
         key = (q0, st0)
         hit = self.closure_memo.get(key)
         if hit is not None:
             return hit
         local = self._local(q0)
         if local is not None:
-            res = (frozenset([(q, st0) for q in local]), False)
+            res = (tuple(sorted([(q, st0) for q in local])), False, NO_ESC)
             self.closure_memo[key] = res
             return res
         nfa = self.nfa
         out = set()
+        esc = set()
         acc = False
         seen = {key}
         stack = [key]
+        pops: list[tuple[int, int]] = []
+        self._closing.add(key)
+        try:
+            return self._closure_loop(key, nfa, out, esc, acc, seen, stack, pops)
+        finally:
+            self._closing.discard(key)
+
+    def _closure_loop(self, key, nfa, out, esc, acc, seen, stack, pops):
         while stack:
             q, st = stack.pop()
             nxt = [(t, st) for t in nfa.eps[q]]
@@ -350,33 +463,55 @@ class Automaton:
                 cp = nfa.cpush.get(q)
                 if cp is not None:
                     nxt.append((cp[0], self._push(-1 - cp[1], st, 0)))
-                ci = nfa.cinc.get(q)
-                if ci is not None:
-                    _, parent, v = self.stacks[st]
-                    lo, hi = nfa.loops[ci[1]]
-                    v += 1
-                    if hi is None:
-                        v = min(v, lo)
-                    if hi is None or v <= hi:
-                        nxt.append((ci[0], self._push(-1 - ci[1], parent, v)))
-                cg = nfa.cguard.get(q)
-                if cg is not None:
-                    hi = nfa.loops[cg[1]][1]
-                    if hi is None or self.stacks[st][2] < hi:
-                        nxt.append((cg[0], st))
-                ce = nfa.cexit.get(q)
-                if ce is not None:
-                    _, parent, v = self.stacks[st]
-                    if v >= nfa.loops[ce[1]][0]:
-                        nxt.append((ce[0], parent))
+                if st == BOT:
+                    if q in nfa.cinc or q in nfa.cguard or q in nfa.cexit:
+                        esc.add(q)
+                else:
+                    ci = nfa.cinc.get(q)
+                    if ci is not None:
+                        _, parent, v = self.stacks[st]
+                        lo, hi = nfa.loops[ci[1]]
+                        v += 1
+                        if hi is None:
+                            v = min(v, lo)
+                        if hi is None or v <= hi:
+                            nxt.append((ci[0], self._push(-1 - ci[1], parent, v)))
+                    cg = nfa.cguard.get(q)
+                    if cg is not None:
+                        hi = nfa.loops[cg[1]][1]
+                        if hi is None or self.stacks[st][2] < hi:
+                            nxt.append((cg[0], st))
+                    ce = nfa.cexit.get(q)
+                    if ce is not None:
+                        _, parent, v = self.stacks[st]
+                        if v >= nfa.loops[ce[1]][0]:
+                            pops.append((ce[0], parent))
             r = nfa.end_rule.get(q)
             if r is not None:
                 if st == 0:
                     if r == 0:
                         acc = True
+                elif st == BOT:
+                    esc.add(q)
                 else:
                     ret, parent, _ = self.stacks[st]
-                    nxt.append((ret, parent))
+                    pops.append((ret, parent))
+            if pops:
+                # What follows a pop is the same for every frame that was on top (e.g. each counter value of
+                # a whitespace run): take it from the memo instead of exploring it again.
+                for k in pops:
+                    if k in seen:
+                        continue
+                    seen.add(k)
+                    if k in self._closing:
+                        stack.append(k)
+                        continue
+                    cs, a, e = self.closure(*k)
+                    out.update(cs)
+                    acc = acc or a
+                    if e:
+                        esc.update(e)
+                pops.clear()
             if nfa.edges[q]:
                 out.add((q, st))
             for k in nxt:
@@ -385,12 +520,12 @@ class Automaton:
                     stack.append(k)
             if len(seen) > MAX_CLOSURE:
                 raise GrammarError("grammar is too ambiguous (configuration explosion)")
-        res = (frozenset(out), acc)
+        res = (tuple(sorted(out)), acc, tuple(sorted(esc)) if esc else NO_ESC)
         self.closure_memo[key] = res
         return res
 
-    def _state(self, configs: frozenset, acc: bool) -> int:
-        key = (configs, acc)
+    def _state(self, configs: tuple, acc: bool, esc: tuple = NO_ESC) -> int:
+        key = (configs, acc, esc)
         sid = self.state_index.get(key)
         if sid is not None:
             return sid
@@ -405,9 +540,14 @@ class Automaton:
             acc_grown = np.zeros(cap, dtype=bool)
             acc_grown[:sid] = self.accepting[:sid]
             self.accepting = acc_grown
+            flags_grown = np.zeros(cap, dtype=np.int8)
+            flags_grown[:sid] = self.flags[:sid]
+            self.flags = flags_grown
         self.state_index[key] = sid
         self.state_configs.append(configs)
+        self.state_esc.append(esc)
         self.accepting[sid] = acc
+        self.flags[sid] = (1 if configs or acc else 0) | (2 if esc else 0)
         return sid
 
     def expand(self, sid: int) -> None:
@@ -439,30 +579,33 @@ class Automaton:
             g = self._groups[q] = (idx, tgts)
         return g
 
-    def _successor(self, moves: frozenset) -> int:
+    def _successor(self, moves: tuple) -> int:
         configs: set = set()
+        esc: set = set()
         acc = False
         for t, st in moves:
-            cs, a = self.closure(t, st)
-            configs |= cs
+            cs, a, e = self.closure(t, st)
+            configs.update(cs)
             acc = acc or a
-        return DEAD if not configs and not acc else self._state(frozenset(configs), acc)
+            if e:
+                esc.update(e)
+        if not configs and not acc and not esc:
+            return DEAD
+        return self._state(tuple(sorted(configs)), acc, tuple(sorted(esc)) if esc else NO_ESC)
 
-    def _partition(self, sid: int) -> tuple[np.ndarray, list[frozenset]]:
-        """State sid's byte classes grouped by their moves: (group per class, -1 = dead; moves per group).
-
-        Grouping is cheap (no closures); successors are built per group only when a byte needs them."""
-        p = self._parts.get(sid)
-        if p is not None:
-            return p
-        configs = list(self.state_configs[sid])
-        if len(configs) == 1:
-            q, st = configs[0]
-            idx, tgts = self.groups(q)
+    def _shape(self, qs: tuple[int, ...]) -> tuple[np.ndarray, list[list[tuple[int, tuple[int, ...]]]], list]:
+        """Byte-class grouping for configurations on NFA states qs (stacks do not matter): (group per class,
+        -1 = dead; per group the (config index, targets) moves; per group its classes). Shared by every
+        state on the same NFA states, e.g. one whose counters differ."""
+        sh = self._shapes.get(qs)
+        if sh is not None:
+            return sh
+        if len(qs) == 1:
+            idx, tgts = self.groups(qs[0])
             inverse = idx
-            moves = [frozenset((t, st) for t in ts) for ts in tgts]
-        elif configs:
-            gs = [self.groups(q) for q, _ in configs]
+            entries = [((0, ts),) for ts in tgts]
+        elif qs:
+            gs = [self.groups(q) for q in qs]
             # Classes with the same group in every config move alike: refine a 1-D key config by config.
             key = gs[0][0].astype(np.int64) + 1
             for idx, tgts in gs[1:]:
@@ -471,22 +614,35 @@ class Automaton:
                     key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
             _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
             inverse = inverse.reshape(-1).astype(np.int32)
-            moves = []
+            entries = []
             for j, c in enumerate(first.tolist()):
-                mv = set()
-                for i, (_, st) in enumerate(configs):
+                ent = []
+                for i in range(len(qs)):
                     k = gs[i][0][c]
                     if k >= 0:
-                        for t in gs[i][1][k]:
-                            mv.add((t, st))
-                if not mv:
+                        ent.append((i, gs[i][1][k]))
+                if not ent:
                     inverse[inverse == j] = -1
-                moves.append(frozenset(mv))
+                entries.append(tuple(ent))
         else:
             inverse = np.full(self.n_classes, -1, dtype=np.int32)
-            moves = []
+            entries = []
+        classes = tuple(np.flatnonzero(inverse == j) for j in range(len(entries)))
+        sh = self._shapes[qs] = (inverse, tuple(entries), classes)
+        return sh
+
+    def _partition(self, sid: int) -> tuple[np.ndarray, list, list, tuple[int, ...]]:
+        """State sid's byte classes grouped by their moves: (group per class, -1 = dead; moves per group
+        as (config index, targets); classes per group; config stacks).
+
+        Grouping is cheap (no closures); successors are built per group only when a byte needs them."""
+        p = self._parts.get(sid)
+        if p is not None:
+            return p
+        cfg = self.state_configs[sid]
+        inverse, entries, classes = self._shape(tuple(q for q, _ in cfg))
         self.trans[sid, inverse < 0] = DEAD
-        p = self._parts[sid] = (inverse, moves)
+        p = self._parts[sid] = (inverse, entries, classes, tuple(st for _, st in cfg))
         return p
 
     def fill(self, sid: int, c: int) -> None:
@@ -494,25 +650,26 @@ class Automaton:
         was = gc.isenabled()
         gc.disable()
         try:
-            inverse, moves = self._partition(sid)
+            inverse, entries, classes, stks = self._partition(sid)
             j = inverse[c]
             if j < 0:
                 self.trans[sid, c] = DEAD
                 return
-            nxt = self._successor(moves[j])
-            self.trans[sid, inverse == j] = nxt
+            moves = tuple(sorted({(t, stks[i]) for i, ts in entries[j] for t in ts}))
+            nxt = self._succ_memo.get(moves)
+            if nxt is None:
+                nxt = self._succ_memo[moves] = self._successor(moves)
+            self.trans[sid, classes[j]] = nxt
         finally:
             if was:
                 gc.enable()
 
     def _expand(self, sid: int) -> None:
-        inverse, moves = self._partition(sid)
-        row = self.trans[sid]
-        for j in range(len(moves)):
-            cls = np.flatnonzero(inverse == j)
+        inverse, entries, classes, _ = self._partition(sid)
+        for j in range(len(entries)):
+            cls = classes[j]
             if len(cls) and self.trans[sid, cls[0]] == UNKNOWN:
                 self.fill(sid, int(cls[0]))
-        del row
         self._expanded_set.add(sid)
 
     def step(self, sid: int, byte: int) -> int:
@@ -523,19 +680,6 @@ class Automaton:
             v = self.trans[sid, c]
         return int(v)
 
-    def step_bytes(self, sid: int, data: bytes) -> int:
-        for b in data:
-            sid = self.step(sid, b)
-            if sid < 0:
-                return DEAD
-        return sid
-
-    def has_moves(self, sid: int) -> bool:
-        if sid not in self._expanded_set:
-            self.expand(sid)
-        return bool((self.trans[sid] >= 0).any())
-
-    # -- masks -------------------------------------------------------------------------------------------
     def canonical(self, sid: int) -> int:
         """A state with the same token mask: counters far from their bounds are clamped to one value.
 
@@ -548,7 +692,7 @@ class Automaton:
         if hit is not None:
             return hit
         T = self.table.maxlen
-        memo: dict[int, int] = {0: 0}
+        memo: dict[int, int] = {0: 0, BOT: BOT}
 
         def canon_stack(st: int) -> int:
             if st in memo:
@@ -566,44 +710,276 @@ class Automaton:
             memo[st] = res
             return res
 
-        configs = frozenset((q, canon_stack(st)) for q, st in self.state_configs[sid])
-        c = self._state(configs, bool(self.accepting[sid]))
+        configs = tuple(sorted({(q, canon_stack(st)) for q, st in self.state_configs[sid]}))
+        c = self._state(configs, bool(self.accepting[sid]), self.state_esc[sid])
         self.canon[sid] = c
         return c
 
-    def mask(self, sid: int) -> np.ndarray:
-        m = self.masks.get(sid)
-        if m is not None:
-            self.masks.move_to_end(sid)
-            return m
+    # -- positions (local state, parent stack) -------------------------------------------------------------
+    def _common(self, sts) -> int:
+        """The deepest stack that every stack in `sts` has below (or at) its top."""
+        it = iter(sts)
+        cur = {next(it)}
+        for s in it:
+            cur.add(s)
+        if len(cur) == 1:
+            return next(iter(cur))
+        stacks, depth = self.stacks, self.depth
+        d = min(depth[s] for s in cur)
+        level = set()
+        for s in cur:
+            while depth[s] > d:
+                s = stacks[s][1]
+            level.add(s)
+        while len(level) > 1:
+            level = {stacks[s][1] for s in level}
+        return next(iter(level))
+
+    def _cut(self, p: int) -> int:
+        """Move the frames down to (and including) the first call frame, with the counter frames right under
+        it, into the local part: a token closing a value then continues in its caller without escaping."""
+        stacks = self.stacks
+        called = False
+        while p != 0:
+            ret, parent, _ = stacks[p]
+            if ret >= 0:
+                if called:
+                    break
+                called = True
+            p = parent
+        return p
+
+    def _rebase(self, st: int, p: int) -> int:
+        if st == p:
+            return BOT
+        key = (st, p)
+        hit = self._rebase_memo.get(key)
+        if hit is None:
+            ret, parent, v = self.stacks[st]
+            hit = self._rebase_memo[key] = self._push(ret, self._rebase(parent, p), v)
+        return hit
+
+    def _materialize(self, lst: int, p: int) -> int:
+        if lst == BOT:
+            return p
+        key = (lst, p)
+        hit = self._mat_memo.get(key)
+        if hit is None:
+            ret, parent, v = self.stacks[lst]
+            hit = self._mat_memo[key] = self._push(ret, self._materialize(parent, p), v)
+        return hit
+
+    def _pair(self, configs, acc: bool) -> int:
+        """The position for a set of real (NFA state, stack) configurations."""
+        if not configs:
+            key = (-1, 0, bool(acc))
+        else:
+            p = self._cut(self._common({st for _, st in configs}))
+            local = tuple(sorted({(q, self._rebase(st, p)) for q, st in configs}))
+            key = (self._state(local, False, NO_ESC), p, bool(acc))
+        pid = self.pair_index.get(key)
+        if pid is None:
+            pid = len(self.pairs)
+            self.pairs.append(key)
+            self.pair_index[key] = pid
+        return pid
+
+    def _cont(self, s: int, p: int) -> tuple[tuple, bool, int]:
+        """Where local state s's escapes lead on the real parent stack p: (configs, accepting, position)."""
+        key = (s, p)
+        hit = self._cont_memo.get(key)
+        if hit is None:
+            configs: set = set()
+            acc = False
+            for q in self.state_esc[s]:
+                cs, a, _ = self.closure(q, p)
+                configs.update(cs)
+                acc = acc or a
+            hit = self._cont_memo[key] = (tuple(sorted(configs)), acc, self._pair(configs, acc))
+        return hit
+
+    def _run(self, k: int, p: int, data: bytes) -> tuple[set, bool]:
+        """Real configurations (and acceptance) after `data` from position (k, p)."""
+        res: set = set()
+        acc = False
+        s = k
+        flags = self.flags
+        for i, b in enumerate(data):
+            if flags[s] & 2:
+                _, _, cp = self._cont(s, p)
+                k2, p2, _ = self.pairs[cp]
+                if k2 >= 0:
+                    c2, a2 = self._run(k2, p2, data[i:])
+                    res |= c2
+                    acc = acc or a2
+            s = self.step(s, b)
+            if s < 0:
+                return res, acc
+            flags = self.flags
+        if flags[s] & 2:
+            cs, a, _ = self._cont(s, p)
+            res.update(cs)
+            acc = acc or a
+        for q, lst in self.state_configs[s]:
+            res.add((q, self._materialize(lst, p)))
+        return res, acc
+
+    def step_bytes(self, pid: int, data: bytes) -> int:
+        """The position after `data` from position pid, or DEAD."""
+        if pid < 0:
+            return DEAD
+        k, p, _ = self.pairs[pid]
+        if not data:
+            return pid
+        if k < 0:
+            return DEAD
         was = gc.isenabled()
         gc.disable()
         try:
-            return self._mask_slow(sid)
+            configs, acc = self._run(k, p, data)
+            if not configs and not acc:
+                return DEAD
+            return self._pair(configs, acc)
         finally:
             if was:
                 gc.enable()
 
-    def _mask_slow(self, sid: int) -> np.ndarray:
-        csid = self.canonical(sid)
-        if csid != sid:
-            m = self.mask(csid)
-            self.masks[sid] = m
-            return m
+    def is_accepting(self, pid: int) -> bool:
+        return self.pairs[pid][2]
+
+    def has_moves(self, pid: int) -> bool:
+        """Whether some non-EOS token is allowed at pid."""
+        m = self.mask(pid).view(np.uint32)
+        eos = self.table.eos
+        if self.pairs[pid][2] and eos.size:
+            m = m.copy()
+            np.bitwise_and.at(m, eos >> 5, ~(np.uint32(1) << (eos & 31).astype(np.uint32)))
+        return bool(m.any())
+
+    def forced_bytes(self, pid: int, limit: int) -> bytes:
+        """The bytes every continuation from pid starts with (stops where the grammar may end)."""
+        out = bytearray()
+        while len(out) < limit:
+            k, _, acc = self.pairs[pid]
+            if acc or k < 0:
+                break
+            self.expand(k)
+            live = np.flatnonzero(self.trans[k] >= 0)
+            if len(live) != 1:
+                break
+            c = int(live[0])
+            lo = self.class_start[c]
+            hi = self.class_start[c + 1] if c + 1 < len(self.class_start) else 256
+            if hi - lo != 1:
+                break
+            nxt = self.step_bytes(pid, bytes([lo]))
+            if nxt < 0:
+                break
+            out.append(lo)
+            pid = nxt
+        return bytes(out)
+
+    # -- masks -------------------------------------------------------------------------------------------
+    def _walk_table(self, sid: int, tab) -> tuple[np.ndarray, np.ndarray]:
         tb = self.table
         out = np.zeros(tb.words, dtype=np.uint32)
         states = np.empty(tb.maxlen + 1, dtype=np.int32)
         states[0] = sid
-        pos = np.zeros(2, dtype=np.int64)
-        while _walk(self.trans, self.byte_class, tb.data, tb.offs, tb.lcp, tb.skip, tb.ids, states, pos, out):
-            byte = tb.data[tb.offs[pos[0]] + pos[1]]
-            self.fill(int(states[pos[1]]), self._cls_of[byte])
-        if self.accepting[sid] and tb.eos.size:
-            np.bitwise_or.at(out, tb.eos >> 5, np.uint32(1) << (tb.eos & 31).astype(np.uint32))
-        m = out.view(np.int32)
-        self.masks[sid] = m
+        pos = np.array([0, -1, 1 << 30, 0], dtype=np.int64)
+        rec = np.empty((256, 3), dtype=np.int64)
+        nrec = np.zeros(1, dtype=np.int64)
+        while True:
+            r = _walk_esc(self.trans, self.flags, self.byte_class, tab.data, tab.offs, tab.lcp, tab.skip, tab.ids,
+                          states, pos, out, rec, nrec)
+            if r == 0:
+                break
+            if r == 1:
+                byte = tab.data[tab.offs[pos[0]] + pos[1]]
+                self.fill(int(states[pos[1]]), self._cls_of[byte])
+            else:
+                grown = np.empty((rec.shape[0] * 4, 3), dtype=np.int64)
+                grown[: rec.shape[0]] = rec
+                rec = grown
+        return out, rec[: nrec[0]]
+
+    def _groups_of(self, tab, rec: np.ndarray) -> list[tuple[int, int]]:
+        """Escaping tokens grouped by the local state they escape from: [(state, group id)]."""
+        if not len(rec):
+            return []
+        rec = rec[np.argsort(rec[:, 2], kind="stable")]
+        cuts = np.flatnonzero(np.diff(rec[:, 2])) + 1
+        groups = []
+        for chunk in np.split(rec, cuts):
+            idx = chunk[:, 0]
+            gid = len(self._groups_tab)
+            self._groups_tab.append(SubTable(self.table.token_bytes, tab.ids[idx], tab.base[idx] + chunk[:, 1]))
+            groups.append((int(chunk[0, 2]), gid))
+        return groups
+
+    def local_info(self, kc: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """For local state kc: the tokens taken under any parent stack, and the escaping token groups."""
+        hit = self._local_info.get(kc)
+        if hit is None:
+            out, rec = self._walk_table(kc, self.table)
+            hit = self._local_info[kc] = (out, self._groups_of(self.table, rec))
+        return hit
+
+    def suffix_info(self, kc: int, gid: int) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+        """Group gid's token suffixes from local state kc: (certain word indices, bits, escaping groups)."""
+        key = (kc, gid)
+        hit = self._suffix_info.get(key)
+        if hit is None:
+            tab = self._groups_tab[gid]
+            out, rec = self._walk_table(kc, tab)
+            idx = np.flatnonzero(out)
+            hit = self._suffix_info[key] = (idx, out[idx], self._groups_of(tab, rec))
+        return hit
+
+    def _resolve(self, s: int, p: int, gid: int, out: np.ndarray, depth: int = 0) -> None:
+        """OR into `out` the tokens of group gid (escaping at local state s) that the real stack p accepts."""
+        _, _, cp = self._cont(s, p)
+        k2, p2, acc2 = self.pairs[cp]
+        if k2 < 0:
+            if acc2:
+                w, b = self._groups_tab[gid].empty
+                out[w] |= b
+            return
+        idx, bits, subs = self.suffix_info(self.canonical(k2), gid)
+        out[idx] |= bits
+        for s2, g2 in subs:
+            self._resolve(s2, p2, g2, out, depth + 1)
+
+    def mask(self, pid: int) -> np.ndarray:
+        k, p, acc = self.pairs[pid]
+        key = (self.canonical(k) if k >= 0 else -1, p, acc)
+        m = self.masks.get(key)
+        if m is not None:
+            self.masks.move_to_end(key)
+            return m
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            m = self._mask_slow(key)
+        finally:
+            if was:
+                gc.enable()
+        self.masks[key] = m
         self.mask_bytes += m.nbytes
         while self.mask_bytes > MASK_CACHE_BYTES and len(self.masks) > 1:
             _, old = self.masks.popitem(last=False)
             self.mask_bytes -= old.nbytes
         return m
+
+    def _mask_slow(self, key: tuple[int, int, bool]) -> np.ndarray:
+        kc, p, acc = key
+        tb = self.table
+        if kc >= 0:
+            certain, groups = self.local_info(kc)
+            out = certain.copy()
+            for s, gid in groups:
+                self._resolve(s, p, gid, out)
+        else:
+            out = np.zeros(tb.words, dtype=np.uint32)
+        if acc and tb.eos.size:
+            np.bitwise_or.at(out, tb.eos >> 5, np.uint32(1) << (tb.eos & 31).astype(np.uint32))
+        return out.view(np.int32)

@@ -82,7 +82,7 @@ class GrammarMatcher:
         if self._free:
             return self._accept_free(tid)
         if tid in self._eos:
-            if not self._auto.accepting[self._state]:
+            if not self._auto.is_accepting(self._state):
                 return False
             self._history.append(self._state)
             self._terminated = True
@@ -146,7 +146,7 @@ class GrammarMatcher:
         row[:] = self._auto.mask(self._state)
 
     def is_accepting(self) -> bool:
-        return not self._free and bool(self._auto.accepting[self._state])
+        return not self._free and self._auto.is_accepting(self._state)
 
     def is_terminated(self) -> bool:
         if self._terminated:
@@ -159,23 +159,7 @@ class GrammarMatcher:
         """The continuation the grammar forces from here (longest complete-UTF-8 prefix), or ''."""
         if self._free:
             return ""
-        auto = self._auto
-        s = self._state
-        out = bytearray()
-        while len(out) < MAX_JUMP and not auto.accepting[s]:
-            auto.expand(s)
-            row = auto.trans[s]
-            live = np.flatnonzero(row >= 0)
-            if len(live) != 1:
-                break
-            c = int(live[0])
-            lo = auto.class_start[c]
-            hi = auto.class_start[c + 1] if c + 1 < len(auto.class_start) else 256
-            if hi - lo != 1:
-                break
-            out.append(lo)
-            s = int(row[c])
-        data = bytes(out)
+        data = self._auto.forced_bytes(self._state, MAX_JUMP)
         for cut in range(len(data), max(-1, len(data) - 4), -1):
             try:
                 return data[:cut].decode("utf-8")
