@@ -121,6 +121,24 @@ def test_bad_input_gets_openai_error_object(smollm2_server, route, body, status,
         assert err["code"] == code
 
 
+STREAM_BAD = [
+    ("/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, None),
+    ("/v1/completions", {"prompt": "x", "model": "gpt-9"}, 404, "model_not_found"),
+    ("/v1/completions", {"prompt": "word " * 3000, "max_tokens": 1}, 400, "context_length_exceeded"),
+    ("/v1/completions", {"prompt": "x", "guided_json": {"type": "array", "uniqueItems": True}}, 400, None),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "guided_regex": "(a"}, 400, None),
+    ("/completion", {"prompt": "x", "grammar": "root ::= missing"}, 400, None),
+]
+
+
+@pytest.mark.parametrize("route,body,status,code", STREAM_BAD)
+def test_bad_streaming_request_gets_an_error_status_not_a_broken_stream(smollm2_server, route, body, status, code):
+    r = httpx.post(smollm2_server.url + route, json={**body, "stream": True}, timeout=60)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["message"] and (code is None or err["code"] == code)
+
+
 def test_prompt_longer_than_context(smollm2_server):
     r = httpx.post(smollm2_server.url + "/v1/completions", json={"prompt": "word " * 3000, "max_tokens": 1},
                    timeout=30)

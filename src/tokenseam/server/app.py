@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import generate_latest
@@ -65,6 +67,17 @@ class ServerState:
 
         prepare_vocabulary(self.vocab)  # healing's lookup tables, built once here rather than by a request
         self._grammar_compiler = None
+        self._grammar_lock = threading.Lock()
+
+    def warm_up(self) -> None:
+        """Load what the first request would otherwise wait for: the grammar engine's numba code and vocabulary
+        tables (about a second), so no request pays for it."""
+        try:
+            from ..grammar import GrammarMatcher
+        except ImportError:
+            return
+        compiled = self.compile_request_grammar({"guided_regex": "[a-z]{1,4}"}, "/v1/completions")
+        GrammarMatcher(compiled).fill_next_token_bitmask(np.zeros(self.vocab.mask_words, dtype=np.int32))
 
     def compile_request_grammar(self, body: dict, route: str):
         """The request's grammar (response_format, guided_*, grammar, json_schema, tools) or None."""
@@ -77,8 +90,9 @@ class ServerState:
                 raise APIError(400, f"{asked[0]} is not supported by this build (no grammar engine)", param=asked[0],
                                code="unsupported_parameter") from None
             return None
-        if self._grammar_compiler is None:
-            self._grammar_compiler = GrammarCompiler(self.vocab)
+        with self._grammar_lock:  # requests are prepared in worker threads
+            if self._grammar_compiler is None:
+                self._grammar_compiler = GrammarCompiler(self.vocab)
         try:
             return constraint_from_request(self._grammar_compiler, body, route)
         except Exception as e:
@@ -297,8 +311,10 @@ async def _generate(request: Request, state: ServerState, route: str):
     cache = state.response_cache
     if cache is None:
         if body.get("stream") is True:
-            return StreamingResponse(_stream_body(request, state, route, body, t0), media_type="text/event-stream",
-                                     headers=_SSE_HEADERS)
+            stream = _stream_body(request, state, route, body, t0)
+            # Take the first chunk now: a bad request fails here, before a 200 status line is sent.
+            first = await anext(stream, b"")  # b"": the client left before anything was generated
+            return StreamingResponse(_prepend(first, stream), media_type="text/event-stream", headers=_SSE_HEADERS)
         return JSONResponse(await _collect_body(request, state, route, body, t0))
     from ..respcache import CacheRequestError, tenant_from_api_key
 
@@ -318,11 +334,20 @@ async def _generate(request: Request, state: ServerState, route: str):
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def _start(state: ServerState, route: str, body: dict):
-    """Parse, prepare and submit one request; returns (handle, queue, formatter). Raises APIError."""
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for chunk in rest:
+        yield chunk
+
+
+async def _start(state: ServerState, route: str, body: dict):
+    """Parse, prepare and submit one request; returns (handle, queue, formatter). Raises APIError.
+
+    Tokenizing, rendering the chat template and compiling a grammar run in a worker thread, so a long prompt or
+    a large schema does not hold up the event loop that streams every other request's tokens."""
     parsed = parse_llama_completion(body) if route == "/completion" else parse_openai(body, route)
     try:
-        prep = prepare(state, parsed, body)
+        prep = await asyncio.to_thread(prepare, state, parsed, body)
     except APIError:
         raise
     except Exception as e:
@@ -345,7 +370,7 @@ def _start(state: ServerState, route: str, body: dict):
 
 
 async def _collect_body(request: Request, state: ServerState, route: str, body: dict, t0: float) -> dict:
-    handle, queue, f = _start(state, route, body)
+    handle, queue, f = await _start(state, route, body)
     first = True
     async for evs in _events(request, state, handle, queue):
         if first:
@@ -364,7 +389,7 @@ async def _collect_body(request: Request, state: ServerState, route: str, body: 
 
 async def _stream_body(request: Request, state: ServerState, route: str, body: dict, t0: float
                        ) -> AsyncIterator[bytes]:
-    handle, queue, f = _start(state, route, body)
+    handle, queue, f = await _start(state, route, body)
     first = True
     for chunk in f.opening_chunks():
         yield chunk

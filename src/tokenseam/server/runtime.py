@@ -22,6 +22,7 @@ def build_server(model: str | None = None, n_ctx: int = 4096, parallel: int = 8,
     alias = name if name in ALIASES else None
     model_id = alias or Path(path).stem
     state = ServerState(engine, model_id, aliases=tuple(a for a in (alias, Path(path).stem) if a))
+    state.warm_up()
     if cache_mode != "off":
         from ..respcache import ResponseCache, open_store
 
