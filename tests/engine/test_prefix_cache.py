@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from tokenseam.engine.prefix_cache import KVRestoreError, PrefixCache
 
 
@@ -101,10 +103,11 @@ def test_lru_eviction_under_budget_and_sequence_pool():
     assert cache.match([0 + j for j in range(32)])[0] == 0
 
 
-def test_random_workload_keeps_invariants():
+@pytest.mark.parametrize("host_blobs", [False, True])
+def test_random_workload_keeps_invariants(host_blobs):
     rng = random.Random(7)
-    kv = FakeKV()
-    cache = PrefixCache(kv, list(range(200, 216)), max_tokens=600, block_size=4)
+    kv = FakeHostKV() if host_blobs else FakeKV()
+    cache = PrefixCache(kv, list(range(200, 216)), max_tokens=600, block_size=4, full_paths=host_blobs)
     prefixes = [[rng.randrange(50) for _ in range(rng.randrange(4, 60))] for _ in range(10)]
     for step in range(400):
         base = rng.choice(prefixes)
@@ -147,21 +150,3 @@ def test_host_blob_that_cannot_be_restored_is_a_miss():
     kv.seq_rm(1)
     assert cache.load(toks + [99], 1, limit=16) == 0
     assert not kv.seqs.get(1) and cache.stats.miss_tokens == 17
-
-
-def test_random_workload_keeps_invariants_with_host_blobs():
-    rng = random.Random(11)
-    kv = FakeHostKV()
-    cache = PrefixCache(kv, list(range(100, 116)), max_tokens=600, block_size=4, full_paths=True)
-    prefixes = [[rng.randrange(50) for _ in range(rng.randrange(4, 60))] for _ in range(10)]
-    for step in range(400):
-        base = rng.choice(prefixes)
-        toks = base[: rng.randrange(1, len(base) + 1)] + [rng.randrange(50) for _ in range(rng.randrange(0, 30))]
-        slot = step % 4
-        kv.seq_rm(slot)
-        n = cache.load(toks, slot, limit=len(toks) - 1)
-        assert [kv.seqs.get(slot, {}).get(i) for i in range(n)] == toks[:n]
-        kv.fill(slot, toks)
-        cache.insert(toks, slot)
-        check(cache, kv)
-    assert cache.stats.hit_tokens > 0 and cache.stats.evictions > 0
