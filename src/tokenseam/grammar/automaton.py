@@ -231,10 +231,6 @@ class Automaton:
         self._check_left_recursion()
         if nfa.may_dead_end:
             self._trim()
-        # Tuples of ints drop out of the cyclic GC's tracking (lists never do): a schema's NFA has 100k+ rows,
-        # and a full collection walking them would land inside some decoding step.
-        nfa.edges = [tuple(r) for r in nfa.edges]
-        nfa.eps = [tuple(r) for r in nfa.eps]
         bounds = {0, 256}
         for row in nfa.edges:
             for lo, hi, _ in row:
@@ -736,17 +732,11 @@ class Automaton:
         return next(iter(level))
 
     def _cut(self, p: int) -> int:
-        """Move the frames down to (and including) the first call frame, with the counter frames right under
-        it, into the local part: a token closing a value then continues in its caller without escaping."""
+        """Counter frames on top of the common stack go into the local part (their values change with every
+        loop pass); a call frame stays below, so a called rule's states are shared by all its callers."""
         stacks = self.stacks
-        called = False
-        while p != 0:
-            ret, parent, _ = stacks[p]
-            if ret >= 0:
-                if called:
-                    break
-                called = True
-            p = parent
+        while p != 0 and stacks[p][0] < 0:
+            p = stacks[p][1]
         return p
 
     def _rebase(self, st: int, p: int) -> int:

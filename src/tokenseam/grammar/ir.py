@@ -193,6 +193,9 @@ class Grammar:
     rules: dict[str, Node]
     start: str
     warnings: list[str] = field(default_factory=list)
+    # Rules always lowered as calls, even when not recursive: a lexeme used in many places (a JSON string
+    # body) is then one set of automaton states, and its token masks are shared by every place it occurs.
+    shared: frozenset[str] = frozenset()
 
 ANY_RANGES: Ranges = norm([(0, MAX_CP)])
 

@@ -289,6 +289,7 @@ class _Compiler:
         else:
             self.ws = alt(Repeat(cls(" \t"), 0, 2),
                           seq(opt(lit("\r")), lit("\n"), Repeat(cls(" \t"), 0, max_ws)))
+        self.shared: set[str] = set()
         self.sep = seq(self.ws, lit(","), self.ws)
         self.colon = seq(self.ws, lit(":"), self.ws)
         self._validator = None
@@ -331,7 +332,7 @@ class _Compiler:
             self._any_rule = "any"
             ws = self.ws
             v = Ref("any")
-            string = seq(lit('"'), star(JCHAR), lit('"'))
+            string = self.string_node(0, None)
             obj = seq(lit("{"), ws, opt(seq(string, self.colon, v, star(seq(self.sep, string, self.colon, v)))),
                       ws, lit("}"))
             arr = seq(lit("["), ws, opt(seq(v, star(seq(self.sep, v)))), ws, lit("]"))
@@ -833,6 +834,14 @@ class _Compiler:
         dfa = cpauto.determinize(cpauto.from_ir(node), max_states=20000)
         return Auto(cpauto.product(dfa, _SIG15, max_states=40000))
 
+    def string_node(self, mn: int, mx: int | None) -> Node:
+        """A JSON string of mn..mx characters: its body and closing quote are one shared called rule."""
+        name = f"%str{mn}:{'' if mx is None else mx}"
+        if name not in self.rules:
+            self.rules[name] = seq(Repeat(JCHAR, mn, mx), lit('"'))
+            self.shared.add(name)
+        return seq(lit('"'), Ref(name))
+
     def t_string(self, s, ptr):
         mn = s.get("minLength", 0)
         mx = s.get("maxLength")
@@ -860,7 +869,7 @@ class _Compiler:
             # Excluding values forces the canonical (json.dumps) encoding, so an escape cannot spell one.
             regexes.append(Auto(cpauto.complement(cpauto.literal_set(excluded))))
         if not regexes:
-            return seq(q, Repeat(JCHAR, mn, mx), q)
+            return self.string_node(mn, mx)
         if len(regexes) == 1 and mn == 0 and mx is None:
             return seq(q, Escaped(regexes[0]), q)  # an Auto inside is escaped the same way
         auto = None
@@ -1038,7 +1047,7 @@ def schema_to_grammar(schema, strict: bool = False, lenient: bool = False, compa
     if root == NOTHING:
         raise GrammarError("the JSON schema accepts no value")
     c.rules["root"] = root
-    g = Grammar(c.rules, "root", c.warnings)
+    g = Grammar(c.rules, "root", c.warnings, frozenset(c.shared))
     return g
 
 

@@ -65,6 +65,11 @@ def _split(lo: int, hi: int, out: list) -> None:
     out.append(list(zip(a, b, strict=True)))
 
 
+def _has_special(lo: int, hi: int) -> bool:
+    """Whether [lo, hi] holds a code point JSON escapes (control characters, quote, backslash)."""
+    return lo < 0x20 or lo <= 0x22 <= hi or lo <= 0x5C <= hi
+
+
 class ByteNFA:
     """Byte-range edges, epsilon edges and call edges; rule r spans rule_start[r] .. rule_end[r]."""
 
@@ -192,7 +197,7 @@ class _Builder:
     def __init__(self, g: Grammar) -> None:
         self.g = g
         self.nfa = ByteNFA()
-        self.cyclic = _cyclic_rules(g)
+        self.cyclic = _cyclic_rules(g) | {name for name in g.shared if name in g.rules}
         self.est_memo: dict[int, int] = {}
         self.null_memo: dict[int, bool] = {}
         # A big rule referenced from several places is called (shared) rather than copied at each use.
@@ -481,15 +486,31 @@ class _Builder:
         return e
 
     def lower(self, ranges, s: int, e: int, esc: bool) -> None:
-        if len(ranges) == 1 and ranges[0][1] < 0x80 and not (esc and ranges[0][0] <= 0x5C):
-            self.nfa.edges[s].append((ranges[0][0], ranges[0][1], e))
+        if all(b < 0x80 and not (esc and _has_special(a, b)) for a, b in ranges):
+            # ASCII needing no escape: plain byte edges.
+            row = self.nfa.edges[s]
+            for a, b in ranges:
+                row.append((a, b, e))
             return
         # Big sets (multi-byte UTF-8, escapes) into the same target are lowered once and shared.
         key = (ranges, esc, e)
         x = self.lower_cache.get(key)
         if x is None:
             x = self.nfa.add()
-            self._lower(ranges, x, e, esc)
+            # The multi-byte part is shared on its own too: sets that differ only in ASCII (the states of a
+            # complement automaton, "any key but these") then share one UTF-8 lowering per target.
+            low = tuple((a, min(b, 0x7F)) for a, b in ranges if a < 0x80)
+            high = tuple((max(a, 0x80), b) for a, b in ranges if b >= 0x80)
+            if low:
+                self._lower(low, x, e, esc)
+            if high:
+                hk = (high, False, e)
+                y = self.lower_cache.get(hk)
+                if y is None:
+                    y = self.nfa.add()
+                    self._lower(high, y, e, False)
+                    self.lower_cache[hk] = y
+                self.nfa.eps[x].append(y)
             self.lower_cache[key] = x
         self.nfa.eps[s].append(x)
 
@@ -515,7 +536,12 @@ class _Builder:
         if not specials:
             return
         nfa = self.nfa
-        bs = nfa.add()
+        bkey = ("esc", tuple(sorted(specials)), e)
+        bs = self.lower_cache.get(bkey)
+        if bs is not None:
+            nfa.edges[s].append((0x5C, 0x5C, bs))
+            return
+        bs = self.lower_cache[bkey] = nfa.add()
         nfa.edges[s].append((0x5C, 0x5C, bs))
         uhex: dict[int, list[int]] = {}
         for c in sorted(specials):
