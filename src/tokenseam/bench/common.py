@@ -53,9 +53,7 @@ class ServerProcess:
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                self._log.seek(0)
-                tail = self._log.read().decode(errors="replace")[-2000:]
-                raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}:\n{tail}")
+                raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     return self
@@ -65,7 +63,16 @@ class ServerProcess:
         self.__exit__()
         raise RuntimeError(f"{self.name} did not become healthy within 120 s")
 
+    def log_tail(self, n: int = 3000) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-n:]
+
     def __exit__(self, *exc) -> None:
+        if self.proc.poll() is not None and not self._log.closed:  # it died under us: say why
+            import sys
+
+            print(f"{self.name} exited with code {self.proc.returncode}; its log ends:\n{self.log_tail()}",
+                  file=sys.stderr)
         self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
