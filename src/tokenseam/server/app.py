@@ -45,6 +45,33 @@ class Prepared:
     extra: dict = field(default_factory=dict)
 
 
+class EventRelay:
+    """Hands engine events (engine thread) to request queues (event loop): one loop wake-up carries all the
+    events that arrive before the loop runs, instead of one per request per step."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[asyncio.AbstractEventLoop, list] = {}
+
+    def send(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, events: list) -> None:
+        with self._lock:
+            batch = self._pending.setdefault(loop, [])
+            batch.append((queue, events))
+            if len(batch) > 1:
+                return  # a wake-up is already on its way
+        try:
+            loop.call_soon_threadsafe(self._flush, loop)
+        except RuntimeError:  # the event loop is gone (shutdown); the engine must not die for it
+            with self._lock:
+                self._pending.pop(loop, None)
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            batch = self._pending.pop(loop, [])
+        for queue, events in batch:
+            queue.put_nowait(events)
+
+
 class ServerState:
     def __init__(self, engine: Engine, model_id: str, aliases: tuple[str, ...] = (),
                  max_body_bytes: int = MAX_BODY_BYTES, response_cache=None) -> None:
@@ -56,6 +83,7 @@ class ServerState:
         self.model_names = {model_id, *aliases, engine.backend.model_name, engine.backend.path.name}
         self.max_body_bytes = max_body_bytes
         self.metrics = ServerMetrics()
+        self.relay = EventRelay()
         self.metrics.registry.register(EngineCollector(engine))
         self.chat = ChatTemplate(engine.backend.chat_template, self.vocab, self.tokenizer)
         self.started = int(time.time())
@@ -354,12 +382,10 @@ async def _start(state: ServerState, route: str, body: dict):
         raise from_exception(e) from e
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
+    relay = state.relay
 
     def emit(events: list) -> None:
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, events)
-        except RuntimeError:  # the event loop is gone (shutdown); the engine must not die for it
-            pass
+        relay.send(loop, queue, events)
 
     try:
         handle = state.engine.submit(prep.gen, emit)
