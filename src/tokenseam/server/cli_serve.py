@@ -37,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import gc
     import logging
     import sys
 
@@ -57,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    # The model, vocabulary tables and grammar engine are loaded for good: move them out of the garbage
+    # collector's reach, so a full collection during decoding (70-200 ms measured) does not walk them.
+    gc.collect()
+    gc.freeze()
     print(f"tokenseam: serving {state.model_id} on http://{args.host}:{args.port} "
           f"(ctx {args.ctx_size} x {args.parallel} sequences)", file=sys.stderr, flush=True)
     try:
