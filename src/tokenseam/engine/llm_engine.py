@@ -210,6 +210,8 @@ class Engine:
         out: dict[int, list] = {}
         n_sampled = 0
         for (st, s), (_, toks, _, _), lg in zip(owners, items, logits, strict=True):
+            if st.done:  # aborted earlier in this step (its constraint failed)
+                continue
             if s is None:  # a prefill chunk
                 st.prefill_pos += len(toks)
                 st.seqs[0].n_past = st.prefill_pos
@@ -222,13 +224,14 @@ class Engine:
                     sib.n_past = st.prefill_pos
                     self._slot_tokens[sib.seq_id] = list(st.prompt)
                 for seq in st.seqs:
-                    out.setdefault(st.id, []).append(self._sample(seq, lg))
+                    if not self._sample_into(out, st, seq, lg):
+                        break
                     n_sampled += 1
             else:
                 s.n_past += 1
                 self._slot_tokens[s.seq_id].append(toks[0])
-                out.setdefault(st.id, []).append(self._sample(s, lg))
-                n_sampled += 1
+                if self._sample_into(out, st, s, lg):
+                    n_sampled += 1
         for st in list(self._running):
             events = out.get(st.id)
             if all(s.finished for s in st.seqs):
@@ -246,6 +249,19 @@ class Engine:
         self.stats.generated_tokens += n_sampled
         self.stats.steps += 1
         self.stats.overhead_seconds += (time.perf_counter() - t0) - (self.backend.decode_seconds - dec0)
+
+    def _sample_into(self, out: dict[int, list], st: RequestState, s: Sequence, logits: np.ndarray) -> bool:
+        """Sample s's next token into out[st.id]. A failure here (a grammar over its state budget, a bug in an
+        embedder's constraint) ends this request alone with an error; the others in the batch go on."""
+        try:
+            ev = self._sample(s, logits)
+        except Exception as e:
+            log.exception("request %d: sampling failed", st.id)
+            out.pop(st.id, None)
+            self._abort(st, f"sampling failed: {e}")
+            return False
+        out.setdefault(st.id, []).append(ev)
+        return True
 
     def _sample(self, s: Sequence, logits: np.ndarray) -> ChoiceEvent:
         allowed = None
