@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-JSON_SCHEMA = {"type": "array", "items": {"type": "object", "properties": {
+# minItems keeps the constrained output going to max_tokens (an empty array would end after 3 tokens and
+# the rate would measure the time to first token, not decoding under the grammar).
+JSON_SCHEMA = {"type": "array", "minItems": 64, "items": {"type": "object", "properties": {
     "name": {"type": "string"}, "note": {"type": "string"}}, "required": ["name", "note"]}}
 
 
@@ -192,6 +194,9 @@ class TokenseamServer(ServerProcess):
     def measure(self, prompts: list[int], schema: dict | None = None) -> dict:
         c0 = self.counters()
         n, dt = asyncio.run(_concurrent(self.url + "/v1/completions", [self._body(i, schema) for i in prompts]))
+        if n != self.args.tokens * len(prompts):
+            raise RuntimeError(f"tokenseam generated {n} tokens instead of {self.args.tokens * len(prompts)}; "
+                               "the rate would not be a decode rate")
         c1 = self.counters()
         d = {k: c1[k] - c0.get(k, 0.0) for k in c1}
         return {"tok_s": n / dt, "tokens": n, "seconds": dt,
