@@ -251,6 +251,9 @@ def run_engine(name: str, vocab, docs, timeout_s: float, verbose: bool = False, 
     except ImportError as exc:
         return {"engine": name, "status": "not installed", "error": str(exc)}, [], []
     gc.collect()
+    # What is loaded now (vocabulary, tables, the engine's code) stays: keep full collections off it, as
+    # `tokenseam serve` does before serving. Every engine gets the same treatment.
+    gc.freeze()
     base_rss = _rss_mb()
     mask_times: list[float] = []
     results = []
