@@ -36,8 +36,7 @@ def test_restored_prefix_gives_the_same_logits_as_a_cold_prefill(backend):
     backend.clear()
     _last_logits(backend, 0, ids, [])
     kv = HostKV(backend, backend.n_seq_total)
-    cache = PrefixCache(kv, [backend.n_seq_total, backend.n_seq_total + 1], max_tokens=1024, block_size=16,
-                        full_paths=True)
+    cache = PrefixCache(kv, [backend.n_seq_total, backend.n_seq_total + 1], max_tokens=1024, block_size=16)
     cache.insert(ids, 0)
     assert len(kv.blobs) == 1 and kv.bytes_held > 0
     backend.clear()  # nothing of the prompt is left in the KV cache; the cache holds it in host memory

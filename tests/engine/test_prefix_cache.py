@@ -58,7 +58,7 @@ def check(cache: PrefixCache, kv: FakeKV):
     while stack:
         node, path = stack.pop()
         path = path + node.tokens
-        total += (node.depth if node.is_leaf else 0) if cache.full_paths else len(node.tokens)
+        total += node.depth if node.is_leaf else 0  # a leaf's sequence holds its whole path
         assert node.depth == len(path)
         held = kv.seqs[node.seq_id]
         assert [held.get(i) for i in range(len(path))] == path  # the node's sequence really holds its path
@@ -107,7 +107,7 @@ def test_lru_eviction_under_budget_and_sequence_pool():
 def test_random_workload_keeps_invariants(host_blobs):
     rng = random.Random(7)
     kv = FakeHostKV() if host_blobs else FakeKV()
-    cache = PrefixCache(kv, list(range(200, 216)), max_tokens=600, block_size=4, full_paths=host_blobs)
+    cache = PrefixCache(kv, list(range(200, 216)), max_tokens=600, block_size=4)
     prefixes = [[rng.randrange(50) for _ in range(rng.randrange(4, 60))] for _ in range(10)]
     for step in range(400):
         base = rng.choice(prefixes)
@@ -124,7 +124,7 @@ def test_random_workload_keeps_invariants(host_blobs):
 
 def test_host_blobs_budget_counts_each_leaf_whole_path():
     kv = FakeHostKV()
-    cache = PrefixCache(kv, list(range(100, 110)), max_tokens=100, block_size=4, full_paths=True)
+    cache = PrefixCache(kv, list(range(100, 110)), max_tokens=100, block_size=4)
     head = list(range(32))
     for i in range(4):
         toks = head + [1000 * (i + 1) + j for j in range(8)]
@@ -142,7 +142,7 @@ def test_host_blobs_budget_counts_each_leaf_whole_path():
 
 def test_host_blob_that_cannot_be_restored_is_a_miss():
     kv = FakeHostKV()
-    cache = PrefixCache(kv, [100, 101], max_tokens=100, block_size=4, full_paths=True)
+    cache = PrefixCache(kv, [100, 101], max_tokens=100, block_size=4)
     toks = list(range(16))
     kv.fill(0, toks)
     cache.insert(toks, 0)

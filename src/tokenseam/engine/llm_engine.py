@@ -36,10 +36,9 @@ class Engine:
         self.n_slots = backend.config.n_seq
         cfg = backend.config
         first = backend.n_seq_total  # cache sequence ids are host blobs, numbered past llama.cpp's sequences
-        self.host_kv = HostKV(backend, first)
         self.prefix_cache = PrefixCache(
-            self.host_kv, list(range(first, first + backend.n_cache_seqs)), cfg.prefix_cache_tokens,
-            cfg.prefix_block, backend.kv_bytes_per_token, full_paths=True)
+            HostKV(backend, first), list(range(first, first + backend.n_cache_seqs)), cfg.prefix_cache_tokens,
+            cfg.prefix_block, backend.kv_bytes_per_token)
         self._slot_tokens: list[list[int]] = [[] for _ in range(self.n_slots)]
         self._free: set[int] = set(range(self.n_slots))
         self._waiting: deque[RequestState] = deque()

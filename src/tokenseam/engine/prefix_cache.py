@@ -68,8 +68,10 @@ class HostKV:
             self.blobs[dst] = self.backend.save_prefix(src, p1)
         elif cache_src and not cache_dst:
             blob = self.blobs.get(src)
-            if blob is None or p0 > 0:
+            if blob is None:
                 raise KVRestoreError(f"cache sequence {src} holds no blob")
+            if p0 > 0:
+                raise ValueError("a cached path is restored from position 0")
             try:
                 self.backend.load_prefix(dst, blob, p1)
             except Exception as e:
@@ -99,16 +101,15 @@ class PrefixCache:
     """LRU radix cache of token paths, stored in llama.cpp sequences `seq_ids`, bounded by `max_tokens`.
 
     Only whole blocks of `block_size` tokens are inserted, so the cache holds stable, reusable prefixes
-    rather than every stray tail token. With `full_paths` (host blobs) each leaf stores its whole path, so
-    the budget counts a leaf's depth; otherwise (shared KV cells) it counts each edge once.
+    rather than every stray tail token. Each leaf's sequence holds its whole path from the root (a host blob
+    cannot share its head with another), so the budget counts every leaf's depth.
     """
 
     def __init__(self, kv: KVOps, seq_ids: list[int], max_tokens: int, block_size: int = 16,
-                 bytes_per_token: int = 0, full_paths: bool = False) -> None:
+                 bytes_per_token: int = 0) -> None:
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
         self.kv = kv
-        self.full_paths = full_paths
         self.block_size = block_size
         self.max_tokens = max_tokens
         self.bytes_per_token = bytes_per_token
@@ -172,7 +173,7 @@ class PrefixCache:
             if pos + k == n:
                 return  # already covered
             extend = child is None and node is not self.root and node.is_leaf
-            grow = (n - pos if extend else n) if self.full_paths else n - pos - k
+            grow = n - pos if extend else n  # a new leaf stores its whole path
             if self.tokens_held + grow <= self.max_tokens and (extend or self._free_seqs):
                 break
             guard = {id(child)} if child is not None else set()
@@ -187,7 +188,6 @@ class PrefixCache:
             self._split(child, k)
             node, pos = child.parent, pos + k
         rest = tokens[pos:]
-        grow = (n - pos if extend else n) if self.full_paths else len(rest)
         if extend:  # the leaf's sequence gains the new positions
             self.kv.seq_cp(src_seq, node.seq_id, pos, n)
             node.tokens = node.tokens + rest
@@ -241,7 +241,7 @@ class PrefixCache:
         del parent.children[victim.tokens[0]]
         self.kv.seq_rm(victim.seq_id)
         self._free_seqs.append(victim.seq_id)
-        self.tokens_held -= victim.depth if self.full_paths else len(victim.tokens)
+        self.tokens_held -= victim.depth
         self.stats.evictions += 1
         # ancestors that borrowed the victim's sequence borrow a surviving descendant's instead
         p = parent
