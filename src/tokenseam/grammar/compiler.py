@@ -31,6 +31,16 @@ def token_table(vocab) -> TokenTable:
         return t
 
 
+def loads_schema(text: str, what: str):
+    """Parse a schema given as JSON text; errors name `what`."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GrammarError(f"{what} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise GrammarError(f"{what} is nested too deeply") from exc
+
+
 @dataclass
 class CompiledGrammar:
     """A grammar compiled for one vocabulary; share it between requests, one GrammarMatcher each."""
@@ -125,12 +135,7 @@ class GrammarCompiler:
         from .json_schema import schema_to_grammar
 
         if isinstance(schema, str):
-            try:
-                schema = json.loads(schema)
-            except json.JSONDecodeError as exc:
-                raise GrammarError(f"JSON schema is not valid JSON: {exc}") from exc
-            except RecursionError as exc:
-                raise GrammarError("JSON schema is nested too deeply") from exc
+            schema = loads_schema(schema, "JSON schema")
         try:
             source = json.dumps(schema, ensure_ascii=False)
         except RecursionError as exc:

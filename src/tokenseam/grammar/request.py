@@ -5,9 +5,7 @@ Reads response_format, guided_json/regex/grammar/choice, llama-server grammar/js
 
 from __future__ import annotations
 
-import json
-
-from .compiler import CompiledGrammar, GrammarCompiler
+from .compiler import CompiledGrammar, GrammarCompiler, loads_schema
 from .errors import GrammarError
 
 # A forced tool call is generated as exactly one JSON object of this shape:
@@ -36,12 +34,7 @@ def tool_call_schema(functions: list[dict]) -> dict:
 
 def _schema_arg(value, what: str):
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise GrammarError(f"{what} is not valid JSON: {exc}") from exc
-        except RecursionError as exc:
-            raise GrammarError(f"{what} is nested too deeply") from exc
+        value = loads_schema(value, what)
     if not isinstance(value, (dict, bool)):
         raise GrammarError(f"{what} must be a JSON Schema object")
     return value
