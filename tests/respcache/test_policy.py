@@ -34,25 +34,24 @@ class FakeGen:
     def _text(self, req):
         return self.content if self.content is not None else req["messages"][-1]["content"][::-1]
 
-    async def generate(self, req):
+    async def _enter(self, req):
+        """Count the call, then wait for the gate and fail if told to (both entry points do this first)."""
         self.calls += 1
         self.seen.append(req)
         if self.gate is not None:
             await self.gate.wait()
         if self.fail:
             raise self.fail
+
+    async def generate(self, req):
+        await self._enter(req)
         return {"id": f"chatcmpl-{self.calls}", "object": "chat.completion", "created": 1, "model": req["model"],
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": self._text(req)},
                              "logprobs": None, "finish_reason": self.finish}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}}
 
     async def stream(self, req):
-        self.calls += 1
-        self.seen.append(req)
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.fail:
-            raise self.fail
+        await self._enter(req)
         head = {"id": f"chatcmpl-s{self.calls}", "object": "chat.completion.chunk", "created": 1, "model": req["model"]}
         yield dict(head, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
         text = self._text(req)
