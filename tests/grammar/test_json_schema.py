@@ -9,7 +9,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from tokenseam.grammar import GrammarError
+from tokenseam.grammar import GrammarError, GrammarMatcher
 
 from .conftest import accepts_text, sample
 
@@ -130,6 +130,55 @@ def test_whitespace_runs_are_bounded(compiler):
                                            compact=True)
     assert accepts_text(compact, '{"a":1}')
     assert not accepts_text(compact, '{"a": 1}')
+
+
+@pytest.mark.parametrize("limit", [40, 4])
+def test_indentation_limit_holds_across_tokens(compiler, smollm2_vocab, limit):
+    """Runs after a newline are capped at max_ws whether the run is one token, spans several, or ends inside a
+    token; masks, accept_token, accept_bytes and rollback agree."""
+    opts = {} if limit == 40 else {"max_ws": limit}
+    g = compiler.compile_json_schema({"type": "object"}, **opts)
+    pad = b" \t"
+    assert accepts_text(g, "{\n" + " \t" * (limit // 2) + "}")
+    assert not accepts_text(g, "{\n" + " " * (limit + 1) + "}")
+    assert accepts_text(g, '{"a":\n' + " " * limit + '1,\n' + " " * limit + '"b": 2\n}')
+    assert not accepts_text(g, '{"a":\n' + " " * limit + '1,\n' + " " * (limit + 1) + '"b": 2\n}')
+    tb = smollm2_vocab.token_bytes
+    # Tokens made of spaces, and tokens of a newline plus spaces, in the vocabulary.
+    spaces = {len(b): t for t, b in enumerate(tb) if b and not b.strip(b" ")}
+    nl_spaces = {len(b) - 1: t for t, b in enumerate(tb) if b[:1] == b"\n" and len(b) > 1 and not b[1:].strip(pad)
+                 and b" " in b}
+    out = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
+
+    def allowed(m, t):
+        m.fill_next_token_bitmask(out)
+        return bool((out.view(np.uint32)[t >> 5] >> (t & 31)) & 1)
+
+    m = GrammarMatcher(g)
+    assert m.accept_bytes(b"{")
+    for n, t in nl_spaces.items():
+        assert allowed(m, t) == (n <= limit), n
+    first = max(n for n in nl_spaces if n <= limit // 2)
+    assert m.accept_token(nl_spaces[first])
+    room = limit - first
+    for n, t in spaces.items():
+        assert allowed(m, t) == (n <= room), (first, n)
+        ok = m.accept_token(t)
+        assert ok == (n <= room)
+        if ok:
+            m.rollback(1)
+    assert room >= 2 and room in spaces
+    assert m.accept_token(spaces[1])
+    assert allowed(m, spaces[room - 1]) and not allowed(m, spaces[room])
+    m.rollback(1)
+    assert allowed(m, spaces[room])
+    assert m.accept_bytes(b"}") and m.is_accepting()
+
+
+def test_raw_newline_never_inside_strings(compiler):
+    g = compiler.compile_json_schema({"type": "object"})
+    assert not accepts_text(g, '{"a\n' + " " * 50 + 'b": 1}')
+    assert not accepts_text(g, '{"a": "x\ny"}')
 
 
 def test_strict_mode_forbids_extra_properties(compiler):

@@ -146,6 +146,33 @@ class TokenTable:
         self.is_special = np.asarray(vocab.is_special, dtype=bool)
         self.token_bytes = vocab.token_bytes
         self.base = np.zeros(len(self.ids), dtype=np.int64)
+        self._indent_runs: tuple[np.ndarray, np.ndarray] | None = None
+        self._indent_filters: dict[int, np.ndarray] = {}
+
+    def indent_filters(self, limit: int) -> np.ndarray:
+        """Packed masks of the tokens that keep every run of spaces/tabs after a raw newline within `limit`:
+        row 0 when the position is not in such a run, row r + 1 when the run so far is r long."""
+        f = self._indent_filters.get(limit)
+        if f is not None:
+            return f
+        if self._indent_runs is None:
+            lead = np.zeros(self.vocab_size, dtype=np.int64)
+            inner = np.zeros(self.vocab_size, dtype=np.int64)
+            for t, b in enumerate(self.token_bytes):
+                if b[:1] in (b" ", b"\t"):
+                    lead[t] = len(b) - len(b.lstrip(b" \t"))
+                if b"\n" in b:
+                    inner[t] = max(len(x) - len(x.lstrip(b" \t")) for x in b.split(b"\n")[1:])
+            lead[self.is_special] = 0
+            inner[self.is_special] = 0
+            self._indent_runs = (lead, inner)
+        lead, inner = self._indent_runs
+        pad = self.words * 32 - self.vocab_size
+        rows = [inner <= limit] + [(inner <= limit) & (lead <= limit - r) for r in range(limit + 1)]
+        f = np.stack([np.packbits(np.concatenate([row, np.zeros(pad, dtype=bool)]), bitorder="little")
+                      .view(np.uint32) for row in rows])
+        self._indent_filters[limit] = f
+        return f
 
 
 class SubTable:
@@ -214,8 +241,12 @@ class Automaton:
         self.depth: list[int] = [0, 0]
         # A position is a pair (local state K, parent stack P): K holds every configuration with its frames
         # above P rebased onto BOT, so K (and its masks) is shared by every place the same shape recurs.
-        self.pairs: list[tuple[int, int, bool]] = []
-        self.pair_index: dict[tuple[int, int, bool], int] = {}
+        # With an indentation limit (Grammar.indent_limit), a position also records how long the current run
+        # of spaces/tabs after a raw newline is (-1: not in one); masks are filtered by it.
+        self.indent_limit = nfa.indent_limit
+        self._indent_rows = table.indent_filters(self.indent_limit) if self.indent_limit is not None else None
+        self.pairs: list[tuple[int, int, bool, int]] = []
+        self.pair_index: dict[tuple[int, int, bool, int], int] = {}
         self._rebase_memo: dict[tuple[int, int], int] = {}
         self._mat_memo: dict[tuple[int, int], int] = {}
         self._cont_memo: dict[tuple[int, int], tuple[tuple, bool, int]] = {}
@@ -245,29 +276,8 @@ class Automaton:
         self._cls_of = cls_of
         self.n_classes = len(pts) - 1
         self.class_start = pts[:-1]
-        # Per-NFA-state byte-class successor tables are built lazily (most states are never reached).
-        self._targets: dict[int, dict[int, tuple[int, ...]]] = {}
-        self._groups: dict[int, tuple[np.ndarray, list[tuple[int, ...]]]] = {}
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
-        self._parts: dict[int, tuple] = {}
-        self._shapes: dict[tuple[int, ...], tuple] = {}
         self._succ_memo: dict[tuple, int] = {}
-
-    def targets(self, q: int) -> dict[int, tuple[int, ...]]:
-        d = self._targets.get(q)
-        if d is None:
-            cls_of = self._cls_of
-            acc: dict[int, list[int]] = {}
-            for lo, hi, t in self.nfa.edges[q]:
-                for c in range(cls_of[lo], cls_of[hi] + 1):
-                    lst = acc.get(c)
-                    if lst is None:
-                        acc[c] = [t]
-                    elif t not in lst:
-                        lst.append(t)
-            d = {c: tuple(ts) for c, ts in acc.items()}
-            self._targets[q] = d
-        return d
 
     def _nullable_rules(self) -> set[int]:
         nfa = self.nfa
@@ -559,22 +569,6 @@ class Automaton:
             if was:
                 gc.enable()
 
-    def groups(self, q: int) -> tuple[np.ndarray, list[tuple[int, ...]]]:
-        """NFA state q's byte classes grouped by target set: (group index per class, -1 = none; targets)."""
-        g = self._groups.get(q)
-        if g is None:
-            idx = np.full(self.n_classes, -1, dtype=np.int32)
-            tgts: list[tuple[int, ...]] = []
-            where: dict[tuple[int, ...], int] = {}
-            for c, ts in self.targets(q).items():
-                k = where.get(ts)
-                if k is None:
-                    k = where[ts] = len(tgts)
-                    tgts.append(ts)
-                idx[c] = k
-            g = self._groups[q] = (idx, tgts)
-        return g
-
     def _successor(self, moves: tuple) -> int:
         configs: set = set()
         esc: set = set()
@@ -589,83 +583,49 @@ class Automaton:
             return DEAD
         return self._state(tuple(sorted(configs)), acc, tuple(sorted(esc)) if esc else NO_ESC)
 
-    def _shape(self, qs: tuple[int, ...]) -> tuple[np.ndarray, list[list[tuple[int, tuple[int, ...]]]], list]:
-        """Byte-class grouping for configurations on NFA states qs (stacks do not matter): (group per class,
-        -1 = dead; per group the (config index, targets) moves; per group its classes). Shared by every
-        state on the same NFA states, e.g. one whose counters differ."""
-        sh = self._shapes.get(qs)
-        if sh is not None:
-            return sh
-        if len(qs) == 1:
-            idx, tgts = self.groups(qs[0])
-            inverse = idx
-            entries = [((0, ts),) for ts in tgts]
-        elif qs:
-            gs = [self.groups(q) for q in qs]
-            # Classes with the same group in every config move alike: refine a 1-D key config by config.
-            key = gs[0][0].astype(np.int64) + 1
-            for idx, tgts in gs[1:]:
-                key = key * (len(tgts) + 1) + (idx + 1)
-                if key.max() > (1 << 40):
-                    key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
-            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-            inverse = inverse.reshape(-1).astype(np.int32)
-            entries = []
-            for j, c in enumerate(first.tolist()):
-                ent = []
-                for i in range(len(qs)):
-                    k = gs[i][0][c]
-                    if k >= 0:
-                        ent.append((i, gs[i][1][k]))
-                if not ent:
-                    inverse[inverse == j] = -1
-                entries.append(tuple(ent))
-        else:
-            inverse = np.full(self.n_classes, -1, dtype=np.int32)
-            entries = []
-        classes = tuple(np.flatnonzero(inverse == j) for j in range(len(entries)))
-        sh = self._shapes[qs] = (inverse, tuple(entries), classes)
-        return sh
-
-    def _partition(self, sid: int) -> tuple[np.ndarray, list, list, tuple[int, ...]]:
-        """State sid's byte classes grouped by their moves: (group per class, -1 = dead; moves per group
-        as (config index, targets); classes per group; config stacks).
-
-        Grouping is cheap (no closures); successors are built per group only when a byte needs them."""
-        p = self._parts.get(sid)
-        if p is not None:
-            return p
-        cfg = self.state_configs[sid]
-        inverse, entries, classes = self._shape(tuple(q for q, _ in cfg))
-        self.trans[sid, inverse < 0] = DEAD
-        p = self._parts[sid] = (inverse, entries, classes, tuple(st for _, st in cfg))
-        return p
-
     def fill(self, sid: int, c: int) -> None:
-        """Build the successor of state sid on byte class c (and on every class moving alike)."""
+        """Build the successor of state sid on byte class c, and on the byte interval around it that every
+        configuration's edges treat alike (the rest of the row is built when a walk needs it)."""
         was = gc.isenabled()
         gc.disable()
         try:
-            inverse, entries, classes, stks = self._partition(sid)
-            j = inverse[c]
-            if j < 0:
-                self.trans[sid, c] = DEAD
-                return
-            moves = tuple(sorted({(t, stks[i]) for i, ts in entries[j] for t in ts}))
-            nxt = self._succ_memo.get(moves)
-            if nxt is None:
-                nxt = self._succ_memo[moves] = self._successor(moves)
-            self.trans[sid, classes[j]] = nxt
+            b = self.class_start[c]
+            lo_b, hi_b = 0, 255
+            moves = set()
+            edges = self.nfa.edges
+            for q, st in self.state_configs[sid]:
+                for lo, hi, t in edges[q]:
+                    if hi < b:
+                        if hi >= lo_b:
+                            lo_b = hi + 1
+                    elif lo > b:
+                        if lo <= hi_b:
+                            hi_b = lo - 1
+                    else:
+                        moves.add((t, st))
+                        if lo > lo_b:
+                            lo_b = lo
+                        if hi < hi_b:
+                            hi_b = hi
+            if moves:
+                key = tuple(sorted(moves))
+                nxt = self._succ_memo.get(key)
+                if nxt is None:
+                    nxt = self._succ_memo[key] = self._successor(key)
+            else:
+                nxt = DEAD
+            cls_of = self._cls_of
+            self.trans[sid, cls_of[lo_b]:cls_of[hi_b] + 1] = nxt
         finally:
             if was:
                 gc.enable()
 
     def _expand(self, sid: int) -> None:
-        inverse, entries, classes, _ = self._partition(sid)
-        for j in range(len(entries)):
-            cls = classes[j]
-            if len(cls) and self.trans[sid, cls[0]] == UNKNOWN:
-                self.fill(sid, int(cls[0]))
+        row = self.trans[sid]
+        for c in range(self.n_classes):
+            if row[c] == UNKNOWN:
+                self.fill(sid, c)
+                row = self.trans[sid]
         self._expanded_set.add(sid)
 
     def step(self, sid: int, byte: int) -> int:
@@ -759,14 +719,14 @@ class Automaton:
             hit = self._mat_memo[key] = self._push(ret, self._materialize(parent, p), v)
         return hit
 
-    def _pair(self, configs, acc: bool) -> int:
-        """The position for a set of real (NFA state, stack) configurations."""
+    def _pair(self, configs, acc: bool, run: int = -1) -> int:
+        """The position for a set of real (NFA state, stack) configurations (and indentation run)."""
         if not configs:
-            key = (-1, 0, bool(acc))
+            key = (-1, 0, bool(acc), run)
         else:
             p = self._cut(self._common({st for _, st in configs}))
             local = tuple(sorted({(q, self._rebase(st, p)) for q, st in configs}))
-            key = (self._state(local, False, NO_ESC), p, bool(acc))
+            key = (self._state(local, False, NO_ESC), p, bool(acc), run)
         pid = self.pair_index.get(key)
         if pid is None:
             pid = len(self.pairs)
@@ -797,7 +757,7 @@ class Automaton:
         for i, b in enumerate(data):
             if flags[s] & 2:
                 _, _, cp = self._cont(s, p)
-                k2, p2, _ = self.pairs[cp]
+                k2, p2, _, _ = self.pairs[cp]
                 if k2 >= 0:
                     c2, a2 = self._run(k2, p2, data[i:])
                     res |= c2
@@ -818,21 +778,44 @@ class Automaton:
         """The position after `data` from position pid, or DEAD."""
         if pid < 0:
             return DEAD
-        k, p, _ = self.pairs[pid]
+        k, p, _, run = self.pairs[pid]
         if not data:
             return pid
         if k < 0:
             return DEAD
+        if self.indent_limit is not None:
+            run = self._indent_after(run, data)
+            if run is None:
+                return DEAD
         was = gc.isenabled()
         gc.disable()
         try:
             configs, acc = self._run(k, p, data)
             if not configs and not acc:
                 return DEAD
-            return self._pair(configs, acc)
+            return self._pair(configs, acc, run)
         finally:
             if was:
                 gc.enable()
+
+    def _indent_after(self, run: int, data: bytes) -> int | None:
+        """The indentation run after `data` from a run of `run` (-1: none), or None if a run passes the limit."""
+        lim = self.indent_limit
+        parts = data.split(b"\n")
+        first = parts[0]
+        lead = len(first) - len(first.lstrip(b" \t"))
+        if run >= 0:
+            if run + lead > lim:
+                return None
+            if len(parts) == 1:
+                return run + lead if lead == len(first) else -1
+        for x in parts[1:]:
+            if len(x) - len(x.lstrip(b" \t")) > lim:
+                return None
+        if len(parts) == 1:
+            return -1
+        last = parts[-1]
+        return len(last) if not last.lstrip(b" \t") else -1
 
     def is_accepting(self, pid: int) -> bool:
         return self.pairs[pid][2]
@@ -850,7 +833,7 @@ class Automaton:
         """The bytes every continuation from pid starts with (stops where the grammar may end)."""
         out = bytearray()
         while len(out) < limit:
-            k, _, acc = self.pairs[pid]
+            k, _, acc, _ = self.pairs[pid]
             if acc or k < 0:
                 break
             self.expand(k)
@@ -928,7 +911,7 @@ class Automaton:
     def _resolve(self, s: int, p: int, gid: int, out: np.ndarray, depth: int = 0) -> None:
         """OR into `out` the tokens of group gid (escaping at local state s) that the real stack p accepts."""
         _, _, cp = self._cont(s, p)
-        k2, p2, acc2 = self.pairs[cp]
+        k2, p2, acc2, _ = self.pairs[cp]
         if k2 < 0:
             if acc2:
                 w, b = self._groups_tab[gid].empty
@@ -940,8 +923,15 @@ class Automaton:
             self._resolve(s2, p2, g2, out, depth + 1)
 
     def mask(self, pid: int) -> np.ndarray:
-        k, p, acc = self.pairs[pid]
-        key = (self.canonical(k) if k >= 0 else -1, p, acc)
+        k, p, acc, run = self.pairs[pid]
+        kc = self.canonical(k) if k >= 0 else -1
+        if self._indent_rows is None:
+            return self._cached_mask((kc, p, acc), None)
+        return self._cached_mask((kc, p, acc, run), run)
+
+    def _cached_mask(self, key: tuple, run: int | None) -> np.ndarray:
+        """The LRU of masks: keyed (local state, parent, accepting) before the indentation filter, with the
+        run appended after it."""
         m = self.masks.get(key)
         if m is not None:
             self.masks.move_to_end(key)
@@ -949,7 +939,11 @@ class Automaton:
         was = gc.isenabled()
         gc.disable()
         try:
-            m = self._mask_slow(key)
+            if run is None:
+                m = self._mask_slow(key)
+            else:
+                base = self._cached_mask(key[:3], None).view(np.uint32)
+                m = (base & self._indent_rows[run + 1]).view(np.int32)
         finally:
             if was:
                 gc.enable()

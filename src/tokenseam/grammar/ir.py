@@ -196,6 +196,11 @@ class Grammar:
     # Rules always lowered as calls, even when not recursive: a lexeme used in many places (a JSON string
     # body) is then one set of automaton states, and its token masks are shared by every place it occurs.
     shared: frozenset[str] = frozenset()
+    # If set, a run of spaces and tabs right after a raw newline is at most this long. The rules leave such
+    # runs unbounded and the automaton enforces the limit per token (see Automaton), so an indentation run
+    # costs one automaton state instead of one per column. Only valid where every raw newline is layout
+    # (JSON: strings cannot hold one).
+    indent_limit: int | None = None
 
 ANY_RANGES: Ranges = norm([(0, MAX_CP)])
 

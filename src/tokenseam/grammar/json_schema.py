@@ -287,8 +287,11 @@ class _Compiler:
         if compact:
             self.ws = EMPTY
         else:
+            # After a newline the indentation is unbounded here; the automaton caps it at max_ws
+            # (Grammar.indent_limit), which keeps one automaton state per run instead of one per column.
             self.ws = alt(Repeat(cls(" \t"), 0, 2),
-                          seq(opt(lit("\r")), lit("\n"), Repeat(cls(" \t"), 0, max_ws)))
+                          seq(opt(lit("\r")), lit("\n"), star(cls(" \t")) if max_ws else EMPTY))
+        self.indent_limit = max_ws if not compact and max_ws else None
         self.shared: set[str] = set()
         self.sep = seq(self.ws, lit(","), self.ws)
         self.colon = seq(self.ws, lit(":"), self.ws)
@@ -1047,7 +1050,7 @@ def schema_to_grammar(schema, strict: bool = False, lenient: bool = False, compa
     if root == NOTHING:
         raise GrammarError("the JSON schema accepts no value")
     c.rules["root"] = root
-    g = Grammar(c.rules, "root", c.warnings, frozenset(c.shared))
+    g = Grammar(c.rules, "root", c.warnings, frozenset(c.shared), c.indent_limit)
     return g
 
 

@@ -84,6 +84,7 @@ class ByteNFA:
         # Counted loops: entering pushes a counter frame, `cinc` bumps it, `cexit` pops it (if >= min).
         self.deadline = time.monotonic() + COMPILE_SECONDS
         self.may_dead_end = False  # set when some path can reach a state that cannot finish
+        self.indent_limit: int | None = None  # Grammar.indent_limit
         self.loops: list[tuple[int, int | None]] = []
         self.cpush: dict[int, tuple[int, int]] = {}
         self.cinc: dict[int, tuple[int, int]] = {}
@@ -605,7 +606,9 @@ def build_nfa(g: Grammar) -> ByteNFA:
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20000))
     try:
-        return _Builder(g).build()
+        nfa = _Builder(g).build()
+        nfa.indent_limit = g.indent_limit
+        return nfa
     except RecursionError as exc:
         raise GrammarError("grammar nesting too deep") from exc
     finally:
