@@ -221,7 +221,6 @@ class Automaton:
     def __init__(self, nfa: ByteNFA, table: TokenTable) -> None:
         self.nfa = nfa
         self.table = table
-        self._expanded_set: set[int] = set()
         self._prepare()
         self.stacks: list[tuple[int, int, int]] = [(-1, -1, 0), (-3, -3, 0)]
         self.stack_index: dict[tuple[int, int, int], int] = {}
@@ -278,6 +277,7 @@ class Automaton:
         self.class_start = pts[:-1]
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
         self._succ_memo: dict[tuple, int] = {}
+        self._pending: dict[int, dict] = {}
 
     def _nullable_rules(self) -> set[int]:
         nfa = self.nfa
@@ -556,19 +556,6 @@ class Automaton:
         self.flags[sid] = (1 if configs or acc else 0) | (2 if esc else 0)
         return sid
 
-    def expand(self, sid: int) -> None:
-        if sid in self._expanded_set:
-            return
-        # Building states allocates many small objects; a full GC pass over the vocabulary-sized heap in
-        # the middle of a decoding step would cost tens of milliseconds, so collection waits.
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            self._expand(sid)
-        finally:
-            if was:
-                gc.enable()
-
     def _successor(self, moves: tuple) -> int:
         configs: set = set()
         esc: set = set()
@@ -583,50 +570,78 @@ class Automaton:
             return DEAD
         return self._state(tuple(sorted(configs)), acc, tuple(sorted(esc)) if esc else NO_ESC)
 
+    def _sweep(self, sid: int) -> dict:
+        """Split the byte range by state sid's configuration edges: runs of bytes that every edge treats alike
+        share one successor. Dead runs and successors already known are written to the row now; the others
+        wait (class -> (first class, last class, moves)) until a byte needs them."""
+        events = []
+        edges = self.nfa.edges
+        for q, st in self.state_configs[sid]:
+            for lo, hi, t in edges[q]:
+                events.append((lo, 1, t, st))
+                events.append((hi + 1, -1, t, st))
+        events.sort()
+        cls_of = self._cls_of
+        row = [DEAD] * self.n_classes
+        pending: dict[int, tuple[int, int, tuple]] = {}
+        active: dict[tuple[int, int], int] = {}
+        memo = self._succ_memo
+        i = 0
+        n = len(events)
+        while i < n:
+            b = events[i][0]
+            while i < n and events[i][0] == b:
+                _, d, t, st = events[i]
+                k = (t, st)
+                c = active.get(k, 0) + d
+                if c:
+                    active[k] = c
+                else:
+                    del active[k]
+                i += 1
+            if b > 255 or not active:
+                continue
+            c0, c1 = cls_of[b], cls_of[(events[i][0] if i < n else 256) - 1]
+            key = tuple(sorted(active))
+            nxt = memo.get(key)
+            if nxt is None:
+                seg = (c0, c1, key)
+                for c in range(c0, c1 + 1):
+                    row[c] = UNKNOWN
+                    pending[c] = seg
+            else:
+                for c in range(c0, c1 + 1):
+                    row[c] = nxt
+        self.trans[sid] = row
+        return pending
+
     def fill(self, sid: int, c: int) -> None:
-        """Build the successor of state sid on byte class c, and on the byte interval around it that every
-        configuration's edges treat alike (the rest of the row is built when a walk needs it)."""
+        """Build the successor of state sid on byte class c (and on the run of classes moving alike)."""
         was = gc.isenabled()
         gc.disable()
         try:
-            b = self.class_start[c]
-            lo_b, hi_b = 0, 255
-            moves = set()
-            edges = self.nfa.edges
-            for q, st in self.state_configs[sid]:
-                for lo, hi, t in edges[q]:
-                    if hi < b:
-                        if hi >= lo_b:
-                            lo_b = hi + 1
-                    elif lo > b:
-                        if lo <= hi_b:
-                            hi_b = lo - 1
-                    else:
-                        moves.add((t, st))
-                        if lo > lo_b:
-                            lo_b = lo
-                        if hi < hi_b:
-                            hi_b = hi
-            if moves:
-                key = tuple(sorted(moves))
-                nxt = self._succ_memo.get(key)
-                if nxt is None:
-                    nxt = self._succ_memo[key] = self._successor(key)
-            else:
-                nxt = DEAD
-            cls_of = self._cls_of
-            self.trans[sid, cls_of[lo_b]:cls_of[hi_b] + 1] = nxt
+            pending = self._pending.get(sid)
+            if pending is None:
+                pending = self._pending[sid] = self._sweep(sid)
+            seg = pending.get(c)
+            if seg is None:
+                return
+            c0, c1, key = seg
+            nxt = self._succ_memo.get(key)
+            if nxt is None:
+                nxt = self._succ_memo[key] = self._successor(key)
+            self.trans[sid, c0:c1 + 1] = nxt
+            for k in range(c0, c1 + 1):
+                del pending[k]
         finally:
             if was:
                 gc.enable()
 
-    def _expand(self, sid: int) -> None:
-        row = self.trans[sid]
+    def expand(self, sid: int) -> None:
+        """Build state sid's whole transition row."""
         for c in range(self.n_classes):
-            if row[c] == UNKNOWN:
+            if self.trans[sid, c] == UNKNOWN:
                 self.fill(sid, c)
-                row = self.trans[sid]
-        self._expanded_set.add(sid)
 
     def step(self, sid: int, byte: int) -> int:
         c = self._cls_of[byte]
