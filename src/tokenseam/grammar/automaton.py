@@ -255,6 +255,11 @@ class Automaton:
         configs, acc, _ = self.closure(nfa.rule_start[0], 0)
         self.start = self._pair(configs, acc)
 
+    @property
+    def num_states(self) -> int:
+        """Automaton states built so far (they grow as requests reach new parts of the grammar)."""
+        return len(self.state_configs)
+
     # -- preparation -------------------------------------------------------------------------------------
     def _prepare(self) -> None:
         nfa = self.nfa

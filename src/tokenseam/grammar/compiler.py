@@ -18,6 +18,10 @@ from .nfa import build_nfa
 from .regex import parse_regex
 
 MAX_CHOICE_CHARS = 200_000
+# The automaton grows as requests reach new states. A cached grammar past this many states is compiled afresh
+# for the next request (requests already using the old one keep it), so a long-lived server's memory per
+# grammar stays bounded.
+REBUILD_STATES = 50_000
 _TABLES: dict[str, TokenTable] = {}
 _TABLES_LOCK = threading.Lock()
 
@@ -71,8 +75,10 @@ class GrammarCompiler:
         with self._lock:
             hit = self._cache.get(full)
             if hit is not None:
-                self._cache.move_to_end(full)
-                return hit
+                if hit.automaton.num_states <= REBUILD_STATES:
+                    self._cache.move_to_end(full)
+                    return hit
+                del self._cache[full]
         # Compilation allocates many small objects; the cyclic GC would rescan the whole (large) vocabulary
         # heap each time, which dominated compile time.
         gc_was = gc.isenabled()
@@ -131,7 +137,7 @@ class GrammarCompiler:
 
     def compile_json_schema(self, schema, **options) -> CompiledGrammar:
         """Options: strict (no extra properties), lenient (ignore unsupported keywords with a warning),
-        compact (no whitespace), max_ws (longest whitespace run, default 20 after a newline)."""
+        compact (no whitespace), max_ws (longest run of spaces/tabs after a newline, default 40)."""
         from .json_schema import schema_to_grammar
 
         if isinstance(schema, str):
