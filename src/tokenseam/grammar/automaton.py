@@ -31,26 +31,26 @@ SKIP_DEPTHS = 4
 
 @numba.njit(cache=True, nogil=True)
 def _walk_esc(trans, flags, byte_class, data, offs, lcp, skip, ids, states, pos, out, rec, nrec):
-    """Like `_walk` over local states, which may escape (need the frames below BOT): tokens the local
-    automaton takes whole go to `out`; for every other token, each depth whose state escapes is recorded as
-    (index, depth, state) in `rec` (the token's fate depends on the real stack there).
+    """Walk the byte-sorted tokens from local state states[0]: tokens the local automaton takes whole go to
+    `out`; for every other token, each depth whose state escapes (needs the frames below BOT) is recorded as
+    (index, depth, state) in `rec`, since the token's fate depends on the real stack there.
 
     Resumable through pos = (index, resume depth or -1, dead depth, dead path escapes): returns 1 when a
     row must be built (states[pos[1]]), 2 when `rec` is full, 0 when done."""
     n = ids.shape[0]
     cap = rec.shape[0]
     maxd = states.shape[0]
+    nskip = skip.shape[0]
     i = pos[0]
     first_d = pos[1]
     dead = pos[2]
     dead_esc = pos[3] != 0
+    r = nrec[0]
+    status = 0
     while i < n:
-        if nrec[0] + maxd + 1 > cap:
-            pos[0] = i
-            pos[1] = first_d
-            pos[2] = dead
-            pos[3] = 1 if dead_esc else 0
-            return 2
+        if r + maxd + 1 > cap:
+            status = 2
+            break
         if first_d >= 0:
             d = first_d
             first_d = -1
@@ -61,57 +61,60 @@ def _walk_esc(trans, flags, byte_class, data, offs, lcp, skip, ids, states, pos,
                 if dead_esc:
                     for k in range(dead + 1):
                         if flags[states[k]] & 2:
-                            r = nrec[0]
                             rec[r, 0] = i
                             rec[r, 1] = k
                             rec[r, 2] = states[k]
-                            nrec[0] = r + 1
+                            r += 1
                 i += 1
                 continue
         o = offs[i]
         ln = offs[i + 1] - o
-        ok = True
+        st = states[d]
+        # The current state stays in a register: each byte costs one dependent load (its transition).
         while d < ln:
-            nx = trans[states[d], byte_class[data[o + d]]]
+            nx = trans[st, byte_class[data[o + d]]]
             if nx < 0:
-                if nx == -2:
-                    pos[0] = i
-                    pos[1] = d
-                    pos[2] = dead
-                    pos[3] = 1 if dead_esc else 0
-                    return 1
-                ok = False
                 break
-            states[d + 1] = nx
             d += 1
-        if ok and flags[states[d]] & 1:
-            tid = ids[i]
-            out[tid >> 5] |= np.uint32(1) << np.uint32(tid & 31)
-            dead = 1 << 30
-            dead_esc = False
-            i += 1
-            continue
+            states[d] = nx
+            st = nx
+        if d == ln:
+            if flags[st] & 1:
+                tid = ids[i]
+                out[tid >> 5] |= np.uint32(1) << np.uint32(tid & 31)
+                dead = 1 << 30
+                dead_esc = False
+                i += 1
+                continue
+        elif nx == -2:
+            first_d = d
+            status = 1
+            break
         has = False
         for k in range(d + 1):
             if flags[states[k]] & 2:
-                r = nrec[0]
                 rec[r, 0] = i
                 rec[r, 1] = k
                 rec[r, 2] = states[k]
-                nrec[0] = r + 1
+                r += 1
                 has = True
-        if ok:
+        if d == ln:
             dead = 1 << 30
             dead_esc = False
             i += 1
         else:
             dead = d
             dead_esc = has
-            if not has and d < skip.shape[0]:
+            if not has and d < nskip:
                 i = skip[d, i]
             else:
                 i += 1
-    return 0
+    nrec[0] = r
+    pos[0] = i
+    pos[1] = first_d
+    pos[2] = dead
+    pos[3] = 1 if dead_esc else 0
+    return status
 
 
 @numba.njit(cache=True)
