@@ -250,6 +250,7 @@ class Automaton:
         self.pairs: list[tuple[int, int, bool, int]] = []
         self.pair_index: dict[tuple[int, int, bool, int], int] = {}
         self._rebase_memo: dict[tuple[int, int], int] = {}
+        self._split_memo: dict[tuple[int, int], list[tuple] | None] = {}
         self._mat_memo: dict[tuple[int, int], int] = {}
         self._cont_memo: dict[tuple[int, int], tuple[tuple, bool, int]] = {}
         self._local_info: dict[int, tuple[np.ndarray, list[tuple[int, int]]]] = {}
@@ -977,10 +978,49 @@ class Automaton:
             self.mask_bytes -= old.nbytes
         return m
 
+    def _top_frame(self, lst: int) -> int:
+        """The frame right above the local bottom in local stack lst (BOT for lst == BOT)."""
+        stacks = self.stacks
+        while lst != BOT and stacks[lst][1] != BOT:
+            lst = stacks[lst][1]
+        return lst
+
+    def _split(self, kc: int, p: int) -> list[tuple] | None:
+        """Local state kc's configurations grouped by the call frame right above the bottom, as the mask keys
+        of their own positions; None when there is nothing to split.
+
+        A set of configurations takes a token when one of them does, so a mask is the union of its groups'
+        masks. A group inside a called rule is keyed by the rule's own states, shared by every call site (the
+        extra members of each layer of a JSON object), so its walk over the vocabulary is done once."""
+        hit = self._split_memo.get((kc, p), 0)
+        if hit != 0:
+            return hit
+        groups: dict[int, list] = {}
+        stacks = self.stacks
+        for q, lst in self.state_configs[kc]:
+            f = self._top_frame(lst)
+            if f != BOT and stacks[f][0] < 0:
+                f = BOT  # a counter frame's configurations stay with the rest
+            groups.setdefault(f, []).append((q, lst))
+        res = None
+        if len(groups) > 1:
+            res = []
+            for g in groups.values():
+                real = {(q, self._materialize(lst, p)) for q, lst in g}
+                k2, p2, _, _ = self.pairs[self._pair(real, False)]
+                res.append((self.canonical(k2), p2, False))
+        self._split_memo[(kc, p)] = res
+        return res
+
     def _mask_slow(self, key: tuple[int, int, bool]) -> np.ndarray:
         kc, p, acc = key
         tb = self.table
-        if kc >= 0:
+        parts = self._split(kc, p) if kc >= 0 else None
+        if parts is not None:
+            out = np.zeros(tb.words, dtype=np.uint32)
+            for part in parts:
+                out |= self._cached_mask(part, None).view(np.uint32)
+        elif kc >= 0:
             certain, groups = self.local_info(kc)
             out = certain.copy()
             for s, gid in groups:

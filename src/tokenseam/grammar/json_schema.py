@@ -293,6 +293,7 @@ class _Compiler:
                           seq(opt(lit("\r")), lit("\n"), star(cls(" \t")) if max_ws else EMPTY))
         self.indent_limit = max_ws if not compact and max_ws else None
         self.shared: set[str] = set()
+        self.extra_rules: list[str] = []
         self.sep = seq(self.ws, lit(","), self.ws)
         self.colon = seq(self.ws, lit(":"), self.ws)
         self._validator = None
@@ -999,7 +1000,15 @@ class _Compiler:
                 key = cpauto.product(key, cpauto.complement(d))
             if not cpauto.is_empty(key):
                 extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
-        extra = alt(*extra_alts) if extra_alts else None
+        extra = None
+        if extra_alts:
+            # Extra members (key, colon, value) are one shared called rule: every place in the object where one
+            # may start then has the same automaton states inside it, so their token masks are computed once.
+            name = f"%extra{len(self.extra_rules)}"
+            self.extra_rules.append(name)
+            self.rules[name] = alt(*extra_alts)
+            self.shared.add(name)
+            extra = Ref(name)
         if mx is not None and mx < mn:
             return NOTHING
         members = Members(tuple(items), extra, self.sep, mn, mx)
