@@ -51,11 +51,11 @@ def _sample(vocab, seed: int) -> list[int]:
     return sorted(set(pick))
 
 
-def _check(compiled, vocab, text: str, cuts: list[int], seed: int = 0) -> None:
+def _check(compiled, vocab, text: str, cuts: list[int], seed: int = 0, sample=None) -> None:
     m = GrammarMatcher(compiled)
     auto = m._auto
     data = text.encode("utf-8")
-    tokens = _sample(vocab, seed)
+    tokens = (sample or _sample)(vocab, seed)
     out = np.zeros(vocab.mask_words, dtype=np.int32)
     configs, acc = _oracle_start(auto)
     done = 0
@@ -109,3 +109,46 @@ def test_recursive_gbnf(compiler, smollm2_vocab):
                               'item ::= list | [a-z]+ | "\\"" [^"]* "\\""\n')
     text = '((ab (c "x y") ()) ("q" (((z)))))'
     _check(g, smollm2_vocab, text, list(range(1, len(text))), seed=2)
+
+
+def _sample_with_text(vocab, seed: int) -> list[int]:
+    """The structural sample plus tokens of whole non-ASCII characters and tokens mixing them with quotes."""
+    tb = vocab.token_bytes
+    rng = np.random.default_rng(seed)
+    multi = [i for i in range(vocab.size) if not vocab.is_special[i] and tb[i] and max(tb[i]) >= 0x80]
+    return sorted(set(_sample(vocab, seed)) | set(rng.choice(multi, size=min(1500, len(multi)),
+                                                             replace=False).tolist()))
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])
+def test_string_bodies_taken_whole_match_simulation(vocabs, vocab_name):
+    """String bodies are walked with the safe-sink shortcut (a token of whole safe characters is taken as soon
+    as the walk reaches such a state); masks still match the full-stack simulation, multi-byte text included."""
+    from tokenseam.grammar import GrammarCompiler
+    from tokenseam.grammar.automaton import SAFE_SINK
+
+    vocab = vocabs[vocab_name]
+    compiler = GrammarCompiler(vocab)
+    schema = {"type": "object", "properties": {"t": {"type": "string"}, "n": {"type": "integer"}}}
+    doc = json.dumps({"t": "héllo 日本語 😀 \"q\" \\ end", "n": 3, "zé": "ü"}, ensure_ascii=False)
+    g = compiler.compile_json_schema(schema)
+    _check(g, vocab, doc, _cuts(doc), seed=3, sample=_sample_with_text)
+    auto = g.automaton
+    assert (auto.flags[: auto.num_states] & SAFE_SINK).any()
+    # A loop over ASCII and Latin-1 only is no sink: wider characters must still be refused.
+    latin = compiler.compile_gbnf('root ::= "\\"" [^"\\\\\\x00-\\x1f\\u0100-\\U0010FFFF]* "\\""')
+    _check(latin, vocab, '"abc é"', [1, 3, 5], seed=4, sample=_sample_with_text)
+    m = GrammarMatcher(latin)
+    assert m.accept_bytes(b'"ab') and not m.accept_bytes("日".encode())
+    assert not (latin.automaton.flags[: latin.automaton.num_states] & SAFE_SINK).any()
+
+
+def test_safe_from_marks_whole_safe_characters():
+    from tokenseam.grammar.automaton import _safe_from
+
+    toks = [b"abc", b'a"bc', b"x\\y", "é日😀".encode(), b"ab\xe6\x97", b"\xa5ab", b"a\nb", b"\xed\xa0\x80z",
+            b"", b"\x7f"]
+    data = np.frombuffer(b"".join(toks), dtype=np.uint8)
+    offs = np.cumsum([0] + [len(t) for t in toks]).astype(np.int64)
+    got = _safe_from(data, offs).tolist()
+    assert got == [0, 2, 2, 0, 4, 1, 2, 3, 0, 1]

@@ -27,16 +27,32 @@ NO_ESC: tuple = ()
 
 
 SKIP_DEPTHS = 4
+SAFE_SINK = 4  # state flag: every string-safe character leads back here (see _walk_esc)
+# Valid multi-byte UTF-8: lead byte range, then the continuation byte ranges (RFC 3629).
+_UTF8_SHAPES = (
+    (0xC2, 0xDF, ((0x80, 0xBF),)),
+    (0xE0, 0xE0, ((0xA0, 0xBF), (0x80, 0xBF))),
+    (0xE1, 0xEC, ((0x80, 0xBF), (0x80, 0xBF))),
+    (0xED, 0xED, ((0x80, 0x9F), (0x80, 0xBF))),
+    (0xEE, 0xEF, ((0x80, 0xBF), (0x80, 0xBF))),
+    (0xF0, 0xF0, ((0x90, 0xBF), (0x80, 0xBF), (0x80, 0xBF))),
+    (0xF1, 0xF3, ((0x80, 0xBF), (0x80, 0xBF), (0x80, 0xBF))),
+    (0xF4, 0xF4, ((0x80, 0x8F), (0x80, 0xBF), (0x80, 0xBF))),
+)
 
 
 @numba.njit(cache=True, nogil=True)
-def _walk_esc(trans, flags, byte_class, data, offs, lcp, skip, ids, states, pos, out, rec, nrec):
+def _walk_esc(trans, flags, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec):
     """Walk the byte-sorted tokens from local state states[0]: tokens the local automaton takes whole go to
     `out`; for every other token, each depth whose state escapes (needs the frames below BOT) is recorded as
     (index, depth, state) in `rec`, since the token's fate depends on the real stack there.
 
-    Resumable through pos = (index, resume depth or -1, dead depth, dead path escapes): returns 1 when a
-    row must be built (states[pos[1]]), 2 when `rec` is full, 0 when done."""
+    A token whose remaining bytes (from safe_from[i] on) are whole string-safe characters is taken as soon as
+    the walk reaches a state flagged SAFE_SINK (one every such character leads back to): JSON string bodies
+    then cost one check per token, not one step per byte. states[] is then valid only up to that depth.
+
+    Resumable through pos = (index, resume depth or -1, dead depth, dead path escapes, valid depth): returns
+    1 when a row must be built (states[pos[1]]), 2 when `rec` is full, 0 when done."""
     n = ids.shape[0]
     cap = rec.shape[0]
     maxd = states.shape[0]
@@ -45,6 +61,7 @@ def _walk_esc(trans, flags, byte_class, data, offs, lcp, skip, ids, states, pos,
     first_d = pos[1]
     dead = pos[2]
     dead_esc = pos[3] != 0
+    valid = pos[4]
     r = nrec[0]
     status = 0
     while i < n:
@@ -67,17 +84,28 @@ def _walk_esc(trans, flags, byte_class, data, offs, lcp, skip, ids, states, pos,
                             r += 1
                 i += 1
                 continue
+            if d > valid:
+                d = valid
         o = offs[i]
         ln = offs[i + 1] - o
+        sf = safe_from[i]
         st = states[d]
+        nx = 0
+        sunk = False
         # The current state stays in a register: each byte costs one dependent load (its transition).
         while d < ln:
+            if d >= sf and flags[st] & 4:
+                sunk = True
+                break
             nx = trans[st, byte_class[data[o + d]]]
             if nx < 0:
                 break
             d += 1
             states[d] = nx
             st = nx
+        valid = d
+        if sunk:
+            d = ln
         if d == ln:
             if flags[st] & 1:
                 tid = ids[i]
@@ -114,7 +142,52 @@ def _walk_esc(trans, flags, byte_class, data, offs, lcp, skip, ids, states, pos,
     pos[1] = first_d
     pos[2] = dead
     pos[3] = 1 if dead_esc else 0
+    pos[4] = valid
     return status
+
+
+@numba.njit(cache=True)
+def _safe_from(data, offs):
+    """Per token: where its tail of whole JSON-string-safe characters starts (printable ASCII other than
+    quote and backslash, or valid multi-byte UTF-8); the token's length when it ends otherwise."""
+    n = offs.shape[0] - 1
+    out = np.empty(n, np.int64)
+    for i in range(n):
+        start = offs[i]
+        j = offs[i + 1]
+        while j > start:
+            b = data[j - 1]
+            if b < 0x80:
+                if b < 0x20 or b > 0x7E or b == 0x22 or b == 0x5C:
+                    break
+                j -= 1
+                continue
+            # A multi-byte character ends here: find its lead byte and check the whole sequence.
+            k = j - 1
+            while k > start and k > j - 4 and 0x80 <= data[k] <= 0xBF:
+                k -= 1
+            lead = data[k]
+            m = j - k
+            if lead >= 0xF0:
+                need = 4
+            elif lead >= 0xE0:
+                need = 3
+            else:
+                need = 2
+            if lead < 0xC2 or lead > 0xF4 or m != need:
+                break
+            second = data[k + 1]
+            if lead == 0xE0 and second < 0xA0:
+                break
+            if lead == 0xED and second > 0x9F:
+                break
+            if lead == 0xF0 and second < 0x90:
+                break
+            if lead == 0xF4 and second > 0x8F:
+                break
+            j = k
+        out[i] = j - start
+    return out
 
 
 @numba.njit(cache=True)
@@ -144,6 +217,7 @@ class TokenTable:
         self.lcp = trie.lcp.astype(np.int64)
         self.skip = _skip_table(self.lcp, SKIP_DEPTHS)
         self.ids = trie.sorted_ids.astype(np.int64)
+        self.safe_from = _safe_from(self.data, self.offs)
         self.maxlen = int(lens.max()) if len(lens) else 1
         self.eos = np.asarray(sorted(vocab.eos_token_ids), dtype=np.int64)
         self.is_special = np.asarray(vocab.is_special, dtype=bool)
@@ -201,6 +275,7 @@ class SubTable:
             lcp[k] = j
         self.lcp = lcp
         self.skip = _skip_table(lcp, SKIP_DEPTHS)
+        self.safe_from = lens  # suffix walks take every byte
         # Tokens ending exactly at the escape: accepted whenever the continuation is alive.
         empty = self.ids[lens == 0]
         self.empty = _sparse_bits(empty)
@@ -284,6 +359,8 @@ class Automaton:
         self._cls_of = cls_of
         self.n_classes = len(pts) - 1
         self.class_start = pts[:-1]
+        safe = [b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C)]
+        self._safe_ascii_classes = sorted({cls_of[b] for b in safe})
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
         self._succ_memo: dict[tuple, int] = {}
         self._pending: dict[int, dict] = {}
@@ -632,6 +709,8 @@ class Automaton:
             pending = self._pending.get(sid)
             if pending is None:
                 pending = self._pending[sid] = self._sweep(sid)
+                if not self.flags[sid] & 2 and self._is_safe_sink(sid):
+                    self.flags[sid] |= SAFE_SINK
             seg = pending.get(c)
             if seg is None:
                 return
@@ -645,6 +724,39 @@ class Automaton:
         finally:
             if was:
                 gc.enable()
+
+    def _is_safe_sink(self, sid: int) -> bool:
+        """Whether every string-safe character (see `_safe_from`) leads from sid back to sid."""
+        trans = self.trans
+        row = trans[sid]
+        cls = self._safe_ascii_classes
+        if any(row[c] != sid and row[c] != UNKNOWN for c in cls):
+            return False
+        for c in cls:
+            if row[c] == UNKNOWN:
+                self.fill(sid, c)
+                row = self.trans[sid]
+                if row[c] != sid:
+                    return False
+        cls_of = self._cls_of
+        for lead_lo, lead_hi, conts in _UTF8_SHAPES:
+            frontier = {sid}
+            for lo, hi in ((lead_lo, lead_hi),) + conts:
+                nxt = set()
+                for x in frontier:
+                    for c in range(cls_of[lo], cls_of[hi] + 1):
+                        if self.trans[x, c] == UNKNOWN:
+                            self.fill(x, c)
+                        t = int(self.trans[x, c])
+                        if t < 0:
+                            return False
+                        nxt.add(t)
+                if len(nxt) > 8:
+                    return False
+                frontier = nxt
+            if frontier != {sid}:
+                return False
+        return True
 
     def expand(self, sid: int) -> None:
         """Build state sid's whole transition row."""
@@ -882,12 +994,12 @@ class Automaton:
         out = np.zeros(tb.words, dtype=np.uint32)
         states = np.empty(tb.maxlen + 1, dtype=np.int32)
         states[0] = sid
-        pos = np.array([0, -1, 1 << 30, 0], dtype=np.int64)
+        pos = np.array([0, -1, 1 << 30, 0, 0], dtype=np.int64)
         rec = np.empty((256, 3), dtype=np.int64)
         nrec = np.zeros(1, dtype=np.int64)
         while True:
             r = _walk_esc(self.trans, self.flags, self.byte_class, tab.data, tab.offs, tab.lcp, tab.skip, tab.ids,
-                          states, pos, out, rec, nrec)
+                          tab.safe_from, states, pos, out, rec, nrec)
             if r == 0:
                 break
             if r == 1:
