@@ -668,7 +668,8 @@ class Automaton:
                 events.append((hi + 1, -1, t, st))
         events.sort()
         cls_of = self._cls_of
-        row = [DEAD] * self.n_classes
+        row = self.trans[sid]
+        row[:] = DEAD
         pending: dict[int, tuple[int, int, tuple]] = {}
         active: dict[tuple[int, int], int] = {}
         memo = self._succ_memo
@@ -687,18 +688,14 @@ class Automaton:
                 i += 1
             if b > 255 or not active:
                 continue
-            c0, c1 = cls_of[b], cls_of[(events[i][0] if i < n else 256) - 1]
+            c0, c1 = cls_of[b], cls_of[(events[i][0] if i < n else 256) - 1] + 1
             key = tuple(sorted(active))
             nxt = memo.get(key)
             if nxt is None:
-                seg = (c0, c1, key)
-                for c in range(c0, c1 + 1):
-                    row[c] = UNKNOWN
-                    pending[c] = seg
+                row[c0:c1] = UNKNOWN
+                pending.update(dict.fromkeys(range(c0, c1), (c0, c1 - 1, key)))
             else:
-                for c in range(c0, c1 + 1):
-                    row[c] = nxt
-        self.trans[sid] = row
+                row[c0:c1] = nxt
         return pending
 
     def fill(self, sid: int, c: int) -> None:
