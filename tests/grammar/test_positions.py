@@ -152,3 +152,18 @@ def test_safe_from_marks_whole_safe_characters():
     offs = np.cumsum([0] + [len(t) for t in toks]).astype(np.int64)
     got = _safe_from(data, offs).tolist()
     assert got == [0, 2, 2, 0, 4, 1, 2, 3, 0, 1]
+
+
+def test_indent_runs_match_their_definition(smollm2_vocab):
+    from tokenseam.grammar.compiler import token_table
+
+    lead, inner = token_table(smollm2_vocab)._indent_runs or (None, None)
+    if lead is None:
+        token_table(smollm2_vocab).indent_filters(40)
+        lead, inner = token_table(smollm2_vocab)._indent_runs
+    for t, b in enumerate(smollm2_vocab.token_bytes):
+        if smollm2_vocab.is_special[t]:
+            continue
+        assert lead[t] == len(b) - len(b.lstrip(b" \t")), b
+        want = max((len(x) - len(x.lstrip(b" \t")) for x in b.split(b"\n")[1:]), default=0)
+        assert inner[t] == want, b

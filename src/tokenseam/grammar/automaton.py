@@ -191,6 +191,35 @@ def _safe_from(data, offs):
 
 
 @numba.njit(cache=True)
+def _indent_runs(data, offs):
+    """Per token: the length of its leading run of spaces/tabs, and of its longest such run after a newline."""
+    n = offs.shape[0] - 1
+    lead = np.zeros(n, np.int64)
+    inner = np.zeros(n, np.int64)
+    for i in range(n):
+        run = 0
+        after_nl = False
+        first = True
+        for j in range(offs[i], offs[i + 1]):
+            b = data[j]
+            if b == 0x20 or b == 0x09:
+                run += 1
+            else:
+                if first:
+                    lead[i] = run
+                elif after_nl and run > inner[i]:
+                    inner[i] = run
+                first = False
+                after_nl = b == 0x0A
+                run = 0
+        if first:
+            lead[i] = run
+        elif after_nl and run > inner[i]:
+            inner[i] = run
+    return lead, inner
+
+
+@numba.njit(cache=True)
 def _skip_table(lcp, depths):
     n = lcp.shape[0]
     skip = np.empty((depths, n), np.int64)
@@ -233,15 +262,11 @@ class TokenTable:
         if f is not None:
             return f
         if self._indent_runs is None:
+            lead_s, inner_s = _indent_runs(self.data, self.offs)
             lead = np.zeros(self.vocab_size, dtype=np.int64)
             inner = np.zeros(self.vocab_size, dtype=np.int64)
-            for t, b in enumerate(self.token_bytes):
-                if b[:1] in (b" ", b"\t"):
-                    lead[t] = len(b) - len(b.lstrip(b" \t"))
-                if b"\n" in b:
-                    inner[t] = max(len(x) - len(x.lstrip(b" \t")) for x in b.split(b"\n")[1:])
-            lead[self.is_special] = 0
-            inner[self.is_special] = 0
+            lead[self.ids] = lead_s
+            inner[self.ids] = inner_s
             self._indent_runs = (lead, inner)
         lead, inner = self._indent_runs
         pad = self.words * 32 - self.vocab_size
