@@ -157,10 +157,9 @@ def test_safe_from_marks_whole_safe_characters():
 def test_indent_runs_match_their_definition(smollm2_vocab):
     from tokenseam.grammar.compiler import token_table
 
-    lead, inner = token_table(smollm2_vocab)._indent_runs or (None, None)
-    if lead is None:
-        token_table(smollm2_vocab).indent_filters(40)
-        lead, inner = token_table(smollm2_vocab)._indent_runs
+    table = token_table(smollm2_vocab)
+    table.indent_filters(40)
+    lead, inner = table._indent_runs
     for t, b in enumerate(smollm2_vocab.token_bytes):
         if smollm2_vocab.is_special[t]:
             continue
