@@ -166,3 +166,21 @@ def test_indent_runs_match_their_definition(smollm2_vocab):
         assert lead[t] == len(b) - len(b.lstrip(b" \t")), b
         want = max((len(x) - len(x.lstrip(b" \t")) for x in b.split(b"\n")[1:]), default=0)
         assert inner[t] == want, b
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])
+def test_long_counted_strings_match_simulation(vocabs, vocab_name):
+    """Mask walks read counters clamped far from their bounds (a long maxLength string body then loops on
+    itself); masks near and far from both bounds still match the simulation with exact counters."""
+    from tokenseam.grammar import GrammarCompiler
+
+    vocab = vocabs[vocab_name]
+    g = GrammarCompiler(vocab).compile_json_schema(
+        {"type": "object", "properties": {"s": {"type": "string", "minLength": 150, "maxLength": 300}},
+         "required": ["s"], "additionalProperties": False})
+    body = ("abc dé 日本 " * 40)[:299]
+    doc = json.dumps({"s": body}, ensure_ascii=False)
+    data = doc.encode()
+    start = data.index(b'"s": "') + 6
+    chars = [start + len(body[:k].encode()) for k in (0, 1, 60, 140, 149, 150, 151, 200, 280, 290, 298, 299)]
+    _check(g, vocab, doc, chars + [len(data) - 1, len(data)], seed=5, sample=_sample_with_text)

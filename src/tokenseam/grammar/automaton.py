@@ -220,6 +220,22 @@ def _indent_runs(data, offs):
 
 
 @numba.njit(cache=True)
+def _lcp(data, offs):
+    """Common-prefix length of each byte string with the one before it (sorted strings, concatenated)."""
+    n = offs.shape[0] - 1
+    out = np.zeros(n, np.int64)
+    for k in range(1, n):
+        a = offs[k - 1]
+        b = offs[k]
+        m = min(offs[k] - a, offs[k + 1] - b)
+        j = 0
+        while j < m and data[a + j] == data[b + j]:
+            j += 1
+        out[k] = j
+    return out
+
+
+@numba.njit(cache=True)
 def _skip_table(lcp, depths):
     n = lcp.shape[0]
     skip = np.empty((depths, n), np.int64)
@@ -290,14 +306,7 @@ class SubTable:
         self.offs = np.zeros(len(sb) + 1, dtype=np.int64)
         np.cumsum(lens, out=self.offs[1:])
         self.data = np.frombuffer(b"".join(sb) or b"\0", dtype=np.uint8).copy()
-        lcp = np.zeros(len(sb), dtype=np.int64)
-        for k in range(1, len(sb)):
-            a, b = sb[k - 1], sb[k]
-            m = min(len(a), len(b))
-            j = 0
-            while j < m and a[j] == b[j]:
-                j += 1
-            lcp[k] = j
+        lcp = _lcp(self.data, self.offs)
         self.lcp = lcp
         self.skip = _skip_table(lcp, SKIP_DEPTHS)
         self.safe_from = lens  # suffix walks take every byte
@@ -337,6 +346,11 @@ class Automaton:
         cap = 256
         self.flags = np.zeros(cap, dtype=np.int8)
         self.trans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
+        # Mask walks read `ctrans`: the same rows with every successor replaced by its canonical state (counters
+        # far from their bounds clamped). A token never moves a counter far enough for the difference to
+        # matter, and a clamped counted loop (a long maxLength string body) becomes a state that string-safe
+        # characters loop on, so the walk takes such tokens whole instead of building a state per count.
+        self.ctrans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32) if self.has_counters else None
         self.accepting = np.zeros(cap, dtype=bool)
         self.masks: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self.mask_bytes = 0
@@ -654,6 +668,10 @@ class Automaton:
             grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
             grown[:sid] = self.trans[:sid]
             self.trans = grown
+            if self.ctrans is not None:
+                grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
+                grown[:sid] = self.ctrans[:sid]
+                self.ctrans = grown
             acc_grown = np.zeros(cap, dtype=bool)
             acc_grown[:sid] = self.accepting[:sid]
             self.accepting = acc_grown
@@ -731,6 +749,14 @@ class Automaton:
             pending = self._pending.get(sid)
             if pending is None:
                 pending = self._pending[sid] = self._sweep(sid)
+                if self.ctrans is not None:
+                    row = self.trans[sid].copy()
+                    canon = {v: self.canonical(v) for v in set(row[row >= 0].tolist())}
+                    crow = row.copy()
+                    for v, cv in canon.items():
+                        if cv != v:
+                            crow[row == v] = cv
+                    self.ctrans[sid] = crow
                 if not self.flags[sid] & 2 and self._is_safe_sink(sid):
                     self.flags[sid] |= SAFE_SINK
             seg = pending.get(c)
@@ -741,6 +767,9 @@ class Automaton:
             if nxt is None:
                 nxt = self._succ_memo[key] = self._successor(key)
             self.trans[sid, c0:c1 + 1] = nxt
+            if self.ctrans is not None:
+                cn = self.canonical(nxt) if nxt >= 0 else nxt
+                self.ctrans[sid, c0:c1 + 1] = cn
             for k in range(c0, c1 + 1):
                 del pending[k]
         finally:
@@ -748,16 +777,16 @@ class Automaton:
                 gc.enable()
 
     def _is_safe_sink(self, sid: int) -> bool:
-        """Whether every string-safe character (see `_safe_from`) leads from sid back to sid."""
-        trans = self.trans
-        row = trans[sid]
+        """Whether every string-safe character (see `_safe_from`) leads from sid back to sid in the table the
+        mask walks read."""
+        row = self._walk_trans[sid]
         cls = self._safe_ascii_classes
         if any(row[c] != sid and row[c] != UNKNOWN for c in cls):
             return False
         for c in cls:
             if row[c] == UNKNOWN:
                 self.fill(sid, c)
-                row = self.trans[sid]
+                row = self._walk_trans[sid]
                 if row[c] != sid:
                     return False
         cls_of = self._cls_of
@@ -767,9 +796,9 @@ class Automaton:
                 nxt = set()
                 for x in frontier:
                     for c in range(cls_of[lo], cls_of[hi] + 1):
-                        if self.trans[x, c] == UNKNOWN:
+                        if self._walk_trans[x, c] == UNKNOWN:
                             self.fill(x, c)
-                        t = int(self.trans[x, c])
+                        t = int(self._walk_trans[x, c])
                         if t < 0:
                             return False
                         nxt.add(t)
@@ -779,6 +808,10 @@ class Automaton:
             if frontier != {sid}:
                 return False
         return True
+
+    @property
+    def _walk_trans(self) -> np.ndarray:
+        return self.trans if self.ctrans is None else self.ctrans
 
     def expand(self, sid: int) -> None:
         """Build state sid's whole transition row."""
@@ -1020,7 +1053,7 @@ class Automaton:
         rec = np.empty((256, 3), dtype=np.int64)
         nrec = np.zeros(1, dtype=np.int64)
         while True:
-            r = _walk_esc(self.trans, self.flags, self.byte_class, tab.data, tab.offs, tab.lcp, tab.skip, tab.ids,
+            r = _walk_esc(self._walk_trans, self.flags, self.byte_class, tab.data, tab.offs, tab.lcp, tab.skip, tab.ids,
                           tab.safe_from, states, pos, out, rec, nrec)
             if r == 0:
                 break
