@@ -175,6 +175,18 @@ def test_indentation_limit_holds_across_tokens(compiler, smollm2_vocab, limit):
     assert m.accept_bytes(b"}") and m.is_accepting()
 
 
+def test_indentation_limits_keep_filter_memory_bounded(compiler, smollm2_vocab):
+    from tokenseam.grammar.compiler import token_table
+
+    for limit in (1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 1000):
+        g = compiler.compile_json_schema({"type": "array"}, max_ws=limit)
+        assert accepts_text(g, "[\n" + " " * limit + "1]")
+        assert not accepts_text(g, "[\n" + " " * (limit + 1) + "1]")
+    assert len(token_table(smollm2_vocab)._indent_filters) <= 8
+    with pytest.raises(GrammarError, match="max_ws"):
+        compiler.compile_json_schema({"type": "array"}, max_ws=1001)
+
+
 def test_raw_newline_never_inside_strings(compiler):
     g = compiler.compile_json_schema({"type": "object"})
     assert not accepts_text(g, '{"a\n' + " " * 50 + 'b": 1}')

@@ -269,14 +269,13 @@ class TokenTable:
         self.token_bytes = vocab.token_bytes
         self.base = np.zeros(len(self.ids), dtype=np.int64)
         self._indent_runs: tuple[np.ndarray, np.ndarray] | None = None
-        self._indent_filters: dict[int, np.ndarray] = {}
+        self._indent_filters: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def indent_filters(self, limit: int) -> np.ndarray:
+    def indent_filters(self, limit: int) -> tuple[np.ndarray, np.ndarray]:
         """Packed masks of the tokens that keep every run of spaces/tabs after a raw newline within `limit`:
-        row 0 when the position is not in such a run, row r + 1 when the run so far is r long."""
-        f = self._indent_filters.get(limit)
-        if f is not None:
-            return f
+        (outside such a run; inside one with b more characters allowed, b = 0 .. longest leading run, one row
+        each). Rows only depend on `limit` up to the longest run inside any token, and few limits are kept, so
+        memory stays small whatever limits grammars ask for."""
         if self._indent_runs is None:
             lead_s, inner_s = _indent_runs(self.data, self.offs)
             lead = np.zeros(self.vocab_size, dtype=np.int64)
@@ -285,11 +284,20 @@ class TokenTable:
             inner[self.ids] = inner_s
             self._indent_runs = (lead, inner)
         lead, inner = self._indent_runs
-        pad = self.words * 32 - self.vocab_size
-        rows = [inner <= limit] + [(inner <= limit) & (lead <= limit - r) for r in range(limit + 1)]
-        f = np.stack([np.packbits(np.concatenate([row, np.zeros(pad, dtype=bool)]), bitorder="little")
-                      .view(np.uint32) for row in rows])
-        self._indent_filters[limit] = f
+        cap = min(limit, int(inner.max()))
+        f = self._indent_filters.get(cap)
+        if f is not None:
+            return f
+        pad = np.zeros(self.words * 32 - self.vocab_size, dtype=bool)
+
+        def pack(row: np.ndarray) -> np.ndarray:
+            return np.packbits(np.concatenate([row, pad]), bitorder="little").view(np.uint32)
+
+        outside = inner <= cap
+        f = (pack(outside), np.stack([pack(outside & (lead <= b)) for b in range(int(lead.max()) + 1)]))
+        if len(self._indent_filters) >= 8:
+            self._indent_filters.pop(next(iter(self._indent_filters)))
+        self._indent_filters[cap] = f
         return f
 
 
@@ -1134,7 +1142,9 @@ class Automaton:
                 m = self._mask_slow(key)
             else:
                 base = self._cached_mask(key[:3], None).view(np.uint32)
-                m = (base & self._indent_rows[run + 1]).view(np.int32)
+                outside, inside = self._indent_rows
+                row = outside if run < 0 else inside[min(self.indent_limit - run, len(inside) - 1)]
+                m = (base & row).view(np.int32)
         finally:
             if was:
                 gc.enable()
