@@ -111,3 +111,44 @@ def test_bad_requests(compiler, body, needle):
 def test_body_must_be_object(compiler):
     with pytest.raises(GrammarError):
         constraint_from_request(compiler, [], "/completion")  # type: ignore[arg-type]
+
+
+def test_json_schema_options(compiler):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    g = constraint_from_request(compiler, {"guided_json": schema, "json_schema_options": {"compact": True}},
+                                "/v1/completions")
+    assert accepts_text(g, '{"a":1}') and not accepts_text(g, '{"a": 1}')
+    g = constraint_from_request(compiler, {"json_schema": schema, "json_schema_options": {"max_ws": 2}},
+                                "/completion")
+    assert accepts_text(g, '{\n  "a": 1\n}') and not accepts_text(g, '{\n   "a": 1\n}')
+    body = {"response_format": {"type": "json_schema", "json_schema": {"strict": True, "schema": {
+        "type": "array", "uniqueItems": True}}}, "json_schema_options": {"lenient": True}}
+    g = constraint_from_request(compiler, body, "/v1/chat/completions")
+    assert g.warnings and "uniqueItems" in g.warnings[0]
+    # strict comes from response_format, not from the options
+    body = {"response_format": {"type": "json_schema", "json_schema": {"strict": True, "schema": schema}},
+            "json_schema_options": {"compact": True}}
+    g = constraint_from_request(compiler, body, "/v1/chat/completions")
+    assert accepts_text(g, '{"a":1}') and not accepts_text(g, '{"a":1,"b":2}')
+
+
+@pytest.mark.parametrize("opts,match", [
+    ({"compact": "yes"}, "compact must be true or false"),
+    ({"max_ws": True}, "max_ws must be an integer"),
+    ({"max_ws": 5000}, "max_ws must be an integer between"),
+    ({"max_ws": -1}, "max_ws must be an integer between"),
+    ({"indent": 2}, "not an option"),
+    ([1], "must be an object"),
+    ("compact", "must be an object"),
+])
+def test_bad_json_schema_options(compiler, opts, match):
+    with pytest.raises(GrammarError, match=match):
+        constraint_from_request(compiler, {"guided_json": {"type": "object"}, "json_schema_options": opts},
+                                "/v1/completions")
+
+
+def test_json_schema_options_need_a_json_constraint(compiler):
+    for body in ({"json_schema_options": {"compact": True}},
+                 {"guided_regex": "a+", "json_schema_options": {"compact": True}}):
+        with pytest.raises(GrammarError, match="needs a JSON Schema constraint"):
+            constraint_from_request(compiler, body, "/v1/completions")

@@ -98,3 +98,29 @@ def test_tool_choice_auto_is_refused_not_ignored(smollm2_server):
     r = httpx.post(smollm2_server.url + "/v1/chat/completions",
                    json={"messages": [{"role": "user", "content": "x"}], "tools": tools}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+
+
+def test_json_schema_options_over_http(client, smollm2_server):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 8}},
+              "required": ["a", "b"], "additionalProperties": False}
+    r = client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "Give me JSON with a and b."}], max_tokens=60,
+        temperature=0, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+        extra_body={"json_schema_options": {"compact": True}})
+    text = r.choices[0].message.content
+    jsonschema.validate(json.loads(text), schema)
+    assert json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False) == text
+    # lenient: the ignored keyword is reported once, on the response and on the first streamed chunk
+    body = {"prompt": "A list:", "guided_json": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True,
+                                                 "maxItems": 3},
+            "json_schema_options": {"lenient": True}, "max_tokens": 30, "temperature": 0}
+    url = smollm2_server.url + "/v1/completions"
+    out = httpx.post(url, json=body, timeout=60).json()
+    assert any("uniqueItems" in w for w in out["grammar_warnings"])
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as s:
+        events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    assert "grammar_warnings" in events[0] and not any("grammar_warnings" in e for e in events[1:])
+    bad = httpx.post(url, json={**body, "json_schema_options": {"max_ws": "wide"}}, timeout=60)
+    assert bad.status_code == 400 and "max_ws" in bad.json()["error"]["message"]
+    bad = httpx.post(url, json={"prompt": "x", "json_schema_options": {"compact": True}}, timeout=60)
+    assert bad.status_code == 400 and "needs a JSON Schema constraint" in bad.json()["error"]["message"]

@@ -57,6 +57,27 @@ def _functions(body: dict) -> list[dict]:
     return out
 
 
+JSON_OPTION_TYPES = {"compact": bool, "max_ws": int, "lenient": bool}
+
+
+def _json_options(body: dict) -> dict:
+    """`json_schema_options` (tokenseam): how a JSON Schema constraint is compiled. See docs/structured-outputs.md."""
+    opts = body.get("json_schema_options")
+    if opts is None:
+        return {}
+    if not isinstance(opts, dict):
+        raise GrammarError("json_schema_options must be an object such as {\"compact\": true}")
+    out = {}
+    for k, v in opts.items():
+        want = JSON_OPTION_TYPES.get(k)
+        if want is None:
+            raise GrammarError(f"json_schema_options.{k} is not an option (use {', '.join(JSON_OPTION_TYPES)})")
+        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+            raise GrammarError(f"json_schema_options.{k} must be {'true or false' if want is bool else 'an integer'}")
+        out[k] = v
+    return out
+
+
 def _collect(body: dict, route: str) -> list[tuple[str, tuple]]:
     """(source name, (kind, payload, options)) for every constraint the body asks for."""
     found: list[tuple[str, tuple]] = []
@@ -126,6 +147,10 @@ def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -
     if not isinstance(body, dict):
         raise GrammarError("request body must be a JSON object")
     found = _collect(body, route)
+    json_opts = _json_options(body)
+    if json_opts and not any(kind == "json" for _, (kind, _, _) in found):
+        raise GrammarError("json_schema_options needs a JSON Schema constraint (response_format, guided_json, "
+                           "json_schema or a forced tool call)")
     if not found:
         return None
     if len(found) > 1:
@@ -133,7 +158,7 @@ def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -
                            + ", ".join(name for name, _ in found) + " (use only one)")
     _, (kind, payload, options) = found[0]
     if kind == "json":
-        return compiler.compile_json_schema(payload, **options)
+        return compiler.compile_json_schema(payload, **{**json_opts, **options})
     if kind == "regex":
         return compiler.compile_regex(payload)
     if kind == "gbnf":

@@ -75,6 +75,7 @@ DEFAULTS: dict[str, dict[str, tuple[str, Any]]] = {
         "ignore_eos": (DROP, False),
         "token_healing": (DROP, False),
         "return_token_ids": (DROP, False),
+        "json_schema_options": (DROP, {}),
     },
     ROUTE_COMPLETIONS: {
         "temperature": (FILL, 1),
@@ -95,6 +96,7 @@ DEFAULTS: dict[str, dict[str, tuple[str, Any]]] = {
         "ignore_eos": (DROP, False),
         "token_healing": (DROP, True),  # healing is on by default for raw prompts
         "return_token_ids": (DROP, False),
+        "json_schema_options": (DROP, {}),
     },
     ROUTE_LLAMA: {
         "temperature": (FILL, 0.8),
@@ -121,6 +123,7 @@ DEFAULTS: dict[str, dict[str, tuple[str, Any]]] = {
         "grammar": (DROP, ""),
         "token_healing": (DROP, True),  # healing is on by default for raw prompts
         "return_token_ids": (DROP, False),
+        "json_schema_options": (DROP, {}),
     },
 }
 

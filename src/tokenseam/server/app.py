@@ -31,7 +31,7 @@ log = logging.getLogger("tokenseam.server")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 _GRAMMAR_FIELDS = ("response_format", "tools", "guided_json", "guided_regex", "guided_grammar", "guided_choice",
-                   "grammar", "json_schema")
+                   "grammar", "json_schema", "json_schema_options")
 
 
 @dataclass
@@ -42,7 +42,17 @@ class Prepared:
     prompt_tokens: int
     healed: dict | None = None  # {"removed_ids": [...], "removed_bytes": [...], "removed_text": ...}
     tool_call: dict | None = None  # set when the output is constrained to a tool call
+    grammar_warnings: list[str] = field(default_factory=list)  # what a lenient schema compile ignored
     extra: dict = field(default_factory=dict)
+
+    def report(self) -> dict:
+        """The extension fields a response carries once (the first chunk when streaming)."""
+        out: dict = {}
+        if self.healed:
+            out["token_healing"] = self.healed
+        if self.grammar_warnings:
+            out["grammar_warnings"] = self.grammar_warnings
+        return out
 
 
 class EventRelay:
@@ -301,7 +311,8 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
         gen.constraint_factory = lambda i: _Opaque(GrammarMatcher(compiled, reasoning_end="</think>"))
     else:
         gen.constraint_factory = _constraint_factory(state, compiled, removed)
-    return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed, tool_call=tool_call)
+    return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed, tool_call=tool_call,
+                    grammar_warnings=list(compiled.warnings) if compiled is not None else [])
 
 
 def _constraint_factory(state: ServerState, compiled, removed: bytes):
@@ -476,7 +487,7 @@ class Formatter:
         self.choices = [fmt.ChoiceState(i) for i in range(parsed.params.n)]
         self.done: RequestDone | None = None
         self.chat = route == "/v1/chat/completions"
-        self._healing_reported = False
+        self._reported = False
 
     # ------------------------------------------------------------------ accumulate
     def absorb(self, evs: list) -> list[tuple[ChoiceEvent, bytes]]:
@@ -558,8 +569,7 @@ class Formatter:
         out = {"id": self.rid, "object": "chat.completion" if self.chat else "text_completion",
                "created": self.created, "model": self.state.model_id, "system_fingerprint": _fingerprint(self.state),
                "choices": choices, "usage": self._usage()}
-        if self.prep.healed:
-            out["token_healing"] = self.prep.healed
+        out.update(self.prep.report())
         return out
 
     def _llama_final(self) -> dict:
@@ -574,8 +584,7 @@ class Formatter:
             out["tokens"] = c.token_ids
         if self.p.params.logprobs:
             out["completion_probabilities"] = fmt.llama_probs(self.vocab, c.logprobs)
-        if self.prep.healed:
-            out["token_healing"] = self.prep.healed
+        out.update(self.prep.report())
         return out
 
     # ------------------------------------------------------------------ streaming
@@ -595,8 +604,8 @@ class Formatter:
 
     def stream_chunks(self, evs: list) -> list[bytes]:
         out = []
-        healing = self.prep.healed if not self._healing_reported else None
-        self._healing_reported = True
+        report = self.prep.report() if not self._reported else None
+        self._reported = True
         for e, prev in self.absorb(evs):
             c = self.choices[e.index]
             last = e.finish_reason is not None
@@ -609,8 +618,9 @@ class Formatter:
                     obj["content"] = e.text
                     obj["tokens"] = e.token_ids
                     obj["all_tokens"] = c.token_ids
-                if healing:
-                    obj["token_healing"], healing = healing, None
+                if report:
+                    obj.update(report)
+                    report = None
                 out.append(fmt.sse(obj))
                 continue
             ch: dict = {"index": e.index, "finish_reason": self._finish(c) if last else None}
@@ -635,8 +645,9 @@ class Formatter:
                 if last:
                     ch["all_token_ids"] = c.token_ids
             chunk = self._chunk([ch])
-            if healing:  # what healing removed from the prompt, once, on the first chunk
-                chunk["token_healing"], healing = healing, None
+            if report:  # what healing removed from the prompt, grammar warnings: once, on the first chunk
+                chunk.update(report)
+                report = None
             out.append(fmt.sse(chunk))
         return out
 
