@@ -142,9 +142,19 @@ def test_json_schema_options(compiler):
     ("compact", "must be an object"),
 ])
 def test_bad_json_schema_options(compiler, opts, match):
-    with pytest.raises(GrammarError, match=match):
+    with pytest.raises(GrammarError, match=match) as info:
         constraint_from_request(compiler, {"guided_json": {"type": "object"}, "json_schema_options": opts},
                                 "/v1/completions")
+    assert info.value.param == "json_schema_options"
+
+
+def test_compile_errors_name_their_request_field(compiler):
+    for body, field in (({"guided_json": {"not": {}}}, "guided_json"), ({"guided_regex": "(?=a)"}, "guided_regex"),
+                        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"if": {}}}}},
+                         "response_format")):
+        with pytest.raises(GrammarError) as info:
+            constraint_from_request(compiler, body, "/v1/chat/completions")
+        assert info.value.param == field
 
 
 def test_json_schema_options_need_a_json_constraint(compiler):

@@ -122,5 +122,6 @@ def test_json_schema_options_over_http(client, smollm2_server):
     assert "grammar_warnings" in events[0] and not any("grammar_warnings" in e for e in events[1:])
     bad = httpx.post(url, json={**body, "json_schema_options": {"max_ws": "wide"}}, timeout=60)
     assert bad.status_code == 400 and "max_ws" in bad.json()["error"]["message"]
+    assert bad.json()["error"]["param"] == "json_schema_options"
     bad = httpx.post(url, json={"prompt": "x", "json_schema_options": {"compact": True}}, timeout=60)
     assert bad.status_code == 400 and "needs a JSON Schema constraint" in bad.json()["error"]["message"]

@@ -74,6 +74,8 @@ def _json_options(body: dict) -> dict:
             raise GrammarError(f"json_schema_options.{k} is not an option (use {', '.join(JSON_OPTION_TYPES)})")
         if not isinstance(v, want) or (want is int and isinstance(v, bool)):
             raise GrammarError(f"json_schema_options.{k} must be {'true or false' if want is bool else 'an integer'}")
+        if k == "max_ws" and not 0 <= v <= 1000:
+            raise GrammarError("json_schema_options.max_ws must be an integer between 0 and 1000")
         out[k] = v
     return out
 
@@ -147,20 +149,28 @@ def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -
     if not isinstance(body, dict):
         raise GrammarError("request body must be a JSON object")
     found = _collect(body, route)
-    json_opts = _json_options(body)
-    if json_opts and not any(kind == "json" for _, (kind, _, _) in found):
-        raise GrammarError("json_schema_options needs a JSON Schema constraint (response_format, guided_json, "
-                           "json_schema or a forced tool call)")
+    try:
+        json_opts = _json_options(body)
+        if json_opts and not any(kind == "json" for _, (kind, _, _) in found):
+            raise GrammarError("json_schema_options needs a JSON Schema constraint (response_format, guided_json, "
+                               "json_schema or a forced tool call)")
+    except GrammarError as e:
+        e.param = "json_schema_options"
+        raise
     if not found:
         return None
     if len(found) > 1:
         raise GrammarError("conflicting output constraints in one request: "
                            + ", ".join(name for name, _ in found) + " (use only one)")
-    _, (kind, payload, options) = found[0]
-    if kind == "json":
-        return compiler.compile_json_schema(payload, **{**json_opts, **options})
-    if kind == "regex":
-        return compiler.compile_regex(payload)
-    if kind == "gbnf":
-        return compiler.compile_gbnf(payload)
-    return compiler.compile_choice(payload)
+    source, (kind, payload, options) = found[0]
+    try:
+        if kind == "json":
+            return compiler.compile_json_schema(payload, **{**json_opts, **options})
+        if kind == "regex":
+            return compiler.compile_regex(payload)
+        if kind == "gbnf":
+            return compiler.compile_gbnf(payload)
+        return compiler.compile_choice(payload)
+    except GrammarError as e:
+        e.param = source  # the request field at fault (the server's error `param`)
+        raise
