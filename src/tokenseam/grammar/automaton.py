@@ -7,6 +7,7 @@ one numba walk over the byte-sorted vocabulary that skips the subtree of every r
 from __future__ import annotations
 
 import gc
+import threading
 from collections import OrderedDict
 
 import numba
@@ -270,12 +271,17 @@ class TokenTable:
         self.base = np.zeros(len(self.ids), dtype=np.int64)
         self._indent_runs: tuple[np.ndarray, np.ndarray] | None = None
         self._indent_filters: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._indent_lock = threading.Lock()  # grammars for one vocabulary compile in several threads
 
     def indent_filters(self, limit: int) -> tuple[np.ndarray, np.ndarray]:
         """Packed masks of the tokens that keep every run of spaces/tabs after a raw newline within `limit`:
         (outside such a run; inside one with b more characters allowed, b = 0 .. longest leading run, one row
         each). Rows only depend on `limit` up to the longest run inside any token, and few limits are kept, so
         memory stays small whatever limits grammars ask for."""
+        with self._indent_lock:
+            return self._indent_filters_locked(limit)
+
+    def _indent_filters_locked(self, limit: int) -> tuple[np.ndarray, np.ndarray]:
         if self._indent_runs is None:
             lead_s, inner_s = _indent_runs(self.data, self.offs)
             lead = np.zeros(self.vocab_size, dtype=np.int64)
