@@ -764,10 +764,10 @@ class Automaton:
             if pending is None:
                 pending = self._pending[sid] = self._sweep(sid)
                 if self.ctrans is not None:
-                    row = self.trans[sid].copy()
-                    canon = {v: self.canonical(v) for v in set(row[row >= 0].tolist())}
+                    row = self.trans[sid].copy()  # canonical() may grow (reallocate) the tables
                     crow = row.copy()
-                    for v, cv in canon.items():
+                    for v in set(row[row >= 0].tolist()):
+                        cv = self.canonical(v)
                         if cv != v:
                             crow[row == v] = cv
                     self.ctrans[sid] = crow
@@ -879,10 +879,7 @@ class Automaton:
     # -- positions (local state, parent stack) -------------------------------------------------------------
     def _common(self, sts) -> int:
         """The deepest stack that every stack in `sts` has below (or at) its top."""
-        it = iter(sts)
-        cur = {next(it)}
-        for s in it:
-            cur.add(s)
+        cur = set(sts)
         if len(cur) == 1:
             return next(iter(cur))
         stacks, depth = self.stacks, self.depth
@@ -1113,7 +1110,7 @@ class Automaton:
             hit = self._suffix_info[key] = (idx, out[idx], self._groups_of(tab, rec))
         return hit
 
-    def _resolve(self, s: int, p: int, gid: int, out: np.ndarray, depth: int = 0) -> None:
+    def _resolve(self, s: int, p: int, gid: int, out: np.ndarray) -> None:
         """OR into `out` the tokens of group gid (escaping at local state s) that the real stack p accepts."""
         _, _, cp = self._cont(s, p)
         k2, p2, acc2, _ = self.pairs[cp]
@@ -1125,7 +1122,7 @@ class Automaton:
         idx, bits, subs = self.suffix_info(self.canonical(k2), gid)
         out[idx] |= bits
         for s2, g2 in subs:
-            self._resolve(s2, p2, g2, out, depth + 1)
+            self._resolve(s2, p2, g2, out)
 
     def mask(self, pid: int) -> np.ndarray:
         k, p, acc, run = self.pairs[pid]

@@ -293,7 +293,7 @@ class _Compiler:
                           seq(opt(lit("\r")), lit("\n"), star(cls(" \t")) if max_ws else EMPTY))
         self.indent_limit = max_ws if not compact and max_ws else None
         self.shared: set[str] = set()
-        self.extra_rules: list[str] = []
+        self.extra_rules = 0
         self.sep = seq(self.ws, lit(","), self.ws)
         self.colon = seq(self.ws, lit(":"), self.ws)
         self._validator = None
@@ -1004,8 +1004,8 @@ class _Compiler:
         if extra_alts:
             # Extra members (key, colon, value) are one shared called rule: every place in the object where one
             # may start then has the same automaton states inside it, so their token masks are computed once.
-            name = f"%extra{len(self.extra_rules)}"
-            self.extra_rules.append(name)
+            name = f"%extra{self.extra_rules}"
+            self.extra_rules += 1
             self.rules[name] = alt(*extra_alts)
             self.shared.add(name)
             extra = Ref(name)
