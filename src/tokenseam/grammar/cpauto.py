@@ -256,8 +256,9 @@ def trim(nfa: CPNFA) -> CPNFA:
 
 
 def is_empty(nfa: CPNFA) -> bool:
-    trim(nfa)
-    return not getattr(nfa, "live_start", True)
+    if not hasattr(nfa, "live_start"):
+        trim(nfa)
+    return not nfa.live_start
 
 
 def literal_set(words: list[str]) -> CPNFA:
@@ -279,6 +280,58 @@ def literal_set(words: list[str]) -> CPNFA:
     for s in range(dfa.size):
         dfa.edges[s].sort()
     return dfa
+
+
+def not_words(words: list[str]) -> CPNFA:
+    """A deterministic automaton accepting every string except exactly `words` (equal to
+    `complement(literal_set(words))`, built in one pass over the trie)."""
+    out = CPNFA()
+    out.add()
+    children: list[dict[int, int]] = [{}]
+    ends: set[int] = set()
+    for w in words:
+        s = 0
+        for ch in w:
+            c = ord(ch)
+            t = children[s].get(c)
+            if t is None:
+                t = out.add()
+                children.append({})
+                children[s][c] = t
+            s = t
+        ends.add(s)
+    sink = out.add()
+    for s in range(sink):
+        row = out.edges[s]
+        prev = 0
+        for c in sorted(children[s]):
+            if c > prev:
+                row.extend((a, b, sink) for a, b in _cut_surrogates(prev, c - 1))
+            row.append((c, c, children[s][c]))
+            prev = c + 1
+        row.extend((a, b, sink) for a, b in _cut_surrogates(prev, ANY_RANGES[-1][1]))
+        if s not in ends:
+            out.finals.add(s)
+    for a, b in ANY_RANGES:
+        out.edges[sink].append((a, b, sink))
+    out.finals.add(sink)
+    out.start = 0
+    # Every state reaches the sink, which accepts: nothing to trim.
+    out.live_start = True
+    return out
+
+
+def _cut_surrogates(lo: int, hi: int) -> list[tuple[int, int]]:
+    if lo > hi:
+        return []
+    if hi < 0xD800 or lo > 0xDFFF:
+        return [(lo, hi)]
+    out = []
+    if lo < 0xD800:
+        out.append((lo, 0xD7FF))
+    if hi > 0xDFFF:
+        out.append((0xE000, hi))
+    return out
 
 
 def any_string() -> Node:

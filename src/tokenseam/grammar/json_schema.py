@@ -871,7 +871,7 @@ class _Compiler:
         excluded = s.get("_not_strings")
         if excluded:
             # Excluding values forces the canonical (json.dumps) encoding, so an escape cannot spell one.
-            regexes.append(Auto(cpauto.complement(cpauto.literal_set(excluded))))
+            regexes.append(Auto(cpauto.not_words(excluded)))
         if not regexes:
             return self.string_node(mn, mx)
         if len(regexes) == 1 and mn == 0 and mx is None:
@@ -979,13 +979,13 @@ class _Compiler:
                     return NOTHING
                 continue
             items.append((seq(_lit_json(json.dumps(name, ensure_ascii=False)), self.colon, vnode), req))
-        declared = cpauto.literal_set(names)
+        not_declared = cpauto.not_words(names)
         extra_alts = []
         pat_dfas = []
         for p, sub in pprops.items():
             d = cpauto.determinize(cpauto.from_ir(parse_regex(p, search=True, where=f"patternProperties at {ptr}")))
             pat_dfas.append(d)
-            key = cpauto.product(d, cpauto.complement(declared))
+            key = cpauto.product(d, not_declared)
             vnode = self.compile(sub, f"{ptr}/patternProperties/{_pointer_escape(p)}")
             if not cpauto.is_empty(key) and vnode != NOTHING:
                 extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
@@ -995,7 +995,7 @@ class _Compiler:
                     self.unsupported("patternProperties with overlapping patterns", ptr)
         vnode = self.compile(addl, f"{ptr}/additionalProperties")
         if vnode != NOTHING:
-            key = cpauto.complement(declared)
+            key = not_declared
             for d in pat_dfas:
                 key = cpauto.product(key, cpauto.complement(d))
             if not cpauto.is_empty(key):

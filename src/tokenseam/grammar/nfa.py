@@ -11,7 +11,7 @@ import time
 
 from .cpauto import CPNFA
 from .errors import GrammarError
-from .ir import Alt, Auto, Chars, Escaped, Grammar, Members, Node, Ref, Repeat, Seq
+from .ir import EMPTY, Alt, Auto, Chars, Escaped, Grammar, Members, Node, Ref, Repeat, Seq, norm
 
 MAX_STATES = 300_000
 COUNTER_THRESHOLD = 12
@@ -65,9 +65,30 @@ def _split(lo: int, hi: int, out: list) -> None:
     out.append(list(zip(a, b, strict=True)))
 
 
-def _has_special(lo: int, hi: int) -> bool:
-    """Whether [lo, hi] holds a code point JSON escapes (control characters, quote, backslash)."""
-    return lo < 0x20 or lo <= 0x22 <= hi or lo <= 0x5C <= hi
+_SPECIALS = (*range(0x20), 0x22, 0x5C)
+
+
+def _plan(ranges, esc: bool) -> tuple[tuple, tuple, tuple]:
+    """How a code point set lowers: plain ASCII byte ranges, the code points written as escapes (when `esc`),
+    and the multi-byte part."""
+    plain: list[tuple[int, int]] = []
+    specials: list[int] = []
+    for lo, hi in ranges:
+        if lo >= 0x80:
+            continue
+        hi = min(hi, 0x7F)
+        cur = lo
+        if esc:
+            for c in _SPECIALS:
+                if lo <= c <= hi:
+                    specials.append(c)
+                    if cur < c:
+                        plain.append((cur, c - 1))
+                    cur = c + 1
+        if cur <= hi:
+            plain.append((cur, hi))
+    high = tuple((max(a, 0x80), b) for a, b in ranges if b >= 0x80)
+    return tuple(plain), tuple(sorted(specials)), high
 
 
 class ByteNFA:
@@ -211,7 +232,9 @@ class _Builder:
                 self.est_memo.clear()
         self.rule_index: dict[str, int] = {}
         self.tails: dict[tuple[int, int], int] = {}
-        self.lower_cache: dict[tuple, int] = {}
+        self.plans: dict[tuple, tuple] = {}
+        self.high_cache: dict[tuple, int] = {}
+        self.esc_cache: dict[tuple, int] = {}
 
     def estimate(self, node: Node, depth: int = 0) -> int:
         key = id(node)
@@ -339,31 +362,40 @@ class _Builder:
             self.nfa.eps[end].append(e)
         return self.nfa
 
-    def emit(self, node: Node, s: int, esc: bool) -> int:
+    def emit(self, node: Node, s: int, esc: bool, end: int | None = None) -> int:
+        """Lower `node` starting at state `s`; return the state reached after it. With `end`, the node finishes
+        in that state (the caller's join or loop head), so no extra state and epsilon edge are needed there.
+
+        Invariant: no edge ever enters `s` from inside the node, so alternatives can all start at `s`."""
         nfa = self.nfa
         if isinstance(node, Chars):
-            e = nfa.add()
+            e = nfa.add() if end is None else end
             self.lower(node.ranges, s, e, esc)
             return e
         if isinstance(node, Seq):
-            for it in node.items:
-                s = self.emit(it, s, esc)
+            items = node.items
+            if not items:
+                if end is None:
+                    return s
+                nfa.eps[s].append(end)
+                return end
+            last = len(items) - 1
+            for k, it in enumerate(items):
+                s = self.emit(it, s, esc, end if k == last else None)
             return s
         if isinstance(node, Alt):
             if not node.items:
                 nfa.may_dead_end = True
-                return nfa.add()  # unreachable end: the empty language
-            e = nfa.add()
+                return nfa.add() if end is None else end  # nothing reaches it: the empty language
+            e = nfa.add() if end is None else end
             for it in node.items:
-                b = nfa.add()
-                nfa.eps[s].append(b)
-                nfa.eps[self.emit(it, b, esc)].append(e)
+                self.emit(it, s, esc, e)
             return e
         if isinstance(node, Repeat) and self.counted(node):
             lid = len(nfa.loops)
             nfa.loops.append((node.min, node.max))
             p, h, x, ci = nfa.add(), nfa.add(), nfa.add(), nfa.add()
-            e = nfa.add()
+            e = nfa.add() if end is None else end
             nfa.eps[s].append(p)
             nfa.cpush[p] = (h, lid)
             nfa.eps[h].append(x)
@@ -371,48 +403,54 @@ class _Builder:
             g, b = nfa.add(), nfa.add()
             nfa.eps[h].append(g)
             nfa.cguard[g] = (b, lid)
-            nfa.eps[self.emit(node.item, b, esc)].append(ci)
+            self.emit(node.item, b, esc, ci)
             nfa.cinc[ci] = (h, lid)
             return e
         if isinstance(node, Repeat):
             if self.estimate(node) > MAX_STATES:
                 raise GrammarError(f"repeat {{{node.min},{node.max}}} makes the grammar too large")
-            for _ in range(node.min):
-                s = self.emit(node.item, s, esc)
             if node.max is None:
+                for _ in range(node.min):
+                    s = self.emit(node.item, s, esc)
+                # A fresh loop head: the body returns to it, and it is where the repeat may stop.
                 loop = nfa.add()
                 nfa.eps[s].append(loop)
-                b = self.emit(node.item, loop, esc)
-                nfa.eps[b].append(loop)
-                return loop
-            e = nfa.add()
-            nfa.eps[s].append(e)
-            for _ in range(node.max - node.min):
-                s = self.emit(node.item, s, esc)
-                nfa.eps[s].append(e)
+                self.emit(node.item, loop, esc, loop)
+                if end is None:
+                    return loop
+                nfa.eps[loop].append(end)
+                return end
+            if node.max == 0:
+                return self.emit(EMPTY, s, esc, end)
+            e = nfa.add() if end is None else end
+            for k in range(node.max):
+                if k >= node.min:
+                    nfa.eps[s].append(e)
+                s = self.emit(node.item, s, esc, e if k == node.max - 1 else None)
             return e
         if isinstance(node, Escaped):
-            return self.emit(node.item, s, True)
+            return self.emit(node.item, s, True, end)
         if isinstance(node, Ref):
             if node.name in self.cyclic:
                 r = self.rule(node.name)
-                ret = nfa.add()
+                ret = nfa.add() if end is None else end
                 c = nfa.add()
                 nfa.eps[s].append(c)
                 nfa.call[c] = (r, ret)
                 return ret
-            return self.emit(self.g.rules[node.name], s, esc)
+            return self.emit(self.g.rules[node.name], s, esc, end)
         if isinstance(node, Auto):
-            return self.embed(node.auto, s, esc or node.escape)
+            return self.embed(node.auto, s, esc or node.escape, end)
         if isinstance(node, Members):
-            return self.members(node, s, esc)
+            return self.members(node, s, esc, end)
         raise GrammarError(f"internal: unknown IR node {type(node).__name__}")
 
-    def members(self, node: Members, s: int, esc: bool) -> int:
+    def members(self, node: Members, s: int, esc: bool, end: int | None) -> int:
         nfa = self.nfa
         lo, hi = node.min, node.max
         cap = hi if hi is not None else lo
-        end = nfa.add()
+        if end is None:
+            end = nfa.add()
         n = len(node.items)
         layer: dict[tuple[int, bool], int] = {(0, True): s}
         for k in range(n + 1):
@@ -472,14 +510,22 @@ class _Builder:
             layer = nxt
         return end
 
-    def embed(self, a: CPNFA, s: int, esc: bool) -> int:
+    def embed(self, a: CPNFA, s: int, esc: bool, end: int | None) -> int:
         nfa = self.nfa
         m = [nfa.add() for _ in range(a.size)]
-        e = nfa.add()
+        e = nfa.add() if end is None else end
         nfa.eps[s].append(m[a.start])
         for q in range(a.size):
+            # One lowering per target: a complement state's many ranges into its sink share their UTF-8 states.
+            by_target: dict[int, list] = {}
             for lo, hi, t in a.edges[q]:
-                self.lower(((lo, hi),) if not isinstance(lo, tuple) else lo, m[q], m[t], esc)
+                rs = by_target.setdefault(t, [])
+                if isinstance(lo, tuple):
+                    rs.extend(lo)
+                else:
+                    rs.append((lo, hi))
+            for t, rs in by_target.items():
+                self.lower(norm(rs) if len(rs) > 1 else tuple(rs), m[q], m[t], esc)
             for t in a.eps[q]:
                 nfa.eps[m[q]].append(m[t])
             if q in a.finals:
@@ -487,65 +533,38 @@ class _Builder:
         return e
 
     def lower(self, ranges, s: int, e: int, esc: bool) -> None:
-        if all(b < 0x80 and not (esc and _has_special(a, b)) for a, b in ranges):
-            # ASCII needing no escape: plain byte edges.
-            row = self.nfa.edges[s]
-            for a, b in ranges:
-                row.append((a, b, e))
-            return
-        # Big sets (multi-byte UTF-8, escapes) into the same target are lowered once and shared.
-        key = (ranges, esc, e)
-        x = self.lower_cache.get(key)
-        if x is None:
-            x = self.nfa.add()
-            # The multi-byte part is shared on its own too: sets that differ only in ASCII (the states of a
-            # complement automaton, "any key but these") then share one UTF-8 lowering per target.
-            low = tuple((a, min(b, 0x7F)) for a, b in ranges if a < 0x80)
-            high = tuple((max(a, 0x80), b) for a, b in ranges if b >= 0x80)
-            if low:
-                self._lower(low, x, e, esc)
-            if high:
-                hk = (high, False, e)
-                y = self.lower_cache.get(hk)
-                if y is None:
-                    y = self.nfa.add()
-                    self._lower(high, y, e, False)
-                    self.lower_cache[hk] = y
-                self.nfa.eps[x].append(y)
-            self.lower_cache[key] = x
-        self.nfa.eps[s].append(x)
-
-    def _lower(self, ranges, s: int, e: int, esc: bool) -> None:
-        if not esc or not any(lo <= 0x5C for lo, _ in ranges):
-            for lo, hi in ranges:
-                self.lower_raw(lo, hi, s, e)
-            return
-        specials = set()
-        plain: list[tuple[int, int]] = []
-        for lo, hi in ranges:
-            cur = lo
-            for c in [*range(0, 0x20), 0x22, 0x5C]:
-                if lo <= c <= hi:
-                    specials.add(c)
-                    if cur < c:
-                        plain.append((cur, c - 1))
-                    cur = c + 1
-            if cur <= hi:
-                plain.append((cur, hi))
-        for a, b in plain:
-            self.lower_raw(a, b, s, e)
-        if not specials:
-            return
+        """Byte edges from `s` to `e` for one code point of `ranges` (JSON-escaped when `esc`)."""
+        plan = self.plans.get((ranges, esc))
+        if plan is None:
+            plan = self.plans[(ranges, esc)] = _plan(ranges, esc)
+        plain, specials, high = plan
         nfa = self.nfa
-        bkey = ("esc", tuple(sorted(specials)), e)
-        bs = self.lower_cache.get(bkey)
+        row = nfa.edges[s]
+        for a, b in plain:
+            row.append((a, b, e))
+        if specials:
+            row.append((0x5C, 0x5C, self.escapes(specials, e)))
+        if high:
+            # Multi-byte UTF-8 into the same target is lowered once and shared (the states of a complement
+            # automaton, "any key but these", all share one lowering into their sink).
+            hk = (high, e)
+            y = self.high_cache.get(hk)
+            if y is None:
+                y = self.high_cache[hk] = nfa.add()
+                for lo, hi in high:
+                    self.lower_raw(lo, hi, y, e)
+            nfa.eps[s].append(y)
+
+    def escapes(self, specials: tuple[int, ...], e: int) -> int:
+        """The state after a backslash from which the escapes of `specials` lead to `e` (shared per target)."""
+        nfa = self.nfa
+        bkey = (specials, e)
+        bs = self.esc_cache.get(bkey)
         if bs is not None:
-            nfa.edges[s].append((0x5C, 0x5C, bs))
-            return
-        bs = self.lower_cache[bkey] = nfa.add()
-        nfa.edges[s].append((0x5C, 0x5C, bs))
+            return bs
+        bs = self.esc_cache[bkey] = nfa.add()
         uhex: dict[int, list[int]] = {}
-        for c in sorted(specials):
+        for c in specials:
             code = json_escape_bytes(c)
             if len(code) == 2:
                 nfa.edges[bs].append((code[1], code[1], e))
@@ -563,6 +582,7 @@ class _Builder:
                 nfa.edges[z2].append((d1, d1, x))
                 for d2 in lasts:
                     nfa.edges[x].append((d2, d2, e))
+        return bs
 
     def lower_raw(self, lo: int, hi: int, s: int, e: int) -> None:
         nfa = self.nfa

@@ -1,0 +1,52 @@
+"""The code point automata the JSON Schema front end builds (complements, counts), against their definitions."""
+
+import random
+
+import pytest
+
+from tokenseam.grammar import cpauto
+from tokenseam.grammar.ir import Chars, Repeat, Seq
+
+
+def accepts(a: cpauto.CPNFA, text: str) -> bool:
+    """Run a deterministic automaton over `text`."""
+    s = a.start
+    for ch in text:
+        c = ord(ch)
+        for lo, hi, t in a.edges[s]:
+            if lo <= c <= hi:
+                s = t
+                break
+        else:
+            return False
+    return s in a.finals
+
+
+ALPHABET = 'ab\u00e9"\\\U0001f600\x00'
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_not_words_is_the_complement_of_the_word_set(seed):
+    rnd = random.Random(seed)
+    for _ in range(100):
+        words = ["".join(rnd.choice(ALPHABET) for _ in range(rnd.randint(0, 4))) for _ in range(rnd.randint(0, 5))]
+        fast = cpauto.not_words(words)
+        slow = cpauto.complement(cpauto.literal_set(words))
+        probes = words + ["".join(rnd.choice(ALPHABET + "c") for _ in range(rnd.randint(0, 5))) for _ in range(40)]
+        for w in probes:
+            assert accepts(fast, w) == accepts(slow, w) == (w not in words), (words, w)
+        assert not cpauto.is_empty(fast)
+
+
+def test_not_words_never_accepts_a_surrogate():
+    a = cpauto.not_words(["x"])
+    for s in range(a.size):
+        for lo, hi, _ in a.edges[s]:
+            assert hi < 0xD800 or lo > 0xDFFF
+
+
+def test_is_empty_after_product():
+    digits = cpauto.determinize(cpauto.from_ir(Repeat(Chars(((0x30, 0x39),)), 1, None)))
+    letters = cpauto.determinize(cpauto.from_ir(Seq((Chars(((0x61, 0x7A),)),))))
+    assert cpauto.is_empty(cpauto.product(digits, letters))
+    assert not cpauto.is_empty(cpauto.product(digits, cpauto.not_words(["1", "2"])))
