@@ -111,3 +111,14 @@ def test_recursion_depth_is_unbounded(compiler):
     g = compiler.compile_gbnf('root ::= "(" root ")" | "x"')
     assert accepts_text(g, "(" * 300 + "x" + ")" * 300)
     assert not accepts_text(g, "(" * 300 + "x" + ")" * 299)
+
+
+def test_rules_that_never_finish_are_dropped_exactly(compiler):
+    """`x` can never finish, so `root` is just "a": "b" must be refused outright, not accepted into a dead end."""
+    g = compiler.compile_gbnf('root ::= "a" | x\nx ::= "b" x\n')
+    assert accepts_text(g, "a")
+    assert not accepts_text(g, "b")
+    from tokenseam.grammar import GrammarMatcher
+
+    assert not GrammarMatcher(g).accept_bytes(b"b")
+    assert not g.automaton.nfa.may_dead_end

@@ -272,6 +272,42 @@ def test_unsatisfiable_schema_is_an_error(compiler):
                                       "additionalProperties": False})
 
 
+COUNTED = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                                           "c": {"type": "integer"}},
+           "additionalProperties": False, "minProperties": 2, "maxProperties": 2}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_property_counts_leave_no_dead_end(compiler, smollm2_vocab, seed):
+    """Members that can no longer reach minProperties (or fit maxProperties) are never started."""
+    assert _check_generation(compiler, smollm2_vocab, COUNTED, seed) >= 1
+    g = compiler.compile_json_schema(COUNTED)
+    m = GrammarMatcher(g)
+    assert not m.accept_bytes(b'{"c"')  # one member at most: below minProperties, and nothing may follow
+    assert accepts_text(g, '{"a": 1, "c": 3}')
+    assert not accepts_text(g, '{"a": 1, "b": 2, "c": 3}')
+    assert not g.automaton.nfa.may_dead_end
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "minProperties": 3},
+    {"type": "object", "required": ["a", "b", "c"], "maxProperties": 2},
+])
+def test_impossible_property_counts_are_an_error(compiler, schema):
+    with pytest.raises(GrammarError, match="accepts no"):
+        compiler.compile_json_schema(schema)
+
+
+def test_unsatisfiable_optional_property_is_left_out(compiler):
+    """An optional property whose schema accepts nothing cannot be started, and no trimming pass is needed."""
+    schema = {"type": "object", "properties": {"x": {"allOf": [{"type": "string"}, {"type": "integer"}]},
+                                               "y": {"type": "integer"}}, "additionalProperties": False}
+    g = compiler.compile_json_schema(schema)
+    assert not g.automaton.nfa.may_dead_end
+    assert not GrammarMatcher(g).accept_bytes(b'{"x"')
+    assert accepts_text(g, '{"y": 1}')
+
+
 def test_cache_hits_same_object(compiler):
     a = compiler.compile_json_schema(PERSON)
     b = compiler.compile_json_schema(json.loads(json.dumps(PERSON)))

@@ -1009,7 +1009,9 @@ class _Compiler:
             self.rules[name] = alt(*extra_alts)
             self.shared.add(name)
             extra = Ref(name)
-        if mx is not None and mx < mn:
+        if mx is not None and (mx < mn or sum(req for _, req in items) > mx):
+            return NOTHING
+        if extra is None and mn > len(items):
             return NOTHING
         members = Members(tuple(items), extra, self.sep, mn, mx)
         return seq(lit("{"), self.ws, members, self.ws, lit("}"))

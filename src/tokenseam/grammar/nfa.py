@@ -5,13 +5,14 @@ Rules not on a reference cycle are inlined; a reference to a rule on a cycle bec
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import time
 
 from .cpauto import CPNFA
 from .errors import GrammarError
-from .ir import EMPTY, Alt, Auto, Chars, Escaped, Grammar, Members, Node, Ref, Repeat, Seq, norm
+from .ir import EMPTY, NOTHING, Alt, Auto, Chars, Escaped, Grammar, Members, Node, Ref, Repeat, Seq, norm
 
 MAX_STATES = 300_000
 COUNTER_THRESHOLD = 12
@@ -215,6 +216,108 @@ def _count_refs(node: Node, counts: dict[str, int]) -> None:
         counts[name] = counts.get(name, 0) + 1
 
 
+def _productive(g: Grammar) -> dict[str, bool]:
+    """Which rules derive at least one string (least fixed point)."""
+    ok: dict[str, bool] = {name: False for name in g.rules}
+
+    def prod(node: Node, depth: int = 0) -> bool:
+        if depth > 500:
+            return False
+        if isinstance(node, (Chars, Auto)):
+            return True
+        if isinstance(node, Seq):
+            return all(prod(x, depth + 1) for x in node.items)
+        if isinstance(node, Alt):
+            return any(prod(x, depth + 1) for x in node.items)
+        if isinstance(node, Repeat):
+            return node.min == 0 or prod(node.item, depth + 1)
+        if isinstance(node, Escaped):
+            return prod(node.item, depth + 1)
+        if isinstance(node, Ref):
+            return ok.get(node.name, False)  # an undefined rule is reported when the automaton is built
+        if isinstance(node, Members):
+            return all(prod(x, depth + 1) for x, req in node.items if req)
+        return False
+
+    changed = True
+    while changed:
+        changed = False
+        for name, node in g.rules.items():
+            if not ok[name] and prod(node):
+                ok[name] = True
+                changed = True
+    return ok
+
+
+def _prune(g: Grammar, ok: dict[str, bool]) -> Grammar:
+    """The same language without the rules that derive nothing: references to them become the empty
+    language, which removes the sequences holding them and the alternatives they are. Every path left in
+    the automaton can then finish, so it needs no trimming pass."""
+    memo: dict[int, Node] = {}
+    current = [""]
+
+    def p(node: Node) -> Node:
+        key = id(node)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        r: Node = node
+        if isinstance(node, Ref):
+            if node.name not in ok:
+                raise GrammarError(f"rule {current[0]!r} references undefined rule(s): {node.name}")
+            r = node if ok[node.name] else NOTHING
+        elif isinstance(node, Seq):
+            items = [p(x) for x in node.items]
+            if any(x is NOTHING for x in items):
+                r = NOTHING
+            elif any(x is not y for x, y in zip(items, node.items, strict=True)):
+                r = Seq(tuple(items))
+        elif isinstance(node, Alt):
+            items = [x for x in (p(y) for y in node.items) if x is not NOTHING]
+            if not items:
+                r = NOTHING
+            elif len(items) != len(node.items) or any(x is not y for x, y in zip(items, node.items, strict=True)):
+                r = items[0] if len(items) == 1 else Alt(tuple(items))
+        elif isinstance(node, Repeat):
+            it = p(node.item)
+            if it is NOTHING:
+                r = EMPTY if node.min == 0 else NOTHING
+            elif it is not node.item:
+                r = Repeat(it, node.min, node.max)
+        elif isinstance(node, Escaped):
+            it = p(node.item)
+            r = NOTHING if it is NOTHING else node if it is node.item else Escaped(it)
+        elif isinstance(node, Members):
+            items = []
+            for x, req in node.items:
+                px = p(x)
+                if px is NOTHING:
+                    if req:
+                        r = NOTHING
+                        break
+                    continue
+                items.append((px, req))
+            else:
+                extra = None if node.extra is None else p(node.extra)
+                sep = p(node.sep)
+                if extra is NOTHING:
+                    extra = None
+                # A separator that derives nothing is not something a front end builds: left as it is.
+                if sep is not NOTHING:
+                    r = Members(tuple(items), extra, sep, node.min, node.max)
+        memo[key] = r
+        return r
+
+    # Every rule is walked, the dropped ones too, so an undefined reference anywhere is still an error.
+    rules = {}
+    for name, node in g.rules.items():
+        current[0] = name
+        pruned = p(node)
+        if ok[name]:
+            rules[name] = pruned
+    return dataclasses.replace(g, rules=rules)
+
+
 class _Builder:
     def __init__(self, g: Grammar) -> None:
         self.g = g
@@ -267,38 +370,6 @@ class _Builder:
         v = min(v, 10 * MAX_STATES)
         self.est_memo[key] = v
         return v
-
-    def all_productive(self) -> bool:
-        """Whether every rule can derive some string (then no path can strand the sampler)."""
-        ok: dict[str, bool] = {name: False for name in self.g.rules}
-
-        def prod(node: Node, depth: int = 0) -> bool:
-            if depth > 500:
-                return False
-            if isinstance(node, (Chars, Auto)):
-                return True
-            if isinstance(node, Seq):
-                return all(prod(x, depth + 1) for x in node.items)
-            if isinstance(node, Alt):
-                return any(prod(x, depth + 1) for x in node.items)
-            if isinstance(node, Repeat):
-                return node.min == 0 or prod(node.item, depth + 1)
-            if isinstance(node, Escaped):
-                return prod(node.item, depth + 1)
-            if isinstance(node, Ref):
-                return ok[node.name]
-            if isinstance(node, Members):
-                return all(prod(x, depth + 1) for x, req in node.items if req)
-            return False
-
-        changed = True
-        while changed:
-            changed = False
-            for name, node in self.g.rules.items():
-                if not ok[name] and prod(node):
-                    ok[name] = True
-                    changed = True
-        return all(ok.values())
 
     def counted(self, node: Repeat) -> bool:
         big = (node.max if node.max is not None else node.min) > COUNTER_THRESHOLD
@@ -353,8 +424,6 @@ class _Builder:
             raise GrammarError(f"grammar too large (about {est} automaton states, limit {MAX_STATES}); "
                                "reduce repeat counts or nesting")
         self.pending: list[tuple[str, int, int]] = []
-        if not self.all_productive():
-            self.nfa.may_dead_end = True
         self.rule(self.g.start)
         while self.pending:
             name, s, e = self.pending.pop()
@@ -452,6 +521,21 @@ class _Builder:
         if end is None:
             end = nfa.add()
         n = len(node.items)
+        # A count c after the first k items can still finish only if the items left can bring it to `lo`
+        # and the required ones left fit under `hi`; other counts are never built (no dead ends).
+        room = [0] * (n + 1)
+        need = [0] * (n + 1)
+        room[n] = lo if node.extra is not None else 0
+        for k in range(n - 1, -1, -1):
+            room[k] = room[k + 1] + 1
+            need[k] = need[k + 1] + node.items[k][1]
+
+        def viable(c: int, k: int) -> bool:
+            return c + room[k] >= lo and (hi is None or c + need[k] <= hi)
+
+        if not viable(0, 0):
+            nfa.may_dead_end = True
+            return end
         layer: dict[tuple[int, bool], int] = {(0, True): s}
         for k in range(n + 1):
             is_extra = k == n
@@ -475,13 +559,12 @@ class _Builder:
                     if hi is not None and c >= hi:
                         continue
                     nc = min(c + 1, cap) if hi is None else c + 1
-                    start = q if f else self.emit(node.sep, q, esc)
-                    after = self.emit(item, start, esc)
                     key = (nc, False)
                     if key not in states:
                         states[key] = nfa.add()
                         work.append((key, states[key]))
-                    nfa.eps[after].append(states[key])
+                    start = q if f else self.emit(node.sep, q, esc)
+                    self.emit(item, start, esc, states[key])
                 break
             nxt: dict[tuple[int, bool], int] = {}
 
@@ -492,21 +575,21 @@ class _Builder:
 
             entries: dict[int, list[tuple[int, bool]]] = {}
             for (c, f), q in layer.items():
-                if not required:
+                if not required and viable(c, k + 1):
                     nfa.eps[q].append(target((c, f)))
                 if hi is not None and c >= hi:
                     continue
                 nc = min(c + 1, cap) if hi is None else c + 1
-                entries.setdefault(nc, []).append((q, f))
+                if viable(nc, k + 1):
+                    entries.setdefault(nc, []).append((q, f))
             for nc, srcs in entries.items():
                 begin = nfa.add()
                 for q, f in srcs:
                     if f:
                         nfa.eps[q].append(begin)
                     else:
-                        nfa.eps[self.emit(node.sep, q, esc)].append(begin)
-                after = self.emit(item, begin, esc)
-                nfa.eps[after].append(target((nc, False)))
+                        self.emit(node.sep, q, esc, begin)
+                self.emit(item, begin, esc, target((nc, False)))
             layer = nxt
         return end
 
@@ -626,7 +709,15 @@ def build_nfa(g: Grammar) -> ByteNFA:
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20000))
     try:
-        nfa = _Builder(g).build()
+        ok = _productive(g)
+        partial = not all(ok.values())
+        if partial and ok.get(g.start, False):
+            g = _prune(g, ok)
+        builder = _Builder(g)
+        if partial and not ok.get(g.start, False):
+            # Nothing to keep: the automaton's checks say why (left recursion, or no string at all).
+            builder.nfa.may_dead_end = True
+        nfa = builder.build()
         nfa.indent_limit = g.indent_limit
         return nfa
     except RecursionError as exc:
