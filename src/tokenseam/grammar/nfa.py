@@ -329,10 +329,10 @@ class _Builder:
         counts: dict[str, int] = {}
         for node in g.rules.values():
             _count_refs(node, counts)
+        # (Sizes are estimated as the calls stood when each was measured; `build` measures afresh.)
         for name, n in counts.items():
             if name not in self.cyclic and n > 1 and self.estimate(g.rules[name]) > INLINE_LIMIT:
                 self.cyclic.add(name)
-                self.est_memo.clear()
         self.rule_index: dict[str, int] = {}
         self.tails: dict[tuple[int, int], int] = {}
         self.plans: dict[tuple, tuple] = {}
@@ -419,6 +419,7 @@ class _Builder:
     def build(self) -> ByteNFA:
         if self.g.start not in self.g.rules:
             raise GrammarError(f"start rule {self.g.start!r} is not defined")
+        self.est_memo.clear()
         est = self.estimate(self.g.rules[self.g.start])
         if est > MAX_STATES:
             raise GrammarError(f"grammar too large (about {est} automaton states, limit {MAX_STATES}); "
