@@ -50,3 +50,27 @@ def test_is_empty_after_product():
     letters = cpauto.determinize(cpauto.from_ir(Seq((Chars(((0x61, 0x7A),)),))))
     assert cpauto.is_empty(cpauto.product(digits, letters))
     assert not cpauto.is_empty(cpauto.product(digits, cpauto.not_words(["1", "2"])))
+
+
+PATTERNS = ["a+b*", "(ab|ba)*c?", "[a-c]{2,4}", "\\w+\\.x", "[^a]b", "é+|ab", "(a|b)*abb", "[ab]*a[ab]{2}",
+            "x?y?z?", "[^ @]+@[^ @.]+"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_determinize_and_product_match_python_re(seed):
+    import re
+
+    from tokenseam.grammar.regex import parse_regex
+
+    rnd = random.Random(seed)
+    alphabet = "abcxyz.@é \\"
+    dfas = {p: cpauto.determinize(cpauto.from_ir(parse_regex(p))) for p in PATTERNS}
+    for _ in range(40):
+        p, q = rnd.choice(PATTERNS), rnd.choice(PATTERNS)
+        both = cpauto.product(dfas[p], dfas[q])
+        for _ in range(30):
+            w = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 6)))
+            mp = re.fullmatch(p, w) is not None
+            mq = re.fullmatch(q, w) is not None
+            assert accepts(dfas[p], w) == mp, (p, w)
+            assert accepts(both, w) == (mp and mq), (p, q, w)

@@ -862,6 +862,8 @@ class Automaton:
             p2 = canon_stack(parent)
             if ret < 0:
                 lo, hi = self.nfa.loops[-1 - ret]
+                if hi is not None:
+                    hi -= self.nfa.loop_slack.get(-1 - ret, 0)  # guards bounded below hi (a counted Auto)
                 if v < lo:
                     if lo - v > T:
                         v = lo - T - 1

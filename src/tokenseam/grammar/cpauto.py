@@ -5,6 +5,8 @@ Intersection (pattern plus length or format), complement (keys not among the dec
 
 from __future__ import annotations
 
+import collections
+
 from .errors import GrammarError
 from .ir import ANY_RANGES, Alt, Auto, Chars, Escaped, Node, Repeat, Seq, norm
 
@@ -107,6 +109,7 @@ def _closure(nfa: CPNFA, states) -> frozenset[int]:
 def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
     """Subset construction over atomic code point intervals; the result has no epsilon edges."""
     dfa = CPNFA()
+    closures: dict[tuple, frozenset[int]] = {}
     start = _closure(nfa, [nfa.start])
     index = {start: dfa.add()}
     work = [start]
@@ -115,20 +118,34 @@ def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
         ds = index[cur]
         if cur & nfa.finals:
             dfa.finals.add(ds)
-        points = set()
-        edges = []
+        # One sweep over the edges' end points: each interval between consecutive points moves to the set
+        # of edge targets active over it.
+        events = []
         for s in cur:
             for a, b, t in nfa.edges[s]:
-                edges.append((a, b, t))
-                points.add(a)
-                points.add(b + 1)
-        pts = sorted(points)
-        for k in range(len(pts) - 1):
-            lo, hi = pts[k], pts[k + 1] - 1
-            tgt = [t for a, b, t in edges if a <= lo and hi <= b]
-            if not tgt:
+                events.append((a, 1, t))
+                events.append((b + 1, -1, t))
+        events.sort()
+        active: dict[int, int] = {}
+        i = 0
+        n = len(events)
+        while i < n:
+            lo = events[i][0]
+            while i < n and events[i][0] == lo:
+                _, d, t = events[i]
+                c = active.get(t, 0) + d
+                if c:
+                    active[t] = c
+                else:
+                    del active[t]
+                i += 1
+            if not active:
                 continue
-            nxt = _closure(nfa, tgt)
+            hi = events[i][0] - 1
+            tkey = tuple(sorted(active))
+            nxt = closures.get(tkey)
+            if nxt is None:
+                nxt = closures[tkey] = _closure(nfa, tkey)
             if nxt not in index:
                 if len(index) >= max_states:
                     raise GrammarError(f"pattern needs more than {max_states} automaton states")
@@ -168,9 +185,17 @@ def complement(dfa: CPNFA) -> CPNFA:
     return trim(out)
 
 
+def _sorted_row(row: list) -> tuple[list, bool]:
+    """The row sorted by interval, and whether its intervals are disjoint (a deterministic row)."""
+    out = sorted(row)
+    return out, all(out[k][0] > out[k - 1][1] for k in range(1, len(out)))
+
+
 def product(a: CPNFA, b: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
     """Intersection of two deterministic automata."""
     out = CPNFA()
+    rows_a: dict[int, tuple[list, bool]] = {}
+    rows_b: dict[int, tuple[list, bool]] = {}
     index = {(a.start, b.start): out.add()}
     work = [(a.start, b.start)]
     while work:
@@ -178,18 +203,34 @@ def product(a: CPNFA, b: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
         s = index[(x, y)]
         if x in a.finals and y in b.finals:
             out.finals.add(s)
-        for a1, b1, t1 in a.edges[x]:
-            for a2, b2, t2 in b.edges[y]:
-                lo, hi = max(a1, a2), min(b1, b2)
-                if lo > hi:
-                    continue
-                key = (t1, t2)
-                if key not in index:
-                    if len(index) >= max_states:
-                        raise GrammarError(f"pattern intersection needs more than {max_states} states")
-                    index[key] = out.add()
-                    work.append(key)
-                out.edges[s].append((lo, hi, index[key]))
+        # Both rows are sorted, disjoint intervals (deterministic automata): intersect them in one merge.
+        ea, da = rows_a[x] if x in rows_a else rows_a.setdefault(x, _sorted_row(a.edges[x]))
+        eb, db = rows_b[y] if y in rows_b else rows_b.setdefault(y, _sorted_row(b.edges[y]))
+        if da and db:
+            pairs = []
+            i = j = 0
+            while i < len(ea) and j < len(eb):
+                a1, b1, t1 = ea[i]
+                a2, b2, t2 = eb[j]
+                lo = a1 if a1 > a2 else a2
+                hi = b1 if b1 < b2 else b2
+                if lo <= hi:
+                    pairs.append((lo, hi, t1, t2))
+                if b1 < b2:
+                    i += 1
+                else:
+                    j += 1
+        else:
+            pairs = [(max(a1, a2), min(b1, b2), t1, t2) for a1, b1, t1 in ea for a2, b2, t2 in eb
+                     if max(a1, a2) <= min(b1, b2)]
+        for lo, hi, t1, t2 in pairs:
+            key = (t1, t2)
+            if key not in index:
+                if len(index) >= max_states:
+                    raise GrammarError(f"pattern intersection needs more than {max_states} states")
+                index[key] = out.add()
+                work.append(key)
+            out.edges[s].append((lo, hi, index[key]))
     out.start = 0
     return trim(out)
 
@@ -280,6 +321,49 @@ def literal_set(words: list[str]) -> CPNFA:
     for s in range(dfa.size):
         dfa.edges[s].sort()
     return dfa
+
+
+def dist_to_final(nfa: CPNFA) -> list[int | None]:
+    """Per state, the fewest code points on a path to a final state (None: no such path). Epsilon edges cost
+    nothing (a 0-1 breadth-first search backwards from the finals)."""
+    rev_eps: list[list[int]] = [[] for _ in range(nfa.size)]
+    rev: list[list[int]] = [[] for _ in range(nfa.size)]
+    for s in range(nfa.size):
+        for _, _, t in nfa.edges[s]:
+            rev[t].append(s)
+        for t in nfa.eps[s]:
+            rev_eps[t].append(s)
+    dist: list[int | None] = [None] * nfa.size
+    queue = collections.deque()
+    for f in nfa.finals:
+        dist[f] = 0
+        queue.append(f)
+    while queue:
+        t = queue.popleft()
+        d = dist[t]
+        for s in rev_eps[t]:
+            if dist[s] is None or dist[s] > d:
+                dist[s] = d
+                queue.appendleft(s)
+        for s in rev[t]:
+            if dist[s] is None or dist[s] > d + 1:
+                dist[s] = d + 1
+                queue.append(s)
+    return dist
+
+
+def accepts(dfa: CPNFA, text: str) -> bool:
+    """Whether the deterministic, epsilon-free `dfa` accepts `text`."""
+    s = dfa.start
+    for ch in text:
+        c = ord(ch)
+        for lo, hi, t in dfa.edges[s]:
+            if lo <= c <= hi:
+                s = t
+                break
+        else:
+            return False
+    return s in dfa.finals
 
 
 def not_words(words: list[str]) -> CPNFA:

@@ -112,6 +112,9 @@ class Auto(Node):
 
     auto: object
     escape: bool = False
+    # At most this many code points (strings of `auto` longer than that are left out). The automaton counts
+    # them with a counter frame instead of a copy of `auto` per length; see `nfa._Builder.embed`.
+    limit: int | None = None
 
 
 EMPTY = Seq(())

@@ -255,6 +255,9 @@ def _sig_digits_dfa(limit: int) -> cpauto.CPNFA:
 
 
 _SIG15 = _sig_digits_dfa(15)
+# A pattern or format with only maxLength is unrolled (one automaton copy per length) up to this many states;
+# beyond it the length is counted at run time (see nfa._Builder.embed_counted).
+UNROLL_LIMIT = 1000
 
 
 def _mod_dfa(k: int) -> cpauto.CPNFA:
@@ -294,6 +297,9 @@ class _Compiler:
         self.indent_limit = max_ws if not compact and max_ws else None
         self.shared: set[str] = set()
         self.extra_rules = 0
+        self.number_autos: dict[tuple, Node] = {}
+        self.pattern_dfas: dict[str, list] = {}
+        self.pattern_overlaps: dict[tuple[str, str], bool] = {}
         self.sep = seq(self.ws, lit(","), self.ws)
         self.colon = seq(self.ws, lit(":"), self.ws)
         self._validator = None
@@ -819,6 +825,18 @@ class _Compiler:
             return NUMBER
         if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_ex or hi_ex))):
             return NOTHING
+        for b in (lo, hi):
+            if b is not None and len(b.normalize().as_tuple().digits) > 15:
+                self.unsupported("number bound with more than 15 significant digits", ptr)
+        # The same bounds recur (a schema merged into several allOf/oneOf branches): one automaton for each.
+        key = (lo, lo_ex, hi, hi_ex)
+        hit = self.number_autos.get(key)
+        if hit is None:
+            hit = self.number_autos[key] = self._number_range(lo, lo_ex, hi, hi_ex)
+        return hit
+
+    @staticmethod
+    def _number_range(lo, lo_ex, hi, hi_ex) -> Node:
         # Bounded numbers are written without exponent (a subset of the valid spellings), exactly in range.
         parts = []
         if hi is None or hi >= 0:
@@ -827,9 +845,6 @@ class _Compiler:
         if lo is None or lo < 0:
             nlo, nlo_ex = (Decimal(0), True) if hi is None or hi >= 0 else (-hi, hi_ex)
             parts.append(seq(lit("-"), _decimal_range(nlo, nlo_ex, None if lo is None else -lo, lo_ex)))
-        for b in (lo, hi):
-            if b is not None and len(b.normalize().as_tuple().digits) > 15:
-                self.unsupported("number bound with more than 15 significant digits", ptr)
         # Validators compare binary floats: decimals of at most 15 significant digits keep their order
         # when rounded to doubles, so longer spellings (which could round onto a bound) are not generated.
         node = alt(*parts)
@@ -883,6 +898,14 @@ class _Compiler:
             for r in regexes:
                 d = r.auto if isinstance(r, Auto) else cpauto.determinize(cpauto.from_ir(r))
                 auto = d if auto is None else cpauto.product(auto, d)
+        if mn == 0 and mx is not None and (mx + 1) * auto.size > UNROLL_LIMIT:
+            # Only an upper bound, on a big automaton: counted at run time rather than copied per length.
+            if cpauto.is_empty(auto):
+                return NOTHING
+            d = cpauto.dist_to_final(auto)[auto.start]
+            if d is None or d > mx:
+                return NOTHING
+            return seq(q, Auto(auto, escape=True, limit=mx), q)
         if mn or mx is not None:
             auto = cpauto.count(auto, mn, mx)
         if cpauto.is_empty(auto):
@@ -937,6 +960,20 @@ class _Compiler:
         full = seq(lit("["), ws, first, tail(1), ws, lit("]"))
         return alt(empty, full) if mn == 0 else full
 
+    def pattern_dfa(self, pattern: str, ptr: str, complement: bool = False):
+        """The key automaton of a patternProperties regex (search semantics), or its complement; built once per
+        pattern, since the same patterns recur across a schema's objects."""
+        hit = self.pattern_dfas.get(pattern)
+        if hit is None:
+            d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True,
+                                                              where=f"patternProperties at {ptr}")))
+            hit = self.pattern_dfas[pattern] = [d, None]
+        if not complement:
+            return hit[0]
+        if hit[1] is None:
+            hit[1] = cpauto.complement(hit[0])
+        return hit[1]
+
     def t_object(self, s, ptr):
         props = s.get("properties", {})
         if not isinstance(props, dict):
@@ -983,21 +1020,27 @@ class _Compiler:
         extra_alts = []
         pat_dfas = []
         for p, sub in pprops.items():
-            d = cpauto.determinize(cpauto.from_ir(parse_regex(p, search=True, where=f"patternProperties at {ptr}")))
-            pat_dfas.append(d)
-            key = cpauto.product(d, not_declared)
+            d = self.pattern_dfa(p, ptr)
+            pat_dfas.append(p)
+            # Keys the pattern matches minus the declared ones (the product is skipped when none matches).
+            key = cpauto.product(d, not_declared) if any(cpauto.accepts(d, n) for n in names) else d
             vnode = self.compile(sub, f"{ptr}/patternProperties/{_pointer_escape(p)}")
             if not cpauto.is_empty(key) and vnode != NOTHING:
                 extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
         for i in range(len(pat_dfas)):
             for j in range(i + 1, len(pat_dfas)):
-                if not cpauto.is_empty(cpauto.product(pat_dfas[i], pat_dfas[j])):
+                pair = (pat_dfas[i], pat_dfas[j])
+                overlap = self.pattern_overlaps.get(pair)
+                if overlap is None:
+                    both = cpauto.product(self.pattern_dfa(pair[0], ptr), self.pattern_dfa(pair[1], ptr))
+                    overlap = self.pattern_overlaps[pair] = not cpauto.is_empty(both)
+                if overlap:
                     self.unsupported("patternProperties with overlapping patterns", ptr)
         vnode = self.compile(addl, f"{ptr}/additionalProperties")
         if vnode != NOTHING:
             key = not_declared
-            for d in pat_dfas:
-                key = cpauto.product(key, cpauto.complement(d))
+            for p in pat_dfas:
+                key = cpauto.product(key, self.pattern_dfa(p, ptr, complement=True))
             if not cpauto.is_empty(key):
                 extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
         extra = None

@@ -10,6 +10,7 @@ import functools
 import sys
 import time
 
+from . import cpauto
 from .cpauto import CPNFA
 from .errors import GrammarError
 from .ir import EMPTY, NOTHING, Alt, Auto, Chars, Escaped, Grammar, Members, Node, Ref, Repeat, Seq, norm
@@ -112,6 +113,7 @@ class ByteNFA:
         self.cinc: dict[int, tuple[int, int]] = {}
         self.cexit: dict[int, tuple[int, int]] = {}
         self.cguard: dict[int, tuple[int, int]] = {}  # enter the body only while the counter is < max
+        self.loop_slack: dict[int, int] = {}  # loop id -> how far below its max its guards' bounds may lie
 
     def add(self) -> int:
         n = len(self.edges)
@@ -510,6 +512,8 @@ class _Builder:
                 return ret
             return self.emit(self.g.rules[node.name], s, esc, end)
         if isinstance(node, Auto):
+            if node.limit is not None:
+                return self.embed_counted(node.auto, node.limit, s, esc or node.escape, end)
             return self.embed(node.auto, s, esc or node.escape, end)
         if isinstance(node, Members):
             return self.members(node, s, esc, end)
@@ -614,6 +618,60 @@ class _Builder:
                 nfa.eps[m[q]].append(m[t])
             if q in a.finals:
                 nfa.eps[m[q]].append(e)
+        return e
+
+    def embed_counted(self, a: CPNFA, limit: int, s: int, esc: bool, end: int | None) -> int:
+        """The strings of `a` of at most `limit` code points, with one counter frame instead of a copy of `a`
+        per length. Each character is guarded: it is taken only if the state it leads to can still reach a
+        final state within the characters left (v + 1 + dist <= limit), so no path is a dead end and the
+        language is exact. (A lower bound could not be exact this way: the lengths a state can still
+        reach need not form an interval, so `minLength` keeps the unrolled `cpauto.count`.)"""
+        nfa = self.nfa
+        dist = cpauto.dist_to_final(a)
+        e = nfa.add() if end is None else end
+        if dist[a.start] is None or dist[a.start] > limit:
+            nfa.may_dead_end = True
+            return e
+        lid = len(nfa.loops)
+        nfa.loops.append((0, limit))
+        # Guards are bounded below `limit`; counter values are clamped (Automaton.canonical) only far enough
+        # from the lowest of those bounds.
+        nfa.loop_slack[lid] = max(d for d in dist if d is not None)
+        guard_lids: dict[int, int] = {}
+        head = [nfa.add() for _ in range(a.size)]
+        p = nfa.add()
+        nfa.eps[s].append(p)
+        nfa.cpush[p] = (head[a.start], lid)
+        for q in range(a.size):
+            if dist[q] is None:
+                continue
+            for t in a.eps[q]:
+                if dist[t] is not None:
+                    nfa.eps[head[q]].append(head[t])
+            if q in a.finals:
+                x = nfa.add()
+                nfa.eps[head[q]].append(x)
+                nfa.cexit[x] = (e, lid)
+            by_target: dict[int, list] = {}
+            for lo, hi, t in a.edges[q]:
+                if dist[t] is None or dist[t] + 1 > limit:
+                    continue
+                rs = by_target.setdefault(t, [])
+                if isinstance(lo, tuple):
+                    rs.extend(lo)
+                else:
+                    rs.append((lo, hi))
+            for t, rs in by_target.items():
+                bound = limit - dist[t]  # the character is allowed while the count v < bound
+                glid = guard_lids.get(bound)
+                if glid is None:
+                    glid = guard_lids[bound] = len(nfa.loops)
+                    nfa.loops.append((0, bound))
+                g, b, ci = nfa.add(), nfa.add(), nfa.add()
+                nfa.eps[head[q]].append(g)
+                nfa.cguard[g] = (b, glid)
+                self.lower(norm(rs) if len(rs) > 1 else tuple(rs), b, ci, esc)
+                nfa.cinc[ci] = (head[t], lid)
         return e
 
     def lower(self, ranges, s: int, e: int, esc: bool) -> None:
