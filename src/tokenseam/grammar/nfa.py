@@ -452,7 +452,16 @@ class _Builder:
                 nfa.eps[s].append(end)
                 return end
             last = len(items) - 1
+            edges = nfa.edges
             for k, it in enumerate(items):
+                if type(it) is Chars and len(it.ranges) == 1:
+                    # A single plain ASCII character (most of a literal key): one byte edge, no call.
+                    a, b = it.ranges[0]
+                    if a == b and 0x20 <= a < 0x80 and not (esc and (a == 0x22 or a == 0x5C)):
+                        t = end if k == last and end is not None else nfa.add()
+                        edges[s].append((a, a, t))
+                        s = t
+                        continue
                 s = self.emit(it, s, esc, end if k == last else None)
             return s
         if isinstance(node, Alt):
