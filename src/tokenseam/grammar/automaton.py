@@ -717,19 +717,33 @@ class Automaton:
         """Split the byte range by state sid's configuration edges: runs of bytes that every edge treats alike
         share one successor. Dead runs and successors already known are written to the row now; the others
         wait (class -> (first class, last class, moves)) until a byte needs them."""
-        events = []
         edges = self.nfa.edges
-        for q, st in self.state_configs[sid]:
+        configs = self.state_configs[sid]
+        cls_of = self._cls_of
+        row = self.trans[sid]
+        row[:] = DEAD
+        memo = self._succ_memo
+        if len(configs) == 1 and len(edges[configs[0][0]]) == 1:
+            # Most states have a single configuration with a single byte range: one run, nothing to sort.
+            q, st = configs[0]
+            lo, hi, t = edges[q][0]
+            c0, c1 = cls_of[lo], cls_of[hi] + 1
+            key = ((t, st),)
+            nxt = memo.get(key)
+            if nxt is not None:
+                row[c0:c1] = nxt
+                return {}
+            row[c0:c1] = UNKNOWN
+            seg = (c0, c1 - 1, key)
+            return dict.fromkeys(range(c0, c1), seg)
+        events = []
+        for q, st in configs:
             for lo, hi, t in edges[q]:
                 events.append((lo, 1, t, st))
                 events.append((hi + 1, -1, t, st))
         events.sort()
-        cls_of = self._cls_of
-        row = self.trans[sid]
-        row[:] = DEAD
         pending: dict[int, tuple[int, int, tuple]] = {}
         active: dict[tuple[int, int], int] = {}
-        memo = self._succ_memo
         i = 0
         n = len(events)
         while i < n:
