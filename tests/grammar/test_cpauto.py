@@ -7,19 +7,7 @@ import pytest
 from tokenseam.grammar import cpauto
 from tokenseam.grammar.ir import Chars, Repeat, Seq
 
-
-def accepts(a: cpauto.CPNFA, text: str) -> bool:
-    """Run a deterministic automaton over `text`."""
-    s = a.start
-    for ch in text:
-        c = ord(ch)
-        for lo, hi, t in a.edges[s]:
-            if lo <= c <= hi:
-                s = t
-                break
-        else:
-            return False
-    return s in a.finals
+accepts = cpauto.accepts
 
 
 ALPHABET = 'ab\u00e9"\\\U0001f600\x00'

@@ -1018,18 +1018,18 @@ class _Compiler:
             items.append((seq(_lit_json(json.dumps(name, ensure_ascii=False)), self.colon, vnode), req))
         not_declared = cpauto.not_words(names)
         extra_alts = []
-        pat_dfas = []
+        pat_names = []
         for p, sub in pprops.items():
             d = self.pattern_dfa(p, ptr)
-            pat_dfas.append(p)
+            pat_names.append(p)
             # Keys the pattern matches minus the declared ones (the product is skipped when none matches).
             key = cpauto.product(d, not_declared) if any(cpauto.accepts(d, n) for n in names) else d
             vnode = self.compile(sub, f"{ptr}/patternProperties/{_pointer_escape(p)}")
             if not cpauto.is_empty(key) and vnode != NOTHING:
                 extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
-        for i in range(len(pat_dfas)):
-            for j in range(i + 1, len(pat_dfas)):
-                pair = (pat_dfas[i], pat_dfas[j])
+        for i in range(len(pat_names)):
+            for j in range(i + 1, len(pat_names)):
+                pair = (pat_names[i], pat_names[j])
                 overlap = self.pattern_overlaps.get(pair)
                 if overlap is None:
                     both = cpauto.product(self.pattern_dfa(pair[0], ptr), self.pattern_dfa(pair[1], ptr))
@@ -1039,7 +1039,7 @@ class _Compiler:
         vnode = self.compile(addl, f"{ptr}/additionalProperties")
         if vnode != NOTHING:
             key = not_declared
-            for p in pat_dfas:
+            for p in pat_names:
                 key = cpauto.product(key, self.pattern_dfa(p, ptr, complement=True))
             if not cpauto.is_empty(key):
                 extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
