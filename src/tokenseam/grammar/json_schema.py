@@ -10,6 +10,7 @@ import math
 import re
 import time
 from decimal import Decimal, InvalidOperation
+from urllib.parse import unquote
 
 from . import cpauto
 from .errors import GrammarError
@@ -298,6 +299,7 @@ class _Compiler:
         self.shared: set[str] = set()
         self.extra_rules = 0
         self.number_autos: dict[tuple, Node] = {}
+        self.merge_inputs: dict[str, str] = {}
         self.pattern_dfas: dict[str, list] = {}
         self.pattern_overlaps: dict[tuple[str, str], bool] = {}
         self.sep = seq(self.ws, lit(","), self.ws)
@@ -325,10 +327,7 @@ class _Compiler:
         if path and not path.startswith("/"):
             raise GrammarError(f"unsupported $ref {ref!r} at {ptr}: anchors are not supported")
         for part in path.split("/")[1:] if path else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            from urllib.parse import unquote
-
-            part = unquote(part)
+            part = unquote(part.replace("~1", "/").replace("~0", "~"))
             if isinstance(node, dict) and part in node:
                 node = node[part]
             elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
@@ -405,6 +404,16 @@ class _Compiler:
             rest = [k for k in s if k != "allOf" and k not in ANNOTATIONS]
             if isinstance(subs, list) and len(subs) == 1 and not rest:
                 return self.compile(subs[0], f"{ptr}/allOf/0")
+            # The same allOf met again (a copy of the same oneOf in many properties) is the same rule: its
+            # unmerged text is the key, which is small next to the merged schema (references are
+            # root-relative, so the text alone decides the result).
+            try:
+                ikey = json.dumps(s, sort_keys=True)
+            except (TypeError, ValueError):
+                ikey = None
+            seen = self.merge_inputs.get(ikey) if ikey is not None else None
+            if seen is not None:
+                return Ref(seen)
             merged = self.merge_all(s, ptr)
             # A merged schema seen before becomes a shared rule, so recursion through allOf/$ref terminates.
             try:
@@ -413,9 +422,12 @@ class _Compiler:
                 key = None
             if key is not None:
                 name = self.merge_rules.get(key)
-                if name is None:
-                    name = f"all{len(self.merge_rules)}"
-                    self.merge_rules[key] = name
+                fresh = name is None
+                if fresh:
+                    name = self.merge_rules[key] = f"all{len(self.merge_rules)}"
+                if ikey is not None:
+                    self.merge_inputs[ikey] = name
+                if fresh:
                     self.rules[name] = NOTHING
                     self.rules[name] = self.compile(merged, ptr)
                 return Ref(name)

@@ -67,28 +67,27 @@ def _split(lo: int, hi: int, out: list) -> None:
     out.append(list(zip(a, b, strict=True)))
 
 
-_SPECIALS = (*range(0x20), 0x22, 0x5C)
-
-
 def _plan(ranges, esc: bool) -> tuple[tuple, tuple, tuple]:
-    """How a code point set lowers: plain ASCII byte ranges, the code points written as escapes (when `esc`),
-    and the multi-byte part."""
+    """How a code point set lowers: plain ASCII byte ranges, the code points written as escapes (when `esc`:
+    controls, quote, backslash), and the multi-byte part."""
     plain: list[tuple[int, int]] = []
     specials: list[int] = []
     for lo, hi in ranges:
         if lo >= 0x80:
             continue
         hi = min(hi, 0x7F)
-        cur = lo
         if esc:
-            for c in _SPECIALS:
+            if lo < 0x20:
+                specials.extend(range(lo, min(hi, 0x1F) + 1))
+                lo = 0x20
+            for c in (0x22, 0x5C):
                 if lo <= c <= hi:
                     specials.append(c)
-                    if cur < c:
-                        plain.append((cur, c - 1))
-                    cur = c + 1
-        if cur <= hi:
-            plain.append((cur, hi))
+                    if lo < c:
+                        plain.append((lo, c - 1))
+                    lo = c + 1
+        if lo <= hi:
+            plain.append((lo, hi))
     high = tuple((max(a, 0x80), b) for a, b in ranges if b >= 0x80)
     return tuple(plain), tuple(sorted(specials)), high
 
