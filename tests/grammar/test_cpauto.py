@@ -62,3 +62,12 @@ def test_determinize_and_product_match_python_re(seed):
             mq = re.fullmatch(q, w) is not None
             assert accepts(dfas[p], w) == mp, (p, w)
             assert accepts(both, w) == (mp and mq), (p, q, w)
+
+
+@pytest.mark.parametrize("pattern,word", [("^abc$", "abc"), ("^(ab)c$", "abc"), ("^$", ""), ("^a+$", None),
+                                          ("^a|b$", None), ("abc", None), ("^a[bc]$", None)])
+def test_single_word(pattern, word):
+    from tokenseam.grammar.regex import parse_regex
+
+    d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True)))
+    assert cpauto.single_word(d) == word

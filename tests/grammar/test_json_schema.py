@@ -345,6 +345,35 @@ def test_counted_max_length_too_short_is_empty(compiler):
         compiler.compile_json_schema({"type": "string", "pattern": "^a{700}$", "maxLength": 650})
 
 
+def test_literal_pattern_properties_are_exact(compiler):
+    """Anchored literal patterns (as generated schemas write alternate key spellings) join the declared keys:
+    their key takes their schema, and an extra key can spell neither."""
+    schema = {"type": "object", "properties": {"clientId": {"type": "integer"}},
+              "patternProperties": {"^client_id$": {"type": "integer"}, "^x-": {"type": "string"}},
+              "additionalProperties": {"type": "boolean"}}
+    g = compiler.compile_json_schema(schema)
+    docs = [{"clientId": 1}, {"client_id": 2}, {"client_id": "a"}, {"client_idx": True}, {"client_i": True},
+            {"x-y": "s"}, {"x-y": True}, {"other": True}, {"other": 1}, {"clientId": 1, "client_id": 2}]
+    for doc in docs:
+        valid = jsonschema.Draft202012Validator(schema).is_valid(doc)
+        assert accepts_text(g, json.dumps(doc)) == valid, doc
+
+
+@pytest.mark.parametrize("patterns,overlap", [
+    (["^ab$", "^a"], True),
+    (["^ab$", "^b"], False),
+    (["^ab$", "^(ab)$"], True),
+    (["^ab$", "^ac$"], False),
+])
+def test_literal_pattern_overlaps_detected(compiler, patterns, overlap):
+    schema = {"type": "object", "patternProperties": {p: {"type": "integer"} for p in patterns}}
+    if overlap:
+        with pytest.raises(GrammarError, match="overlapping"):
+            compiler.compile_json_schema(schema)
+    else:
+        compiler.compile_json_schema(schema)
+
+
 def test_cache_hits_same_object(compiler):
     a = compiler.compile_json_schema(PERSON)
     b = compiler.compile_json_schema(json.loads(json.dumps(PERSON)))

@@ -352,6 +352,25 @@ def dist_to_final(nfa: CPNFA) -> list[int | None]:
     return dist
 
 
+def single_word(dfa: CPNFA) -> str | None:
+    """The one string the deterministic, epsilon-free `dfa` accepts, if it accepts exactly one (a literal
+    pattern such as `^client_id$`), else None."""
+    s = dfa.start
+    out: list[str] = []
+    seen = set()
+    while True:
+        if s in seen or dfa.eps[s]:
+            return None
+        seen.add(s)
+        row = dfa.edges[s]
+        if s in dfa.finals:
+            return "".join(out) if not row else None
+        if len(row) != 1 or row[0][0] != row[0][1]:
+            return None
+        out.append(chr(row[0][0]))
+        s = row[0][2]
+
+
 def accepts(dfa: CPNFA, text: str) -> bool:
     """Whether the deterministic, epsilon-free `dfa` accepts `text`."""
     s = dfa.start

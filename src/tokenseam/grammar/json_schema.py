@@ -300,7 +300,7 @@ class _Compiler:
         self.extra_rules = 0
         self.number_autos: dict[tuple, Node] = {}
         self.merge_inputs: dict[str, str] = {}
-        self.pattern_dfas: dict[str, list] = {}
+        self.pattern_dfas: dict[str, dict] = {}
         self.pattern_overlaps: dict[tuple[str, str], bool] = {}
         self.sep = seq(self.ws, lit(","), self.ws)
         self.colon = seq(self.ws, lit(":"), self.ws)
@@ -972,19 +972,44 @@ class _Compiler:
         full = seq(lit("["), ws, first, tail(1), ws, lit("]"))
         return alt(empty, full) if mn == 0 else full
 
-    def pattern_dfa(self, pattern: str, ptr: str, complement: bool = False):
-        """The key automaton of a patternProperties regex (search semantics), or its complement; built once per
-        pattern, since the same patterns recur across a schema's objects."""
-        hit = self.pattern_dfas.get(pattern)
-        if hit is None:
+    def _pattern(self, pattern: str, ptr: str) -> dict:
+        """A patternProperties regex's key automaton (search semantics), built once per pattern since the same
+        patterns recur across a schema's objects; its complement and single word are filled in when asked."""
+        entry = self.pattern_dfas.get(pattern)
+        if entry is None:
             d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True,
                                                               where=f"patternProperties at {ptr}")))
-            hit = self.pattern_dfas[pattern] = [d, None]
+            entry = self.pattern_dfas[pattern] = {"dfa": d}
+        return entry
+
+    def pattern_dfa(self, pattern: str, ptr: str, complement: bool = False):
+        entry = self._pattern(pattern, ptr)
         if not complement:
-            return hit[0]
-        if hit[1] is None:
-            hit[1] = cpauto.complement(hit[0])
-        return hit[1]
+            return entry["dfa"]
+        if "not" not in entry:
+            entry["not"] = cpauto.complement(entry["dfa"])
+        return entry["not"]
+
+    def pattern_word(self, pattern: str, ptr: str) -> str | None:
+        """The one key a patternProperties regex matches, if it matches exactly one."""
+        entry = self._pattern(pattern, ptr)
+        if "word" not in entry:
+            entry["word"] = cpauto.single_word(entry["dfa"])
+        return entry["word"]
+
+    def patterns_overlap(self, p: str, q: str, ptr: str) -> bool:
+        """Whether some key matches both patternProperties regexes."""
+        hit = self.pattern_overlaps.get((p, q))
+        if hit is None:
+            wp, wq = self.pattern_word(p, ptr), self.pattern_word(q, ptr)
+            if wp is not None:
+                hit = cpauto.accepts(self.pattern_dfa(q, ptr), wp)
+            elif wq is not None:
+                hit = cpauto.accepts(self.pattern_dfa(p, ptr), wq)
+            else:
+                hit = not cpauto.is_empty(cpauto.product(self.pattern_dfa(p, ptr), self.pattern_dfa(q, ptr)))
+            self.pattern_overlaps[(p, q)] = hit
+        return hit
 
     def t_object(self, s, ptr):
         props = s.get("properties", {})
@@ -1041,18 +1066,17 @@ class _Compiler:
                 extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
         for i in range(len(pat_names)):
             for j in range(i + 1, len(pat_names)):
-                pair = (pat_names[i], pat_names[j])
-                overlap = self.pattern_overlaps.get(pair)
-                if overlap is None:
-                    both = cpauto.product(self.pattern_dfa(pair[0], ptr), self.pattern_dfa(pair[1], ptr))
-                    overlap = self.pattern_overlaps[pair] = not cpauto.is_empty(both)
-                if overlap:
+                if self.patterns_overlap(pat_names[i], pat_names[j], ptr):
                     self.unsupported("patternProperties with overlapping patterns", ptr)
         vnode = self.compile(addl, f"{ptr}/additionalProperties")
         if vnode != NOTHING:
-            key = not_declared
+            # Literal patterns (`^client_id$`, common in generated schemas) join the declared names; the others
+            # are intersected away.
+            words = [w for w in (self.pattern_word(p, ptr) for p in pat_names) if w is not None]
+            key = cpauto.not_words(names + words) if words else not_declared
             for p in pat_names:
-                key = cpauto.product(key, self.pattern_dfa(p, ptr, complement=True))
+                if self.pattern_word(p, ptr) is None:
+                    key = cpauto.product(key, self.pattern_dfa(p, ptr, complement=True))
             if not cpauto.is_empty(key):
                 extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
         extra = None
