@@ -129,15 +129,23 @@ class ByteNFA:
         return len(self.edges)
 
 
-def _cyclic_rules(g: Grammar) -> set[str]:
+def _rule_refs(g: Grammar) -> tuple[dict[str, set[str]], dict[str, int]]:
+    """The rules each rule refers to, and how often each rule is referred to in all (one walk per rule)."""
     refs: dict[str, set[str]] = {}
+    counts: dict[str, int] = {}
     for name, node in g.rules.items():
         acc: set[str] = set()
-        _collect_refs(node, acc)
+        for ref in _iter_refs(node):
+            acc.add(ref)
+            counts[ref] = counts.get(ref, 0) + 1
         missing = {x for x in acc if x not in g.rules}
         if missing:
             raise GrammarError(f"rule {name!r} references undefined rule(s): {', '.join(sorted(missing))}")
         refs[name] = acc
+    return refs, counts
+
+
+def _cyclic_rules(g: Grammar, refs: dict[str, set[str]]) -> set[str]:
     # Tarjan's SCC, iterative to survive deep grammars.
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -185,16 +193,11 @@ def _cyclic_rules(g: Grammar) -> set[str]:
     return cyclic
 
 
-def _iter_refs(node: Node, once: bool):
-    """Names of the rule references under `node`; with `once`, a shared subtree is walked only once."""
+def _iter_refs(node: Node):
+    """Names of the rule references under `node`, once per occurrence (a shared subtree once per parent)."""
     stack = [node]
-    seen: set[int] = set()
     while stack:
         n = stack.pop()
-        if once:
-            if id(n) in seen:
-                continue
-            seen.add(id(n))
         if isinstance(n, Ref):
             yield n.name
         elif isinstance(n, (Seq, Alt)):
@@ -206,15 +209,6 @@ def _iter_refs(node: Node, once: bool):
             stack.append(n.sep)
             if n.extra is not None:
                 stack.append(n.extra)
-
-
-def _collect_refs(node: Node, acc: set[str]) -> None:
-    acc.update(_iter_refs(node, once=True))
-
-
-def _count_refs(node: Node, counts: dict[str, int]) -> None:
-    for name in _iter_refs(node, once=False):
-        counts[name] = counts.get(name, 0) + 1
 
 
 def _productive(g: Grammar) -> dict[str, bool]:
@@ -323,13 +317,11 @@ class _Builder:
     def __init__(self, g: Grammar) -> None:
         self.g = g
         self.nfa = ByteNFA()
-        self.cyclic = _cyclic_rules(g) | {name for name in g.shared if name in g.rules}
+        refs, counts = _rule_refs(g)
+        self.cyclic = _cyclic_rules(g, refs) | {name for name in g.shared if name in g.rules}
         self.est_memo: dict[int, int] = {}
         self.null_memo: dict[int, bool] = {}
         # A big rule referenced from several places is called (shared) rather than copied at each use.
-        counts: dict[str, int] = {}
-        for node in g.rules.values():
-            _count_refs(node, counts)
         # (Sizes are estimated as the calls stood when each was measured; `build` measures afresh.)
         for name, n in counts.items():
             if name not in self.cyclic and n > 1 and self.estimate(g.rules[name]) > INLINE_LIMIT:
