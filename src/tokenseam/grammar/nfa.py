@@ -313,6 +313,19 @@ def _prune(g: Grammar, ok: dict[str, bool]) -> Grammar:
     return dataclasses.replace(g, rules=rules)
 
 
+def _by_target(row: list) -> dict[int, tuple]:
+    """A code point automaton state's edges as one range set per target state: each set is lowered once, so a
+    complement state's many ranges into its sink share their UTF-8 states."""
+    out: dict[int, list] = {}
+    for lo, hi, t in row:
+        rs = out.setdefault(t, [])
+        if isinstance(lo, tuple):
+            rs.extend(lo)
+        else:
+            rs.append((lo, hi))
+    return {t: norm(rs) if len(rs) > 1 else tuple(rs) for t, rs in out.items()}
+
+
 class _Builder:
     def __init__(self, g: Grammar) -> None:
         self.g = g
@@ -604,16 +617,8 @@ class _Builder:
         e = nfa.add() if end is None else end
         nfa.eps[s].append(m[a.start])
         for q in range(a.size):
-            # One lowering per target: a complement state's many ranges into its sink share their UTF-8 states.
-            by_target: dict[int, list] = {}
-            for lo, hi, t in a.edges[q]:
-                rs = by_target.setdefault(t, [])
-                if isinstance(lo, tuple):
-                    rs.extend(lo)
-                else:
-                    rs.append((lo, hi))
-            for t, rs in by_target.items():
-                self.lower(norm(rs) if len(rs) > 1 else tuple(rs), m[q], m[t], esc)
+            for t, rs in _by_target(a.edges[q]).items():
+                self.lower(rs, m[q], m[t], esc)
             for t in a.eps[q]:
                 nfa.eps[m[q]].append(m[t])
             if q in a.finals:
@@ -652,16 +657,9 @@ class _Builder:
                 x = nfa.add()
                 nfa.eps[head[q]].append(x)
                 nfa.cexit[x] = (e, lid)
-            by_target: dict[int, list] = {}
-            for lo, hi, t in a.edges[q]:
+            for t, rs in _by_target(a.edges[q]).items():
                 if dist[t] is None or dist[t] + 1 > limit:
                     continue
-                rs = by_target.setdefault(t, [])
-                if isinstance(lo, tuple):
-                    rs.extend(lo)
-                else:
-                    rs.append((lo, hi))
-            for t, rs in by_target.items():
                 bound = limit - dist[t]  # the character is allowed while the count v < bound
                 glid = guard_lids.get(bound)
                 if glid is None:
@@ -670,7 +668,7 @@ class _Builder:
                 g, b, ci = nfa.add(), nfa.add(), nfa.add()
                 nfa.eps[head[q]].append(g)
                 nfa.cguard[g] = (b, glid)
-                self.lower(norm(rs) if len(rs) > 1 else tuple(rs), b, ci, esc)
+                self.lower(rs, b, ci, esc)
                 nfa.cinc[ci] = (head[t], lid)
         return e
 
