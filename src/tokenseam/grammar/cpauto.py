@@ -302,27 +302,6 @@ def is_empty(nfa: CPNFA) -> bool:
     return not nfa.live_start
 
 
-def literal_set(words: list[str]) -> CPNFA:
-    """A deterministic trie automaton accepting exactly `words`."""
-    dfa = CPNFA()
-    dfa.add()
-    children: list[dict[int, int]] = [{}]
-    for w in words:
-        s = 0
-        for ch in w:
-            c = ord(ch)
-            if c not in children[s]:
-                t = dfa.add()
-                children.append({})
-                children[s][c] = t
-                dfa.edges[s].append((c, c, t))
-            s = children[s][c]
-        dfa.finals.add(s)
-    for s in range(dfa.size):
-        dfa.edges[s].sort()
-    return dfa
-
-
 def dist_to_final(nfa: CPNFA) -> list[int | None]:
     """Per state, the fewest code points on a path to a final state (None: no such path). Epsilon edges cost
     nothing (a 0-1 breadth-first search backwards from the finals)."""
@@ -387,7 +366,7 @@ def accepts(dfa: CPNFA, text: str) -> bool:
 
 def not_words(words: list[str]) -> CPNFA:
     """A deterministic automaton accepting every string except exactly `words` (equal to
-    `complement(literal_set(words))`, built in one pass over the trie)."""
+    the complement of the trie of `words`, built in one pass over the trie)."""
     out = CPNFA()
     out.add()
     children: list[dict[int, int]] = [{}]

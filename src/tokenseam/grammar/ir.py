@@ -113,7 +113,7 @@ class Auto(Node):
     auto: object
     escape: bool = False
     # At most this many code points (strings of `auto` longer than that are left out). The automaton counts
-    # them with a counter frame instead of a copy of `auto` per length; see `nfa._Builder.embed`.
+    # them with a counter frame instead of a copy of `auto` per length; see `nfa._Builder.embed_counted`.
     limit: int | None = None
 
 

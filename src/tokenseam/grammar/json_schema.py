@@ -259,6 +259,7 @@ _SIG15 = _sig_digits_dfa(15)
 # A pattern or format with only maxLength is unrolled (one automaton copy per length) up to this many states;
 # beyond it the length is counted at run time (see nfa._Builder.embed_counted).
 UNROLL_LIMIT = 1000
+MAX_WS = 1000  # the largest max_ws option (longest run of spaces/tabs after a newline)
 
 
 def _mod_dfa(k: int) -> cpauto.CPNFA:
@@ -1133,8 +1134,8 @@ def schema_to_grammar(schema, strict: bool = False, lenient: bool = False, compa
     """Lower a JSON Schema to a grammar IR. See GrammarCompiler.compile_json_schema for the options."""
     if not isinstance(schema, (dict, bool)):
         raise GrammarError(f"JSON schema must be an object or boolean, got {type(schema).__name__}")
-    if not isinstance(max_ws, int) or isinstance(max_ws, bool) or not 0 <= max_ws <= 1000:
-        raise GrammarError("max_ws must be an integer between 0 and 1000")
+    if not isinstance(max_ws, int) or isinstance(max_ws, bool) or not 0 <= max_ws <= MAX_WS:
+        raise GrammarError(f"max_ws must be an integer between 0 and {MAX_WS}")
     c = _Compiler(schema, bool(strict), bool(lenient), bool(compact), max_ws)
     root = c.compile(schema, "")
     if root == NOTHING:

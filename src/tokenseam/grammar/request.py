@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .compiler import CompiledGrammar, GrammarCompiler, loads_schema
 from .errors import GrammarError
+from .json_schema import MAX_WS
 
 # A forced tool call is generated as exactly one JSON object of this shape:
 #     {"name": "<function name>", "arguments": {...}}
@@ -74,8 +75,8 @@ def _json_options(body: dict) -> dict:
             raise GrammarError(f"json_schema_options.{k} is not an option (use {', '.join(JSON_OPTION_TYPES)})")
         if not isinstance(v, want) or (want is int and isinstance(v, bool)):
             raise GrammarError(f"json_schema_options.{k} must be {'true or false' if want is bool else 'an integer'}")
-        if k == "max_ws" and not 0 <= v <= 1000:
-            raise GrammarError("json_schema_options.max_ws must be an integer between 0 and 1000")
+        if k == "max_ws" and not 0 <= v <= MAX_WS:
+            raise GrammarError(f"json_schema_options.max_ws must be an integer between 0 and {MAX_WS}")
         out[k] = v
     return out
 
