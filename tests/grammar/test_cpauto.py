@@ -92,3 +92,60 @@ def test_single_word(pattern, word):
 
     d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True)))
     assert cpauto.single_word(d) == word
+
+
+def _universal_oracle(a: cpauto.CPNFA, q: int) -> bool:
+    """Every string of safe characters keeps some path from q alive (can still reach a final state): a search
+    over the reachable state sets, one representative character per run of code points all edges treat alike."""
+    from tokenseam.grammar.ir import SAFE_RANGES
+
+    live = [d is not None for d in cpauto.dist_to_final(a)]
+    cuts = {lo for lo, _ in SAFE_RANGES} | {hi + 1 for _, hi in SAFE_RANGES}
+    for row in a.edges:
+        for lo, hi, _ in row:
+            cuts.update((lo, hi + 1))
+    reps = [c for c in sorted(cuts) if any(lo <= c <= hi for lo, hi in SAFE_RANGES)]
+    start = cpauto._closure(a, {q})
+    seen = {start}
+    todo = [start]
+    while todo:
+        s = todo.pop()
+        if not any(live[x] for x in s):
+            return False
+        for c in reps:
+            nxt = cpauto._closure(a, {t for x in s for lo, hi, t in a.edges[x] if lo <= c <= hi})
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return True
+
+
+def _random_node(rnd: random.Random, depth: int = 0):
+    from tokenseam.grammar.ir import ANY_RANGES, SAFE_RANGES, Alt, subtract
+
+    if depth > 3 or rnd.random() < 0.3:
+        return Chars(rnd.choice([ANY_RANGES, SAFE_RANGES, subtract(SAFE_RANGES, ((0x61, 0x61),)), ((0x61, 0x61),),
+                                 ((0x62, 0x63),), ((0x80, 0x10FFFF),), ((0x20, 0x7E),)]))
+    kind = rnd.randrange(3)
+    items = tuple(_random_node(rnd, depth + 1) for _ in range(rnd.randint(1, 3)))
+    if kind == 0:
+        return Seq(items)
+    if kind == 1:
+        return Alt(items)
+    return Repeat(items[0], rnd.randint(0, 2), rnd.choice([None, 3]))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_universal_states_match_their_definition(seed):
+    """Exact on deterministic automata; on nondeterministic ones a subset (sound: never a state that could die)."""
+    rnd = random.Random(seed)
+    for _ in range(40):
+        nfa = cpauto.from_ir(_random_node(rnd))
+        dfa = cpauto.determinize(nfa)
+        got = cpauto.universal(dfa)
+        assert got == {q for q in range(dfa.size) if _universal_oracle(dfa, q)}
+        for q in cpauto.universal(nfa):
+            assert _universal_oracle(nfa, q)
+    words = ["".join(rnd.choice(ALPHABET) for _ in range(rnd.randint(1, 4))) for _ in range(6)]
+    assert cpauto.universal(cpauto.not_words(words)) == set(range(cpauto.not_words(words).size))
+    assert not cpauto.universal(literal_set(words))

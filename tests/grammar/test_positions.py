@@ -184,3 +184,62 @@ def test_long_counted_strings_match_simulation(vocabs, vocab_name):
     start = data.index(b'"s": "') + 6
     chars = [start + len(body[:k].encode()) for k in (0, 1, 60, 140, 149, 150, 151, 200, 280, 290, 298, 299)]
     _check(g, vocab, doc, chars + [len(data) - 1, len(data)], seed=5, sample=_sample_with_text)
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])
+def test_universal_states_take_safe_tokens_whole(vocabs, vocab_name):
+    """From a state where any string-safe text stays alive (extra keys, `.*`-like patterns, free strings) the
+    mask takes every string-safe token without walking it: masks equal the full walk's over the whole
+    vocabulary, and the full-stack simulation on a sample."""
+    from tokenseam.grammar import GrammarCompiler
+
+    vocab = vocabs[vocab_name]
+    schema = {"type": "object", "properties": {
+        "format": {"type": "string", "pattern": "^zip|tar$"},
+        "name": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+-.*$"}}},
+        "required": ["format"]}
+    doc = json.dumps({"format": "a tar", "name": "é \"x\" 日本", "tags": ["ab-cd", "x-"], "extra key": 1},
+                     ensure_ascii=False)
+    fast = GrammarCompiler(vocab).compile_json_schema(schema)
+    slow = GrammarCompiler(vocab).compile_json_schema(schema)
+    assert fast.automaton.nfa.universal
+    slow.automaton.nfa.universal = set()
+    _check(fast, vocab, doc, _cuts(doc), seed=6, sample=_sample_with_text)
+    data = doc.encode()
+    ma, mb = GrammarMatcher(fast), GrammarMatcher(slow)
+    oa = np.zeros(vocab.mask_words, dtype=np.int32)
+    ob = oa.copy()
+    done = 0
+    for cut in list(range(1, len(data) + 1)):
+        assert ma.accept_bytes(data[done:cut]) and mb.accept_bytes(data[done:cut])
+        done = cut
+        ma.fill_next_token_bitmask(oa)
+        mb.fill_next_token_bitmask(ob)
+        assert np.array_equal(oa, ob), data[:cut]
+    # The shortcut was taken: some masks were made from states with a universal configuration.
+    auto = fast.automaton
+    assert any(q in auto.nfa.universal for kc in auto._local_info for q, _ in auto.state_configs[kc])
+
+
+def test_counters_of_long_loop_bodies_clamp_early(compiler, smollm2_vocab):
+    """A counted loop whose body takes many bytes (objects under maxItems) moves at most once or twice per
+    token, so its counter is clamped close to its bounds: items past the first few reuse their masks instead of
+    walking the vocabulary again per index. Masks still match the simulation near the bound."""
+    schema = {"type": "array", "maxItems": 40, "items": {
+        "type": "object", "properties": {"name": {"type": "string"}, "kind": {"enum": ["a", "bb"]}},
+        "required": ["name", "kind"], "additionalProperties": False}}
+    g = compiler.compile_json_schema(schema)
+    items = [json.dumps({"name": f"n{i}", "kind": "a" if i % 2 else "bb"}) for i in range(40)]
+    m = GrammarMatcher(g)
+    out = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
+    counts = []
+    for k, item in enumerate(items):
+        for ch in ("[" if k == 0 else ", ") + item:
+            m.fill_next_token_bitmask(out)
+            assert m.accept_bytes(ch.encode())
+        counts.append(len(g.automaton._local_info))
+    assert counts[30] == counts[5]  # no walk per item index in between
+    doc = "[" + ", ".join(items) + "]"
+    tail = doc.rindex("{")
+    _check(g, smollm2_vocab, doc, [1, 30, tail - 2, tail + 1, len(doc) - 1, len(doc)], seed=7)

@@ -264,6 +264,15 @@ class TokenTable:
         self.skip = _skip_table(self.lcp, SKIP_DEPTHS)
         self.ids = trie.sorted_ids.astype(np.int64)
         self.safe_from = _safe_from(self.data, self.offs)
+        # Tokens made only of string-safe characters, and a table of all the others: from a state where any
+        # string-safe text stays alive (ByteNFA.universal), the first are all taken and only the others walked.
+        whole = self.ids[self.safe_from == 0]
+        self.safe_bits = np.zeros(self.words, dtype=np.uint32)
+        w, b = _sparse_bits(whole)
+        self.safe_bits[w] = b
+        rest = self.safe_from != 0
+        self.unsafe = SubTable(vocab.token_bytes, self.ids[rest], np.zeros(int(rest.sum()), dtype=np.int64),
+                               whole_tokens=True)
         self.maxlen = int(lens.max()) if len(lens) else 1
         self.eos = np.asarray(sorted(vocab.eos_token_ids), dtype=np.int64)
         self.is_special = np.asarray(vocab.is_special, dtype=bool)
@@ -308,9 +317,10 @@ class TokenTable:
 
 
 class SubTable:
-    """Token suffixes (bytes from an offset) sorted like the vocabulary trie, for walks resuming mid-token."""
+    """Token suffixes (bytes from an offset) sorted like the vocabulary trie, for walks resuming mid-token,
+    or (`whole_tokens`) a subset of whole tokens walked like the vocabulary."""
 
-    def __init__(self, token_bytes, tids: np.ndarray, starts: np.ndarray) -> None:
+    def __init__(self, token_bytes, tids: np.ndarray, starts: np.ndarray, whole_tokens: bool = False) -> None:
         suf = [token_bytes[t][o:] for t, o in zip(tids.tolist(), starts.tolist(), strict=True)]
         order = sorted(range(len(suf)), key=suf.__getitem__)
         sb = [suf[j] for j in order]
@@ -323,7 +333,8 @@ class SubTable:
         lcp = _lcp(self.data, self.offs)
         self.lcp = lcp
         self.skip = _skip_table(lcp, SKIP_DEPTHS)
-        self.safe_from = lens  # suffix walks take every byte
+        # Suffix walks take every byte: a state reached mid-token is no safe sink for the bytes before it.
+        self.safe_from = _safe_from(self.data, self.offs) if whole_tokens else lens
         # Tokens ending exactly at the escape: accepted whenever the continuation is alive.
         empty = self.ids[lens == 0]
         self.empty = _sparse_bits(empty)
@@ -351,6 +362,8 @@ class Automaton:
         self.stacks: list[tuple[int, int, int]] = [(-1, -1, 0), (-3, -3, 0)]
         self.stack_index: dict[tuple[int, int, int], int] = {}
         self.has_counters = bool(nfa.loops)
+        maxlen = table.maxlen
+        self._loop_reach = [1 + (maxlen - 1) // nfa.loop_step.get(lid, 1) for lid in range(len(nfa.loops))]
         self.canon: dict[int, int] = {}
         self.closure_memo: dict[tuple[int, int], tuple[tuple, bool, tuple]] = {}
         self._closing: set[tuple[int, int]] = set()
@@ -532,6 +545,8 @@ class Automaton:
         for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
             for q in [q for q, (t, _) in d.items() if not (live[q] and live[t])]:
                 del d[q]
+        # A live universal state keeps its paths: they lead to where it finishes, which is live with it.
+        nfa.universal = {q for q in nfa.universal if live[q]}
 
     # -- configurations ----------------------------------------------------------------------------------
     def _push(self, ret: int, parent: int, value: int = 0) -> int:
@@ -858,15 +873,16 @@ class Automaton:
     def canonical(self, sid: int) -> int:
         """A state with the same token mask: counters far from their bounds are clamped to one value.
 
-        A token of L <= maxlen bytes moves a counter by at most L (loop bodies consume input), so values
-        more than maxlen below the minimum, or at/above the minimum and more than maxlen below the maximum,
-        behave alike for one token."""
+        A loop body takes at least m >= 1 bytes (ByteNFA.loop_step), so a token of L <= maxlen bytes moves
+        its counter by at most T = 1 + (maxlen - 1) // m: the first pass may need one byte to finish, each
+        later one m. Values more than T below the minimum, or at/above the minimum and more than T below
+        the maximum, therefore behave alike for one token."""
         if not self.has_counters:
             return sid
         hit = self.canon.get(sid)
         if hit is not None:
             return hit
-        T = self.table.maxlen
+        reach = self._loop_reach
         memo: dict[int, int] = {0: 0, BOT: BOT}
 
         def canon_stack(st: int) -> int:
@@ -876,6 +892,7 @@ class Automaton:
             p2 = canon_stack(parent)
             if ret < 0:
                 lo, hi = self.nfa.loops[-1 - ret]
+                T = reach[-1 - ret]
                 if hi is not None:
                     hi -= self.nfa.loop_slack.get(-1 - ret, 0)  # guards bounded below hi (a counted Auto)
                 if v < lo:
@@ -1111,8 +1128,15 @@ class Automaton:
         """For local state kc: the tokens taken under any parent stack, and the escaping token groups."""
         hit = self._local_info.get(kc)
         if hit is None:
-            out, rec = self._walk_table(kc, self.table)
-            hit = self._local_info[kc] = (out, self._groups_of(self.table, rec))
+            tab = self.table
+            universal = self.nfa.universal
+            if any(q in universal for q, _ in self.state_configs[kc]):
+                # Any string-safe text stays alive from here, so every string-safe token is taken.
+                tab = tab.unsafe
+            out, rec = self._walk_table(kc, tab)
+            if tab is not self.table:
+                out |= self.table.safe_bits
+            hit = self._local_info[kc] = (out, self._groups_of(tab, rec))
         return hit
 
     def suffix_info(self, kc: int, gid: int) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 
 from .errors import GrammarError
-from .ir import ANY_RANGES, Alt, Auto, Chars, Escaped, Node, Repeat, Seq, norm
+from .ir import ANY_RANGES, Alt, Auto, Chars, Escaped, Node, Repeat, Seq, covers_safe, norm
 
 MAX_DFA_STATES = 4000
 MAX_NFA_STATES = 200_000
@@ -22,6 +22,7 @@ class CPNFA:
         self.eps: list[list[int]] = []
         self.start = 0
         self.finals: set[int] = set()
+        self.universal_states: set[int] | None = None  # `universal`, kept once the automaton is embedded
 
     def add(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
@@ -329,6 +330,57 @@ def dist_to_final(nfa: CPNFA) -> list[int | None]:
                 dist[s] = d + 1
                 queue.append(s)
     return dist
+
+
+def universal(nfa: CPNFA) -> set[int]:
+    """The states after which any string of SAFE_RANGES characters can still be read on the way to a final
+    state ("any key but these", `.*`, a free string body): a greatest fixed point. Start from the states that
+    can finish and drop each one whose edges into the set, from its epsilon closure, miss a safe character;
+    a drop rechecks the states with an edge (after epsilons) into the dropped one."""
+    n = nfa.size
+    dist = dist_to_final(nfa)
+    ok = [d is not None for d in dist]
+    closures: list[list[int] | None] = [None] * n
+
+    def closure(q: int) -> list[int]:
+        c = closures[q]
+        if c is None:
+            seen = {q}
+            stack = [q]
+            while stack:
+                for t in nfa.eps[stack.pop()]:
+                    if t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+            c = closures[q] = list(seen)
+        return c
+
+    rev: list[list[int]] = [[] for _ in range(n)]
+    rev_eps: list[list[int]] = [[] for _ in range(n)]
+    for q in range(n):
+        for _, _, t in nfa.edges[q]:
+            rev[t].append(q)
+        for t in nfa.eps[q]:
+            rev_eps[t].append(q)
+    work = [q for q in range(n) if ok[q]]
+    while work:
+        q = work.pop()
+        if not ok[q]:
+            continue
+        if covers_safe([(lo, hi) for p in closure(q) for lo, hi, t in nfa.edges[p] if ok[t]]):
+            continue
+        ok[q] = False
+        stack = list(rev[q]) + list(rev_eps[q])
+        seen = set(stack)
+        while stack:
+            p = stack.pop()
+            if ok[p]:
+                work.append(p)
+            for r in rev_eps[p]:
+                if r not in seen:
+                    seen.add(r)
+                    stack.append(r)
+    return {q for q in range(n) if ok[q]}
 
 
 def single_word(dfa: CPNFA) -> str | None:

@@ -13,7 +13,22 @@ import time
 from . import cpauto
 from .cpauto import CPNFA
 from .errors import GrammarError
-from .ir import EMPTY, NOTHING, Alt, Auto, Chars, Escaped, Grammar, Members, Node, Ref, Repeat, Seq, norm
+from .ir import (
+    EMPTY,
+    NOTHING,
+    Alt,
+    Auto,
+    Chars,
+    Escaped,
+    Grammar,
+    Members,
+    Node,
+    Ref,
+    Repeat,
+    Seq,
+    covers_safe,
+    norm,
+)
 
 MAX_STATES = 300_000
 COUNTER_THRESHOLD = 12
@@ -113,6 +128,11 @@ class ByteNFA:
         self.cexit: dict[int, tuple[int, int]] = {}
         self.cguard: dict[int, tuple[int, int]] = {}  # enter the body only while the counter is < max
         self.loop_slack: dict[int, int] = {}  # loop id -> how far below its max its guards' bounds may lie
+        self.loop_step: dict[int, int] = {}  # loop id -> at least this many bytes per pass of its body (else 1)
+        # States from which any string-safe text (ir.SAFE_RANGES) can be read by byte and plain epsilon edges
+        # and still finish: a free string body, "any key but these", `.*`. Masks from them take every
+        # string-safe token without a walk (see Automaton.local_info). A subset: it need not name them all.
+        self.universal: set[int] = set()
 
     def add(self) -> int:
         n = len(self.edges)
@@ -334,6 +354,7 @@ class _Builder:
         self.cyclic = _cyclic_rules(g, refs) | {name for name in g.shared if name in g.rules}
         self.est_memo: dict[int, int] = {}
         self.null_memo: dict[int, bool] = {}
+        self.min_memo: dict[int, int] = {}
         # A big rule referenced from several places is called (shared) rather than copied at each use.
         # (Sizes are estimated as the calls stood when each was measured; `build` measures afresh.)
         for name, n in counts.items():
@@ -380,6 +401,35 @@ class _Builder:
     def counted(self, node: Repeat) -> bool:
         big = (node.max if node.max is not None else node.min) > COUNTER_THRESHOLD
         return big and not self.nullable(node.item)
+
+    def min_bytes(self, node: Node, depth: int = 0) -> int:
+        """A lower bound on the length in bytes of the strings of `node` (0 where a cycle or deep nesting
+        makes it unsure)."""
+        key = id(node)
+        hit = self.min_memo.get(key)
+        if hit is not None:
+            return hit
+        if depth > 200:
+            return 0
+        self.min_memo[key] = 0  # inside a cycle: 0 is always a lower bound
+        if isinstance(node, Chars):
+            v = 1
+        elif isinstance(node, Seq):
+            v = sum(self.min_bytes(x, depth + 1) for x in node.items)
+        elif isinstance(node, Alt):
+            v = min((self.min_bytes(x, depth + 1) for x in node.items), default=0)
+        elif isinstance(node, Repeat):
+            v = node.min * self.min_bytes(node.item, depth + 1)
+        elif isinstance(node, Escaped):
+            v = self.min_bytes(node.item, depth + 1)
+        elif isinstance(node, Ref):
+            v = self.min_bytes(self.g.rules[node.name], depth + 1)
+        elif isinstance(node, Members):
+            v = sum(self.min_bytes(x, depth + 1) for x, required in node.items if required)
+        else:
+            v = 0
+        self.min_memo[key] = v
+        return v
 
     def nullable(self, node: Node, depth: int = 0) -> bool:
         key = id(node)
@@ -479,6 +529,7 @@ class _Builder:
         if isinstance(node, Repeat) and self.counted(node):
             lid = len(nfa.loops)
             nfa.loops.append((node.min, node.max))
+            nfa.loop_step[lid] = max(1, self.min_bytes(node.item))
             p, h, x, ci = nfa.add(), nfa.add(), nfa.add(), nfa.add()
             e = nfa.add() if end is None else end
             nfa.eps[s].append(p)
@@ -616,6 +667,10 @@ class _Builder:
         m = [nfa.add() for _ in range(a.size)]
         e = nfa.add() if end is None else end
         nfa.eps[s].append(m[a.start])
+        univ = a.universal_states
+        if univ is None:
+            univ = a.universal_states = cpauto.universal(a)
+        nfa.universal.update(m[q] for q in univ)
         for q in range(a.size):
             for t, rs in _by_target(a.edges[q]).items():
                 self.lower(rs, m[q], m[t], esc)
@@ -676,9 +731,11 @@ class _Builder:
         """Byte edges from `s` to `e` for one code point of `ranges` (JSON-escaped when `esc`)."""
         plan = self.plans.get((ranges, esc))
         if plan is None:
-            plan = self.plans[(ranges, esc)] = _plan(ranges, esc)
-        plain, specials, high = plan
+            plan = self.plans[(ranges, esc)] = _plan(ranges, esc) + (covers_safe(ranges),)
+        plain, specials, high, safe = plan
         nfa = self.nfa
+        if safe and s == e:
+            nfa.universal.add(s)  # a loop on every string-safe character
         row = nfa.edges[s]
         for a, b in plain:
             row.append((a, b, e))
