@@ -146,6 +146,10 @@ def test_universal_states_match_their_definition(seed):
         assert got == {q for q in range(dfa.size) if _universal_oracle(dfa, q)}
         for q in cpauto.universal(nfa):
             assert _universal_oracle(nfa, q)
+        bounded = cpauto.count(nfa, 0, 3)  # marked empty without the search
+        assert bounded.universal_states == set()
+        assert not any(_universal_oracle(bounded, q) for q in range(bounded.size))
     words = ["".join(rnd.choice(ALPHABET) for _ in range(rnd.randint(1, 4))) for _ in range(6)]
-    assert cpauto.universal(cpauto.not_words(words)) == set(range(cpauto.not_words(words).size))
+    a = cpauto.not_words(words)
+    assert cpauto.universal(a) == a.universal_states == set(range(a.size))
     assert not cpauto.universal(literal_set(words))

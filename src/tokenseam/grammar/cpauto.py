@@ -267,7 +267,10 @@ def count(nfa: CPNFA, lo: int, hi: int | None) -> CPNFA:
                 if hi is None and nc > lo:
                     nc = lo
                 out.edges[me].append((a, b, get(t, nc)))
-    return trim(out)
+    res = trim(out)
+    if hi is not None:
+        res.universal_states = set()  # every string is at most hi long: no state reads any text
+    return res
 
 
 def trim(nfa: CPNFA) -> CPNFA:
@@ -335,42 +338,43 @@ def dist_to_final(nfa: CPNFA) -> list[int | None]:
 def universal(nfa: CPNFA) -> set[int]:
     """The states after which any string of SAFE_RANGES characters can still be read on the way to a final
     state ("any key but these", `.*`, a free string body): a greatest fixed point. Start from the states that
-    can finish and drop each one whose edges into the set, from its epsilon closure, miss a safe character;
-    a drop rechecks the states with an edge (after epsilons) into the dropped one."""
+    can finish and whose edges (from their epsilon closure) cover every safe character, and drop each one
+    whose edges into the set miss one; a drop rechecks the states with an edge (after epsilons) into it."""
     n = nfa.size
-    dist = dist_to_final(nfa)
-    ok = [d is not None for d in dist]
-    closures: list[list[int] | None] = [None] * n
+    edges, eps = nfa.edges, nfa.eps
 
     def closure(q: int) -> list[int]:
-        c = closures[q]
-        if c is None:
-            seen = {q}
-            stack = [q]
-            while stack:
-                for t in nfa.eps[stack.pop()]:
-                    if t not in seen:
-                        seen.add(t)
-                        stack.append(t)
-            c = closures[q] = list(seen)
-        return c
+        if not eps[q]:
+            return [q]
+        seen = {q}
+        stack = [q]
+        while stack:
+            for t in eps[stack.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        return list(seen)
 
+    closures = [closure(q) for q in range(n)]
+    ok = [covers_safe([(lo, hi) for p in c for lo, hi, _ in edges[p]]) for c in closures]
+    if not any(ok):
+        return set()  # most pattern automata: no state loops on every character
+    dist = dist_to_final(nfa)
+    ok = [ok[q] and dist[q] is not None for q in range(n)]
     rev: list[list[int]] = [[] for _ in range(n)]
     rev_eps: list[list[int]] = [[] for _ in range(n)]
     for q in range(n):
-        for _, _, t in nfa.edges[q]:
+        for _, _, t in edges[q]:
             rev[t].append(q)
-        for t in nfa.eps[q]:
+        for t in eps[q]:
             rev_eps[t].append(q)
     work = [q for q in range(n) if ok[q]]
     while work:
         q = work.pop()
-        if not ok[q]:
-            continue
-        if covers_safe([(lo, hi) for p in closure(q) for lo, hi, t in nfa.edges[p] if ok[t]]):
+        if not ok[q] or covers_safe([(lo, hi) for p in closures[q] for lo, hi, t in edges[p] if ok[t]]):
             continue
         ok[q] = False
-        stack = list(rev[q]) + list(rev_eps[q])
+        stack = rev[q] + rev_eps[q]
         seen = set(stack)
         while stack:
             p = stack.pop()
@@ -450,8 +454,9 @@ def not_words(words: list[str]) -> CPNFA:
         out.edges[sink].append((a, b, sink))
     out.finals.add(sink)
     out.start = 0
-    # Every state reaches the sink, which accepts: nothing to trim.
+    # Every state reaches the sink, which accepts: nothing to trim, and after any text a state is still alive.
     out.live_start = True
+    out.universal_states = set(range(out.size))
     return out
 
 

@@ -213,7 +213,15 @@ SAFE_RANGES: Ranges = norm([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E), (0x80, 0xD
 
 def covers_safe(ranges) -> bool:
     """Whether the code point ranges (any order, may overlap) include every one of SAFE_RANGES."""
-    return not intersect(SAFE_RANGES, complement(norm(ranges)))
+    if not ranges or max(hi for _, hi in ranges) < MAX_CP:
+        return False  # the common case (a few characters), without sorting
+    merged: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return all(any(lo <= a and b <= hi for lo, hi in merged) for a, b in SAFE_RANGES)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
