@@ -188,23 +188,26 @@ def test_long_counted_strings_match_simulation(vocabs, vocab_name):
 
 @pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])
 def test_universal_states_take_safe_tokens_whole(vocabs, vocab_name):
-    """From a state where any string-safe text stays alive (extra keys, `.*`-like patterns, free strings) the
-    mask takes every string-safe token without walking it: masks equal the full walk's over the whole
-    vocabulary, and the full-stack simulation on a sample."""
+    """From a state where any string-safe text stays alive (extra keys, `.*`-like patterns, free strings; up to
+    the characters left in a maxLength string) the mask takes every string-safe token that fits without
+    walking it: masks equal the full walk's over the whole vocabulary, and the full-stack simulation on a
+    sample."""
     from tokenseam.grammar import GrammarCompiler
 
     vocab = vocabs[vocab_name]
     schema = {"type": "object", "properties": {
         "format": {"type": "string", "pattern": "^zip|tar$"},
         "name": {"type": "string"},
+        "short": {"type": "string", "maxLength": 40},
         "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+-.*$"}}},
         "required": ["format"]}
-    doc = json.dumps({"format": "a tar", "name": "é \"x\" 日本", "tags": ["ab-cd", "x-"], "extra key": 1},
-                     ensure_ascii=False)
+    doc = json.dumps({"format": "a tar", "name": "é \"x\" 日本", "short": "a few words, then é 日本 and more words",
+                      "tags": ["ab-cd", "x-"], "extra key": 1}, ensure_ascii=False)
     fast = GrammarCompiler(vocab).compile_json_schema(schema)
     slow = GrammarCompiler(vocab).compile_json_schema(schema)
     assert fast.automaton.nfa.universal
     slow.automaton.nfa.universal = set()
+    slow.automaton.nfa.counted_body = {}
     _check(fast, vocab, doc, _cuts(doc), seed=6, sample=_sample_with_text)
     data = doc.encode()
     ma, mb = GrammarMatcher(fast), GrammarMatcher(slow)
@@ -220,6 +223,8 @@ def test_universal_states_take_safe_tokens_whole(vocabs, vocab_name):
     # The shortcut was taken: some masks were made from states with a universal configuration.
     auto = fast.automaton
     assert any(q in auto.nfa.universal for kc in auto._local_info for q, _ in auto.state_configs[kc])
+    budgets = {auto._safe_budget(kc) for kc in auto._local_info}
+    assert any(0 < b < 1 << 30 for b in budgets)  # and from the counted maxLength body
 
 
 def test_counters_of_long_loop_bodies_clamp_early(compiler, smollm2_vocab):

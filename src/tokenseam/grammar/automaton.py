@@ -237,6 +237,32 @@ def _lcp(data, offs):
 
 
 @numba.njit(cache=True)
+def _code_points(data, offs):
+    """Code points per (valid UTF-8) byte string: the bytes that are not continuation bytes."""
+    n = offs.shape[0] - 1
+    out = np.zeros(n, np.int64)
+    for i in range(n):
+        c = 0
+        for j in range(offs[i], offs[i + 1]):
+            if data[j] < 0x80 or data[j] >= 0xC0:
+                c += 1
+        out[i] = c
+    return out
+
+
+@numba.njit(cache=True)
+def _gather(data, offs, idx, total):
+    """The byte strings at positions idx, concatenated (at least one byte, for an empty table)."""
+    out = np.zeros(max(total, 1), np.uint8)
+    k = 0
+    for i in idx:
+        for j in range(offs[i], offs[i + 1]):
+            out[k] = data[j]
+            k += 1
+    return out
+
+
+@numba.njit(cache=True)
 def _skip_table(lcp, depths):
     n = lcp.shape[0]
     skip = np.empty((depths, n), np.int64)
@@ -264,15 +290,12 @@ class TokenTable:
         self.skip = _skip_table(self.lcp, SKIP_DEPTHS)
         self.ids = trie.sorted_ids.astype(np.int64)
         self.safe_from = _safe_from(self.data, self.offs)
-        # Tokens made only of string-safe characters, and a table of all the others: from a state where any
-        # string-safe text stays alive (ByteNFA.universal), the first are all taken and only the others walked.
-        whole = self.ids[self.safe_from == 0]
-        self.safe_bits = np.zeros(self.words, dtype=np.uint32)
-        w, b = _sparse_bits(whole)
-        self.safe_bits[w] = b
-        rest = self.safe_from != 0
-        self.unsafe = SubTable(vocab.token_bytes, self.ids[rest], np.zeros(int(rest.sum()), dtype=np.int64),
-                               whole_tokens=True)
+        # Per token, its code points when it is made only of string-safe characters (see `bulk`).
+        self.safe_cps = np.where(self.safe_from == 0, _code_points(self.data, self.offs), -1)
+        self.max_safe_cps = int(self.safe_cps.max()) if len(self.ids) else 0
+        self._bulk: dict[int, tuple[np.ndarray, SubTable] | None] = {}
+        self._bulk_levels = [self.max_safe_cps] + [x for x in (48, 32, 24, 16, 12, 8) if x < self.max_safe_cps]
+        self._bulk_lock = threading.Lock()
         self.maxlen = int(lens.max()) if len(lens) else 1
         self.eos = np.asarray(sorted(vocab.eos_token_ids), dtype=np.int64)
         self.is_special = np.asarray(vocab.is_special, dtype=bool)
@@ -281,6 +304,27 @@ class TokenTable:
         self._indent_runs: tuple[np.ndarray, np.ndarray] | None = None
         self._indent_filters: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._indent_lock = threading.Lock()  # grammars for one vocabulary compile in several threads
+
+    def bulk(self, budget: int) -> tuple[np.ndarray, SubTable] | None:
+        """For a state where any string-safe text of up to `budget` code points stays alive: (packed mask of the
+        string-safe tokens that short, which it takes without a walk; the table of all other tokens, to walk).
+        None when the walk would not be much smaller than the vocabulary's."""
+        # A few budget levels (walking a token that could have been taken is only slower), so few tables.
+        level = next((x for x in self._bulk_levels if x <= budget), None)
+        if level is None:
+            return None
+        with self._bulk_lock:
+            hit = self._bulk.get(level, 0)
+            if hit == 0:
+                take = (self.safe_cps >= 0) & (self.safe_cps <= level)
+                rest = np.flatnonzero(~take)
+                hit = None
+                if len(rest) <= len(self.ids) // 8:
+                    row = np.zeros(self.words * 32, dtype=bool)
+                    row[self.ids[take]] = True
+                    hit = (np.packbits(row, bitorder="little").view(np.uint32), SubTable.rows(self, rest))
+                self._bulk[level] = hit
+            return hit
 
     def indent_filters(self, limit: int) -> tuple[np.ndarray, np.ndarray]:
         """Packed masks of the tokens that keep every run of spaces/tabs after a raw newline within `limit`:
@@ -317,10 +361,9 @@ class TokenTable:
 
 
 class SubTable:
-    """Token suffixes (bytes from an offset) sorted like the vocabulary trie, for walks resuming mid-token,
-    or (`whole_tokens`) a subset of whole tokens walked like the vocabulary."""
+    """Token suffixes (bytes from an offset) sorted like the vocabulary trie, for walks resuming mid-token."""
 
-    def __init__(self, token_bytes, tids: np.ndarray, starts: np.ndarray, whole_tokens: bool = False) -> None:
+    def __init__(self, token_bytes, tids: np.ndarray, starts: np.ndarray) -> None:
         suf = [token_bytes[t][o:] for t, o in zip(tids.tolist(), starts.tolist(), strict=True)]
         order = sorted(range(len(suf)), key=suf.__getitem__)
         sb = [suf[j] for j in order]
@@ -330,14 +373,29 @@ class SubTable:
         self.offs = np.zeros(len(sb) + 1, dtype=np.int64)
         np.cumsum(lens, out=self.offs[1:])
         self.data = np.frombuffer(b"".join(sb) or b"\0", dtype=np.uint8).copy()
-        lcp = _lcp(self.data, self.offs)
-        self.lcp = lcp
-        self.skip = _skip_table(lcp, SKIP_DEPTHS)
-        # Suffix walks take every byte: a state reached mid-token is no safe sink for the bytes before it.
-        self.safe_from = _safe_from(self.data, self.offs) if whole_tokens else lens
+        self._index()
+        self.safe_from = lens  # suffix walks take every byte: mid-token, no safe sink is known for the rest
         # Tokens ending exactly at the escape: accepted whenever the continuation is alive.
-        empty = self.ids[lens == 0]
-        self.empty = _sparse_bits(empty)
+        self.empty = _sparse_bits(self.ids[lens == 0])
+
+    @classmethod
+    def rows(cls, table: TokenTable, idx: np.ndarray) -> SubTable:
+        """Whole tokens at sorted positions `idx` (ascending) of `table`, walked like the vocabulary."""
+        self = cls.__new__(cls)
+        self.ids = table.ids[idx]
+        self.base = np.zeros(len(idx), dtype=np.int64)
+        lens = table.offs[idx + 1] - table.offs[idx]
+        self.offs = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lens, out=self.offs[1:])
+        self.data = _gather(table.data, table.offs, idx, int(self.offs[-1]))
+        self._index()
+        self.safe_from = table.safe_from[idx]
+        self.empty = _sparse_bits(self.ids[lens == 0])
+        return self
+
+    def _index(self) -> None:
+        self.lcp = _lcp(self.data, self.offs)
+        self.skip = _skip_table(self.lcp, SKIP_DEPTHS)
 
 
 def _sparse_bits(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1129,15 +1187,35 @@ class Automaton:
         hit = self._local_info.get(kc)
         if hit is None:
             tab = self.table
-            universal = self.nfa.universal
-            if any(q in universal for q, _ in self.state_configs[kc]):
-                # Any string-safe text stays alive from here, so every string-safe token is taken.
-                tab = tab.unsafe
+            budget = self._safe_budget(kc)
+            bulk = tab.bulk(budget) if budget > 0 else None
+            if bulk is not None:
+                tab = bulk[1]
             out, rec = self._walk_table(kc, tab)
-            if tab is not self.table:
-                out |= self.table.safe_bits
+            if bulk is not None:
+                out |= bulk[0]
             hit = self._local_info[kc] = (out, self._groups_of(tab, rec))
         return hit
+
+    def _safe_budget(self, kc: int) -> int:
+        """How many code points of any string-safe text local state kc stays alive on (-1: not known to):
+        unbounded from a universal NFA state, hi - v from the body of a counted loop over every safe
+        character whose counter stands at v (a maxLength string)."""
+        nfa = self.nfa
+        universal, bodies, stacks = nfa.universal, nfa.counted_body, self.stacks
+        best = -1
+        for q, st in self.state_configs[kc]:
+            if q in universal:
+                return 1 << 30
+            lid = bodies.get(q)
+            if lid is not None and st > BOT:
+                ret, _, v = stacks[st]
+                if ret == -1 - lid:
+                    hi = nfa.loops[lid][1]
+                    if hi is None:
+                        return 1 << 30
+                    best = max(best, hi - v)
+        return best
 
     def suffix_info(self, kc: int, gid: int) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
         """Group gid's token suffixes from local state kc: (certain word indices, bits, escaping groups)."""

@@ -133,6 +133,9 @@ class ByteNFA:
         # and still finish: a free string body, "any key but these", `.*`. Masks from them take every
         # string-safe token without a walk (see Automaton.local_info). A subset: it need not name them all.
         self.universal: set[int] = set()
+        # Body start of a counted loop over one character class covering every string-safe character -> its
+        # loop id: with the counter at v, any string-safe text of up to max - v characters stays alive.
+        self.counted_body: dict[int, int] = {}
 
     def add(self) -> int:
         n = len(self.edges)
@@ -331,6 +334,16 @@ def _prune(g: Grammar, ok: dict[str, bool]) -> Grammar:
         if ok[name]:
             rules[name] = pruned
     return dataclasses.replace(g, rules=rules)
+
+
+def _one_safe_char(node: Node) -> bool:
+    """Whether `node` reads any one string-safe character by itself, with a class lowered as byte edges from
+    where the node starts (a Chars covering ir.SAFE_RANGES, alone or as an alternative)."""
+    while isinstance(node, Escaped):
+        node = node.item
+    if isinstance(node, Alt):
+        return any(isinstance(x, Chars) and covers_safe(x.ranges) for x in node.items)
+    return isinstance(node, Chars) and covers_safe(node.ranges)
 
 
 def _by_target(row: list) -> dict[int, tuple]:
@@ -541,6 +554,8 @@ class _Builder:
             nfa.cguard[g] = (b, lid)
             self.emit(node.item, b, esc, ci)
             nfa.cinc[ci] = (h, lid)
+            if _one_safe_char(node.item):
+                nfa.counted_body[b] = lid
             return e
         if isinstance(node, Repeat):
             if self.estimate(node) > MAX_STATES:
