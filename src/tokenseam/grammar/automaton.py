@@ -858,7 +858,8 @@ class Automaton:
                         if cv != v:
                             crow[row == v] = cv
                     self.ctrans[sid] = crow
-                if not self.flags[sid] & 2 and self._is_safe_sink(sid):
+                # Only a state that stays alive on any safe text can loop on it (the check may build states).
+                if not self.flags[sid] & 2 and self._safe_budget(sid) > 0 and self._is_safe_sink(sid):
                     self.flags[sid] |= SAFE_SINK
             seg = pending.get(c)
             if seg is None:
