@@ -251,13 +251,13 @@ def _code_points(data, offs):
 
 
 @numba.njit(cache=True)
-def _gather(data, offs, idx, total):
-    """The byte strings at positions idx, concatenated (at least one byte, for an empty table)."""
+def _gather(data, starts, lens, total):
+    """The byte strings data[starts[k] : starts[k] + lens[k]], concatenated (at least one byte)."""
     out = np.zeros(max(total, 1), np.uint8)
     k = 0
-    for i in idx:
-        for j in range(offs[i], offs[i + 1]):
-            out[k] = data[j]
+    for j in range(starts.shape[0]):
+        for b in range(starts[j], starts[j] + lens[j]):
+            out[k] = data[b]
             k += 1
     return out
 
@@ -361,41 +361,42 @@ class TokenTable:
 
 
 class SubTable:
-    """Token suffixes (bytes from an offset) sorted like the vocabulary trie, for walks resuming mid-token."""
+    """Entries of a token table from some depth on, for walks that resume mid-token (tokens escaping a local
+    state), or a subset of whole tokens walked like the vocabulary (`rows`)."""
 
-    def __init__(self, token_bytes, tids: np.ndarray, starts: np.ndarray) -> None:
-        suf = [token_bytes[t][o:] for t, o in zip(tids.tolist(), starts.tolist(), strict=True)]
-        order = sorted(range(len(suf)), key=suf.__getitem__)
-        sb = [suf[j] for j in order]
-        self.ids = tids[order].astype(np.int64)
-        self.base = starts[order].astype(np.int64)
-        lens = np.fromiter((len(b) for b in sb), dtype=np.int64, count=len(sb))
-        self.offs = np.zeros(len(sb) + 1, dtype=np.int64)
+    ids: np.ndarray
+    base: np.ndarray  # where each entry starts inside its token
+    offs: np.ndarray
+    data: np.ndarray
+    lcp: np.ndarray
+    skip: np.ndarray
+    safe_from: np.ndarray
+    empty: tuple[np.ndarray, np.ndarray]  # entries with no bytes left: taken whenever the state is alive
+
+    @classmethod
+    def suffixes(cls, tab, idx: np.ndarray, depth: np.ndarray) -> SubTable:
+        """The suffixes from `depth` on of the entries at positions `idx` of table `tab`, in that order: a walk
+        needs no sorted order to be exact, and `idx` ascending keeps the entries that share a path together."""
+        self = cls.__new__(cls)
+        self.ids = tab.ids[idx]
+        self.base = tab.base[idx] + depth
+        starts = tab.offs[idx] + depth
+        lens = tab.offs[idx + 1] - starts
+        self.offs = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(lens, out=self.offs[1:])
-        self.data = np.frombuffer(b"".join(sb) or b"\0", dtype=np.uint8).copy()
-        self._index()
+        self.data = _gather(tab.data, starts, lens, int(self.offs[-1]))
+        self.lcp = _lcp(self.data, self.offs)
+        self.skip = _skip_table(self.lcp, SKIP_DEPTHS)
         self.safe_from = lens  # suffix walks take every byte: mid-token, no safe sink is known for the rest
-        # Tokens ending exactly at the escape: accepted whenever the continuation is alive.
         self.empty = _sparse_bits(self.ids[lens == 0])
+        return self
 
     @classmethod
     def rows(cls, table: TokenTable, idx: np.ndarray) -> SubTable:
         """Whole tokens at sorted positions `idx` (ascending) of `table`, walked like the vocabulary."""
-        self = cls.__new__(cls)
-        self.ids = table.ids[idx]
-        self.base = np.zeros(len(idx), dtype=np.int64)
-        lens = table.offs[idx + 1] - table.offs[idx]
-        self.offs = np.zeros(len(idx) + 1, dtype=np.int64)
-        np.cumsum(lens, out=self.offs[1:])
-        self.data = _gather(table.data, table.offs, idx, int(self.offs[-1]))
-        self._index()
+        self = cls.suffixes(table, idx, np.zeros(len(idx), dtype=np.int64))
         self.safe_from = table.safe_from[idx]
-        self.empty = _sparse_bits(self.ids[lens == 0])
         return self
-
-    def _index(self) -> None:
-        self.lcp = _lcp(self.data, self.offs)
-        self.skip = _skip_table(self.lcp, SKIP_DEPTHS)
 
 
 def _sparse_bits(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1179,7 +1180,7 @@ class Automaton:
         for chunk in np.split(rec, cuts):
             idx = chunk[:, 0]
             gid = len(self._groups_tab)
-            self._groups_tab.append(SubTable(self.table.token_bytes, tab.ids[idx], tab.base[idx] + chunk[:, 1]))
+            self._groups_tab.append(SubTable.suffixes(tab, idx, chunk[:, 1]))
             groups.append((int(chunk[0, 2]), gid))
         return groups
 
