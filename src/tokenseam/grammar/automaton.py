@@ -28,29 +28,21 @@ NO_ESC: tuple = ()
 
 
 SKIP_DEPTHS = 4
-SAFE_SINK = 4  # state flag: every string-safe character leads back here (see _walk_esc)
-# Valid multi-byte UTF-8: lead byte range, then the continuation byte ranges (RFC 3629).
-_UTF8_SHAPES = (
-    (0xC2, 0xDF, ((0x80, 0xBF),)),
-    (0xE0, 0xE0, ((0xA0, 0xBF), (0x80, 0xBF))),
-    (0xE1, 0xEC, ((0x80, 0xBF), (0x80, 0xBF))),
-    (0xED, 0xED, ((0x80, 0x9F), (0x80, 0xBF))),
-    (0xEE, 0xEF, ((0x80, 0xBF), (0x80, 0xBF))),
-    (0xF0, 0xF0, ((0x90, 0xBF), (0x80, 0xBF), (0x80, 0xBF))),
-    (0xF1, 0xF3, ((0x80, 0xBF), (0x80, 0xBF), (0x80, 0xBF))),
-    (0xF4, 0xF4, ((0x80, 0x8F), (0x80, 0xBF), (0x80, 0xBF))),
-)
+# State flag: any string-safe text of up to budget[state] code points stays alive from here (a free string
+# body, "any key but these", a maxLength string with room left). See _walk_esc and Automaton._safe_budget.
+SAFE_SINK = 4
+UNBOUNDED = 1 << 30
 
 
 @numba.njit(cache=True, nogil=True)
-def _walk_esc(trans, flags, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec):
+def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec):
     """Walk the byte-sorted tokens from local state states[0]: tokens the local automaton takes whole go to
     `out`; for every other token, each depth whose state escapes (needs the frames below BOT) is recorded as
     (index, depth, state) in `rec`, since the token's fate depends on the real stack there.
 
     A token whose remaining bytes (from safe_from[i] on) are whole string-safe characters is taken as soon as
-    the walk reaches a state flagged SAFE_SINK (one every such character leads back to): JSON string bodies
-    then cost one check per token, not one step per byte. states[] is then valid only up to that depth.
+    the walk reaches a state flagged SAFE_SINK whose budget covers them: JSON string bodies then cost one
+    check per token, not one step per byte. states[] is then valid only up to that depth.
 
     Resumable through pos = (index, resume depth or -1, dead depth, dead path escapes, valid depth): returns
     1 when a row must be built (states[pos[1]]), 2 when `rec` is full, 0 when done."""
@@ -95,9 +87,16 @@ def _walk_esc(trans, flags, byte_class, data, offs, lcp, skip, ids, safe_from, s
         sunk = False
         # The current state stays in a register: each byte costs one dependent load (its transition).
         while d < ln:
-            if d >= sf and flags[st] & 4:
-                sunk = True
-                break
+            if d >= sf and flags[st] & 4 and not 0x80 <= data[o + d] < 0xC0:
+                left = ln - d
+                if budget[st] < left:  # count the code points left: the bytes that start one
+                    left = 0
+                    for k in range(o + d, o + ln):
+                        if not 0x80 <= data[k] < 0xC0:
+                            left += 1
+                if left <= budget[st]:
+                    sunk = True
+                    break
             nx = trans[st, byte_class[data[o + d]]]
             if nx < 0:
                 break
@@ -431,6 +430,7 @@ class Automaton:
         self.state_esc: list[tuple] = []
         cap = 256
         self.flags = np.zeros(cap, dtype=np.int8)
+        self.budget = np.zeros(cap, dtype=np.int32)
         self.trans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
         # Mask walks read `ctrans`: the same rows with every successor replaced by its canonical state (counters
         # far from their bounds clamped). A token never moves a counter far enough for the difference to
@@ -484,8 +484,6 @@ class Automaton:
         self._cls_of = cls_of
         self.n_classes = len(pts) - 1
         self.class_start = pts[:-1]
-        safe = [b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C)]
-        self._safe_ascii_classes = sorted({cls_of[b] for b in safe})
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
         self._succ_memo: dict[tuple, int] = {}
         self._pending: dict[int, dict] = {}
@@ -766,11 +764,16 @@ class Automaton:
             flags_grown = np.zeros(cap, dtype=np.int8)
             flags_grown[:sid] = self.flags[:sid]
             self.flags = flags_grown
+            budget_grown = np.zeros(cap, dtype=np.int32)
+            budget_grown[:sid] = self.budget[:sid]
+            self.budget = budget_grown
         self.state_index[key] = sid
         self.state_configs.append(configs)
         self.state_esc.append(esc)
         self.accepting[sid] = acc
-        self.flags[sid] = (1 if configs or acc else 0) | (2 if esc else 0)
+        room = self._safe_budget(configs)
+        self.flags[sid] = (1 if configs or acc else 0) | (2 if esc else 0) | (SAFE_SINK if room > 0 else 0)
+        self.budget[sid] = max(room, 0)
         return sid
 
     def _successor(self, moves: tuple) -> int:
@@ -859,9 +862,6 @@ class Automaton:
                         if cv != v:
                             crow[row == v] = cv
                     self.ctrans[sid] = crow
-                # Only a state that stays alive on any safe text can loop on it (the check may build states).
-                if not self.flags[sid] & 2 and self._safe_budget(sid) > 0 and self._is_safe_sink(sid):
-                    self.flags[sid] |= SAFE_SINK
             seg = pending.get(c)
             if seg is None:
                 return
@@ -878,39 +878,6 @@ class Automaton:
         finally:
             if was:
                 gc.enable()
-
-    def _is_safe_sink(self, sid: int) -> bool:
-        """Whether every string-safe character (see `_safe_from`) leads from sid back to sid in the table the
-        mask walks read."""
-        row = self._walk_trans[sid]
-        cls = self._safe_ascii_classes
-        if any(row[c] != sid and row[c] != UNKNOWN for c in cls):
-            return False
-        for c in cls:
-            if row[c] == UNKNOWN:
-                self.fill(sid, c)
-                row = self._walk_trans[sid]
-                if row[c] != sid:
-                    return False
-        cls_of = self._cls_of
-        for lead_lo, lead_hi, conts in _UTF8_SHAPES:
-            frontier = {sid}
-            for lo, hi in ((lead_lo, lead_hi),) + conts:
-                nxt = set()
-                for x in frontier:
-                    for c in range(cls_of[lo], cls_of[hi] + 1):
-                        if self._walk_trans[x, c] == UNKNOWN:
-                            self.fill(x, c)
-                        t = int(self._walk_trans[x, c])
-                        if t < 0:
-                            return False
-                        nxt.add(t)
-                if len(nxt) > 8:
-                    return False
-                frontier = nxt
-            if frontier != {sid}:
-                return False
-        return True
 
     @property
     def _walk_trans(self) -> np.ndarray:
@@ -1157,8 +1124,8 @@ class Automaton:
         rec = np.empty((256, 3), dtype=np.int64)
         nrec = np.zeros(1, dtype=np.int64)
         while True:
-            r = _walk_esc(self._walk_trans, self.flags, self.byte_class, tab.data, tab.offs, tab.lcp, tab.skip, tab.ids,
-                          tab.safe_from, states, pos, out, rec, nrec)
+            r = _walk_esc(self._walk_trans, self.flags, self.budget, self.byte_class, tab.data, tab.offs, tab.lcp,
+                          tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec)
             if r == 0:
                 break
             if r == 1:
@@ -1189,7 +1156,7 @@ class Automaton:
         hit = self._local_info.get(kc)
         if hit is None:
             tab = self.table
-            budget = self._safe_budget(kc)
+            budget = int(self.budget[kc])
             bulk = tab.bulk(budget) if budget > 0 else None
             if bulk is not None:
                 tab = bulk[1]
@@ -1199,25 +1166,25 @@ class Automaton:
             hit = self._local_info[kc] = (out, self._groups_of(tab, rec))
         return hit
 
-    def _safe_budget(self, kc: int) -> int:
-        """How many code points of any string-safe text local state kc stays alive on (-1: not known to):
-        unbounded from a universal NFA state, hi - v from the body of a counted loop over every safe
-        character whose counter stands at v (a maxLength string)."""
+    def _safe_budget(self, configs: tuple) -> int:
+        """How many code points of any string-safe text a state with these configurations stays alive on (-1:
+        not known to): unbounded from a universal NFA state, hi - v from the body of a counted loop over every
+        safe character whose counter stands at v (a maxLength string)."""
         nfa = self.nfa
         universal, bodies, stacks = nfa.universal, nfa.counted_body, self.stacks
         best = -1
-        for q, st in self.state_configs[kc]:
+        for q, st in configs:
             if q in universal:
-                return 1 << 30
+                return UNBOUNDED
             lid = bodies.get(q)
             if lid is not None and st > BOT:
                 ret, _, v = stacks[st]
                 if ret == -1 - lid:
                     hi = nfa.loops[lid][1]
                     if hi is None:
-                        return 1 << 30
+                        return UNBOUNDED
                     best = max(best, hi - v)
-        return best
+        return min(best, UNBOUNDED)
 
     def suffix_info(self, kc: int, gid: int) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
         """Group gid's token suffixes from local state kc: (certain word indices, bits, escaping groups)."""
