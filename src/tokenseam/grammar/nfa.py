@@ -599,6 +599,13 @@ class _Builder:
         raise GrammarError(f"internal: unknown IR node {type(node).__name__}")
 
     def members(self, node: Members, s: int, esc: bool, end: int | None) -> int:
+        """Layers of states, one per item: a state is (count so far, mode). FIRST: nothing yet, a member may
+        start. FRESH: a member just ended; the object may end, or one separator follows. AFTER: past that
+        separator, so a member must start, this item or (skipping optional ones) a later one. CHAIN: a FRESH
+        state carried past skipped items so the object can still end there.
+
+        The separator after a member is lowered once (FRESH -> AFTER), not once per item that may come next:
+        the states after a comma then hold one whitespace run and the next keys' first bytes."""
         nfa = self.nfa
         lo, hi = node.min, node.max
         cap = hi if hi is not None else lo
@@ -617,64 +624,102 @@ class _Builder:
         def viable(c: int, k: int) -> bool:
             return c + room[k] >= lo and (hi is None or c + need[k] <= hi)
 
+        def can_add(c: int) -> bool:
+            return hi is None or c < hi
+
+        def bump(c: int) -> int:
+            return min(c + 1, cap) if hi is None else c + 1
+
+        follows: dict[int, list[bool]] = {}
+
+        def useful(c: int, k: int) -> bool:
+            """After a separator at layer k with count c, a member can still start and the object finish."""
+            u = follows.get(c)
+            if u is None:
+                u = [False] * (n + 1)
+                u[n] = node.extra is not None and can_add(c)
+                for j in range(n - 1, -1, -1):
+                    u[j] = (can_add(c) and viable(bump(c), j + 1)) or (
+                        not node.items[j][1] and viable(c, j + 1) and u[j + 1])
+                follows[c] = u
+            return u[k]
+
         if not viable(0, 0):
             nfa.may_dead_end = True
             return end
-        layer: dict[tuple[int, bool], int] = {(0, True): s}
-        for k in range(n + 1):
-            is_extra = k == n
-            item, required = (node.extra, False) if is_extra else node.items[k]
-            if is_extra:
-                if item is None:
-                    for (c, _f), q in layer.items():
-                        if c >= lo:
-                            nfa.eps[q].append(end)
-                    break
-                work = list(layer.items())
-                states = dict(layer)
-                done: set[tuple[int, bool]] = set()
-                while work:
-                    (c, f), q = work.pop()
-                    if (c, f) in done:
-                        continue
-                    done.add((c, f))
-                    if c >= lo:
-                        nfa.eps[q].append(end)
-                    if hi is not None and c >= hi:
-                        continue
-                    nc = min(c + 1, cap) if hi is None else c + 1
-                    key = (nc, False)
-                    if key not in states:
-                        states[key] = nfa.add()
-                        work.append((key, states[key]))
-                    start = q if f else self.emit(node.sep, q, esc)
-                    self.emit(item, start, esc, states[key])
-                break
-            nxt: dict[tuple[int, bool], int] = {}
+        FIRST, FRESH, AFTER, CHAIN = 0, 1, 2, 3
 
-            def target(key: tuple[int, bool], nxt: dict = nxt) -> int:
+        def separator(layer: dict, c: int, q: int) -> int | None:
+            """The separator after a member (FRESH state q), into the layer's AFTER state for count c; that
+            state, if it is new."""
+            a = layer.get((c, AFTER))
+            if a is not None:
+                self.emit(node.sep, q, esc, a)
+                return None
+            a = layer[(c, AFTER)] = self.emit(node.sep, q, esc)
+            return a
+
+        layer: dict[tuple[int, int], int] = {(0, FIRST): s}
+        for k in range(n):
+            for (c, mode), q in list(layer.items()):
+                if mode == FRESH and useful(c, k):
+                    separator(layer, c, q)
+            item, required = node.items[k]
+            nxt: dict[tuple[int, int], int] = {}
+
+            def target(key: tuple[int, int], nxt: dict = nxt) -> int:
                 if key not in nxt:
                     nxt[key] = nfa.add()
                 return nxt[key]
 
-            entries: dict[int, list[tuple[int, bool]]] = {}
-            for (c, f), q in layer.items():
+            entries: dict[int, list[int]] = {}
+            for (c, mode), q in layer.items():
                 if not required and viable(c, k + 1):
-                    nfa.eps[q].append(target((c, f)))
-                if hi is not None and c >= hi:
+                    if mode == FIRST:
+                        nfa.eps[q].append(target((c, FIRST)))
+                    elif mode == AFTER:
+                        if useful(c, k + 1):
+                            nfa.eps[q].append(target((c, AFTER)))
+                    elif c >= lo:
+                        nfa.eps[q].append(target((c, CHAIN)))  # its separator (if any) went to AFTER here
+                if mode in (FRESH, CHAIN) or not can_add(c):
                     continue
-                nc = min(c + 1, cap) if hi is None else c + 1
+                nc = bump(c)
                 if viable(nc, k + 1):
-                    entries.setdefault(nc, []).append((q, f))
+                    entries.setdefault(nc, []).append(q)
             for nc, srcs in entries.items():
                 begin = nfa.add()
-                for q, f in srcs:
-                    if f:
-                        nfa.eps[q].append(begin)
-                    else:
-                        self.emit(node.sep, q, esc, begin)
-                self.emit(item, begin, esc, target((nc, False)))
+                for q in srcs:
+                    nfa.eps[q].append(begin)
+                self.emit(item, begin, esc, target((nc, FRESH)))
             layer = nxt
+        if node.extra is None:
+            for (c, mode), q in layer.items():
+                if mode != AFTER and c >= lo:
+                    nfa.eps[q].append(end)
+            return end
+        # Extra members: any number, each FRESH state followed by its separator once.
+        work = list(layer.items())
+        done: set[tuple[int, int]] = set()
+        while work:
+            key, q = work.pop()
+            if key in done:
+                continue
+            done.add(key)
+            c, mode = key
+            if mode != AFTER and c >= lo:
+                nfa.eps[q].append(end)
+            if mode == FRESH and useful(c, n):
+                a = separator(layer, c, q)
+                if a is not None:
+                    work.append(((c, AFTER), a))
+            if mode in (FRESH, CHAIN) or not can_add(c):
+                continue
+            nkey = (bump(c), FRESH)
+            if nkey not in layer:
+                layer[nkey] = nfa.add()
+                work.append((nkey, layer[nkey]))
+            self.emit(node.extra, q, esc, layer[nkey])
         return end
 
     def embed(self, a: CPNFA, s: int, esc: bool, end: int | None) -> int:
