@@ -289,6 +289,29 @@ def test_property_counts_leave_no_dead_end(compiler, smollm2_vocab, seed):
     assert not g.automaton.nfa.may_dead_end
 
 
+def test_separator_is_lowered_once_per_member(compiler, smollm2_vocab):
+    """After a member's comma the automaton holds one whitespace run and the next keys' opening quotes, not a
+    separator per member that may come next; counts, order, extras and the end of the object still hold."""
+    n = 30
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(n)},
+              "additionalProperties": {"type": "boolean"}, "minProperties": 2, "maxProperties": 4}
+    g = compiler.compile_json_schema(schema)
+    m = GrammarMatcher(g)
+    assert m.accept_bytes(b'{"p0": 1, ')
+    auto = g.automaton
+    k = auto.pairs[m._state][0]
+    assert len(auto.state_configs[k]) <= n + 4
+    assert accepts_text(g, '{"p3": 1, "p7": 2}')
+    assert accepts_text(g, '{"p3": 1,  "p7": 2, "x": true, "y": false}')
+    assert accepts_text(g, '{"p29": 1, "zz": true}')
+    assert not accepts_text(g, '{"p3": 1}')  # minProperties
+    assert not accepts_text(g, '{"p3": 1, "p7": 2, "x": true, "y": false, "z": true}')  # maxProperties
+    assert not accepts_text(g, '{"p7": 1, "p3": 2}')  # schema order
+    assert not accepts_text(g, '{"p3": 1, , "p7": 2}')
+    assert not accepts_text(g, '{"p3": 1, "p7": 2, }')
+    assert not g.automaton.nfa.may_dead_end
+
+
 @pytest.mark.parametrize("schema", [
     {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "minProperties": 3},
     {"type": "object", "required": ["a", "b", "c"], "maxProperties": 2},
