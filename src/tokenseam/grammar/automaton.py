@@ -485,6 +485,7 @@ class Automaton:
         self.n_classes = len(pts) - 1
         self.class_start = pts[:-1]
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
+        self._special: set[int] | None = None  # NFA states with a stack operation (set on first use)
         self._succ_memo: dict[tuple, int] = {}
         self._pending: dict[int, dict] = {}
 
@@ -622,25 +623,29 @@ class Automaton:
         if hit != 0:
             return hit
         nfa = self.nfa
-        special = (nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
+        special = self._special
+        if special is None:
+            special = self._special = set().union(nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
+        eps = nfa.eps
         seen = {q0}
         stack = [q0]
         res: tuple[int, ...] | None = None
         ok = True
-        while stack and ok:
+        while stack:
             q = stack.pop()
-            for d in special:
-                if q in d:
-                    ok = False
-                    break
-            for t in nfa.eps[q]:
+            if q in special:
+                ok = False
+                break
+            for t in eps[q]:
                 if t not in seen:
                     seen.add(t)
                     stack.append(t)
             if len(seen) > 256:
                 ok = False
+                break
         if ok:
-            res = tuple(q for q in seen if nfa.edges[q])
+            edges = nfa.edges
+            res = tuple(sorted(q for q in seen if edges[q]))  # sorted: closure() pairs them without sorting
         self._local_memo[q0] = res
         return res
 
@@ -653,7 +658,7 @@ class Automaton:
             return hit
         local = self._local(q0)
         if local is not None:
-            res = (tuple(sorted([(q, st0) for q in local])), False, NO_ESC)
+            res = (tuple([(q, st0) for q in local]), False, NO_ESC)
             self.closure_memo[key] = res
             return res
         nfa = self.nfa
@@ -813,9 +818,33 @@ class Automaton:
             row[c0:c1] = UNKNOWN
             seg = (c0, c1 - 1, key)
             return dict.fromkeys(range(c0, c1), seg)
-        events = []
+        by_range: dict[tuple[int, int], list] = {}
         for q, st in configs:
             for lo, hi, t in edges[q]:
+                r = (lo, hi)
+                m = by_range.get(r)
+                if m is None:
+                    by_range[r] = [(t, st)]
+                else:
+                    m.append((t, st))
+        ranges = sorted(by_range)
+        if all(ranges[k][1] < ranges[k + 1][0] for k in range(len(ranges) - 1)):
+            # The usual case: edges on the same bytes or on disjoint bytes, so each range is one run.
+            pending = {}
+            for r in ranges:
+                moves = by_range[r]
+                key = tuple(sorted(set(moves))) if len(moves) > 1 else tuple(moves)
+                c0, c1 = cls_of[r[0]], cls_of[r[1]] + 1
+                nxt = memo.get(key)
+                if nxt is None:
+                    row[c0:c1] = UNKNOWN
+                    pending.update(dict.fromkeys(range(c0, c1), (c0, c1 - 1, key)))
+                else:
+                    row[c0:c1] = nxt
+            return pending
+        events = []
+        for (lo, hi), moves in by_range.items():
+            for t, st in moves:
                 events.append((lo, 1, t, st))
                 events.append((hi + 1, -1, t, st))
         events.sort()
