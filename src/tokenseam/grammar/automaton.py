@@ -6,6 +6,7 @@ one numba walk over the byte-sorted vocabulary that skips the subtree of every r
 
 from __future__ import annotations
 
+import bisect
 import gc
 import threading
 from collections import OrderedDict
@@ -23,6 +24,7 @@ MAX_CLOSURE = 100_000
 MASK_CACHE_BYTES = 128 * 1024 * 1024
 BOT = 1  # the stack id standing for "whatever frames lie below" in a stack-independent (local) state
 NO_ESC: tuple = ()
+NO_PENDING: tuple[list, list] = ([], [])  # a swept row with nothing left to build (never appended to)
 # Configuration sets are sorted tuples of (NFA state, stack) int pairs, not frozensets: tuples of ints leave the
 # cyclic GC's tracking, so the millions of them a long request builds do not make every full collection slow.
 
@@ -487,7 +489,7 @@ class Automaton:
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
         self._special: set[int] | None = None  # NFA states with a stack operation (set on first use)
         self._succ_memo: dict[tuple, int] = {}
-        self._pending: dict[int, dict] = {}
+        self._pending: dict[int, tuple[list, list]] = {}
 
     def _nullable_rules(self) -> set[int]:
         nfa = self.nfa
@@ -795,10 +797,10 @@ class Automaton:
             return DEAD
         return self._state(tuple(sorted(configs)), acc, tuple(sorted(esc)) if esc else NO_ESC)
 
-    def _sweep(self, sid: int) -> dict:
+    def _sweep(self, sid: int) -> tuple[list, list]:
         """Split the byte range by state sid's configuration edges: runs of bytes that every edge treats alike
         share one successor. Dead runs and successors already known are written to the row now; the others
-        wait (class -> (first class, last class, moves)) until a byte needs them."""
+        wait until a byte needs them, as (first classes, [(first class, last class, moves)]) in class order."""
         edges = self.nfa.edges
         configs = self.state_configs[sid]
         cls_of = self._cls_of
@@ -814,10 +816,9 @@ class Automaton:
             nxt = memo.get(key)
             if nxt is not None:
                 row[c0:c1] = nxt
-                return {}
+                return NO_PENDING
             row[c0:c1] = UNKNOWN
-            seg = (c0, c1 - 1, key)
-            return dict.fromkeys(range(c0, c1), seg)
+            return [c0], [(c0, c1 - 1, key)]
         by_range: dict[tuple[int, int], list] = {}
         for q, st in configs:
             for lo, hi, t in edges[q]:
@@ -830,7 +831,8 @@ class Automaton:
         ranges = sorted(by_range)
         if all(ranges[k][1] < ranges[k + 1][0] for k in range(len(ranges) - 1)):
             # The usual case: edges on the same bytes or on disjoint bytes, so each range is one run.
-            pending = {}
+            starts: list[int] = []
+            segs: list[tuple] = []
             for r in ranges:
                 moves = by_range[r]
                 key = tuple(sorted(set(moves))) if len(moves) > 1 else tuple(moves)
@@ -838,17 +840,19 @@ class Automaton:
                 nxt = memo.get(key)
                 if nxt is None:
                     row[c0:c1] = UNKNOWN
-                    pending.update(dict.fromkeys(range(c0, c1), (c0, c1 - 1, key)))
+                    starts.append(c0)
+                    segs.append((c0, c1 - 1, key))
                 else:
                     row[c0:c1] = nxt
-            return pending
+            return starts, segs
         events = []
         for (lo, hi), moves in by_range.items():
             for t, st in moves:
                 events.append((lo, 1, t, st))
                 events.append((hi + 1, -1, t, st))
         events.sort()
-        pending: dict[int, tuple[int, int, tuple]] = {}
+        starts = []
+        segs = []
         active: dict[tuple[int, int], int] = {}
         i = 0
         n = len(events)
@@ -870,10 +874,11 @@ class Automaton:
             nxt = memo.get(key)
             if nxt is None:
                 row[c0:c1] = UNKNOWN
-                pending.update(dict.fromkeys(range(c0, c1), (c0, c1 - 1, key)))
+                starts.append(c0)
+                segs.append((c0, c1 - 1, key))
             else:
                 row[c0:c1] = nxt
-        return pending
+        return starts, segs
 
     def fill(self, sid: int, c: int) -> None:
         """Build the successor of state sid on byte class c (and on the run of classes moving alike)."""
@@ -891,10 +896,13 @@ class Automaton:
                         if cv != v:
                             crow[row == v] = cv
                     self.ctrans[sid] = crow
-            seg = pending.get(c)
-            if seg is None:
+            starts, segs = pending
+            k = bisect.bisect_right(starts, c) - 1
+            if k < 0:
                 return
-            c0, c1, key = seg
+            c0, c1, key = segs[k]
+            if c > c1 or self.trans[sid, c] != UNKNOWN:
+                return
             nxt = self._succ_memo.get(key)
             if nxt is None:
                 nxt = self._succ_memo[key] = self._successor(key)
@@ -902,8 +910,6 @@ class Automaton:
             if self.ctrans is not None:
                 cn = self.canonical(nxt) if nxt >= 0 else nxt
                 self.ctrans[sid, c0:c1 + 1] = cn
-            for k in range(c0, c1 + 1):
-                del pending[k]
         finally:
             if was:
                 gc.enable()
