@@ -42,6 +42,7 @@ def _load(name: str) -> str:
 @pytest.mark.parametrize("name", NAMES)
 def test_example_grammar_texts(compiler, name):
     g = compiler.compile_gbnf(_load(name))
+    assert not g.warnings
     good, bad = TEXTS[name]
     for t in good:
         assert accepts_text(g, t), t
@@ -122,3 +123,5 @@ def test_rules_that_never_finish_are_dropped_exactly(compiler):
 
     assert not GrammarMatcher(g).accept_bytes(b"b")
     assert not g.automaton.nfa.may_dead_end
+    assert len(g.warnings) == 1 and "'x' can never finish" in g.warnings[0]
+    assert not compiler.compile_gbnf('root ::= "a" | x\nx ::= "b" x | "c"\n').warnings

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .errors import GrammarError
 from .ir import EMPTY, MAX_CP, Chars, Grammar, Node, Ref, Repeat, alt, complement, norm, seq
+from .nfa import productive
 
 MAX_REPEAT = 100_000
 _ESC = {"n": 10, "r": 13, "t": 9, "\\": 92, '"': 34, "[": 91, "]": 93, "/": 47, "-": 45, "'": 39, "0": 0,
@@ -226,4 +227,14 @@ def parse_gbnf(text: str, start: str = "root") -> Grammar:
         raise GrammarError("GBNF: the grammar defines no rules")
     if start not in rules:
         raise GrammarError(f"GBNF: the grammar has no {start!r} rule")
-    return Grammar(rules, start)
+    g = Grammar(rules, start)
+    ok = productive(g)
+    if ok.get(start):
+        # A rule that can never finish is left out with every alternative that needs it (the language is
+        # unchanged); say so, as it is usually a mistake in the grammar. (When the start rule itself never
+        # finishes, compiling reports why.)
+        for name in rules:
+            if not ok[name]:
+                g.warnings.append(f"GBNF rule {name!r} can never finish (it has no way out of its recursion), "
+                                  "so alternatives that use it can never match")
+    return g

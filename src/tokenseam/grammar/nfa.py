@@ -234,7 +234,7 @@ def _iter_refs(node: Node):
                 stack.append(n.extra)
 
 
-def _productive(g: Grammar) -> dict[str, bool]:
+def productive(g: Grammar) -> dict[str, bool]:
     """Which rules derive at least one string (least fixed point)."""
     ok: dict[str, bool] = {name: False for name in g.rules}
 
@@ -883,7 +883,7 @@ def build_nfa(g: Grammar) -> ByteNFA:
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20000))
     try:
-        ok = _productive(g)
+        ok = productive(g)
         partial = not all(ok.values())
         if partial and ok.get(g.start, False):
             g = _prune(g, ok)
