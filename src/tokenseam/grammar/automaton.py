@@ -828,22 +828,25 @@ class Automaton:
                     by_range[r] = [(t, st)]
                 else:
                     m.append((t, st))
+        starts: list[int] = []
+        segs: list[tuple] = []
+
+        def run(c0: int, c1: int, key: tuple) -> None:
+            """Classes c0 .. c1 - 1 move by `key`: their successor if known, else a pending run."""
+            nxt = memo.get(key)
+            if nxt is None:
+                row[c0:c1] = UNKNOWN
+                starts.append(c0)
+                segs.append((c0, c1 - 1, key))
+            else:
+                row[c0:c1] = nxt
+
         ranges = sorted(by_range)
         if all(ranges[k][1] < ranges[k + 1][0] for k in range(len(ranges) - 1)):
             # The usual case: edges on the same bytes or on disjoint bytes, so each range is one run.
-            starts: list[int] = []
-            segs: list[tuple] = []
             for r in ranges:
                 moves = by_range[r]
-                key = tuple(sorted(set(moves))) if len(moves) > 1 else tuple(moves)
-                c0, c1 = cls_of[r[0]], cls_of[r[1]] + 1
-                nxt = memo.get(key)
-                if nxt is None:
-                    row[c0:c1] = UNKNOWN
-                    starts.append(c0)
-                    segs.append((c0, c1 - 1, key))
-                else:
-                    row[c0:c1] = nxt
+                run(cls_of[r[0]], cls_of[r[1]] + 1, tuple(sorted(set(moves))) if len(moves) > 1 else tuple(moves))
             return starts, segs
         events = []
         for (lo, hi), moves in by_range.items():
@@ -851,8 +854,6 @@ class Automaton:
                 events.append((lo, 1, t, st))
                 events.append((hi + 1, -1, t, st))
         events.sort()
-        starts = []
-        segs = []
         active: dict[tuple[int, int], int] = {}
         i = 0
         n = len(events)
@@ -869,15 +870,7 @@ class Automaton:
                 i += 1
             if b > 255 or not active:
                 continue
-            c0, c1 = cls_of[b], cls_of[(events[i][0] if i < n else 256) - 1] + 1
-            key = tuple(sorted(active))
-            nxt = memo.get(key)
-            if nxt is None:
-                row[c0:c1] = UNKNOWN
-                starts.append(c0)
-                segs.append((c0, c1 - 1, key))
-            else:
-                row[c0:c1] = nxt
+            run(cls_of[b], cls_of[(events[i][0] if i < n else 256) - 1] + 1, tuple(sorted(active)))
         return starts, segs
 
     def fill(self, sid: int, c: int) -> None:
