@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -47,7 +48,9 @@ def test_generated_strings_match(compiler, smollm2_vocab, pattern):
         for _ in range(5):
             out, done = sample(g, smollm2_vocab, rng, 200, mode)
             if not done:
-                assert mode == "eos_last"  # unbounded patterns may run to the token limit
+                # Unbounded patterns may run to the token limit when EOS is avoided or rarely drawn (`\d`
+                # is Unicode digits: many tokens, so 'long' mode's random picks seldom land on EOS).
+                assert mode in ("eos_last", "long")
                 continue
             assert re.fullmatch(pattern, out.decode("utf-8")), out
 
@@ -95,9 +98,40 @@ def test_jump_forward_and_rollback(compiler, smollm2_vocab):
         m.rollback(1)
 
 
-def test_shorthand_classes_are_ascii_subsets(compiler):
-    # Python's \w also matches letters such as 'é'; we accept only ASCII there (a subset, never a superset),
-    # and the negations stay inside ASCII too, so nothing `re` would refuse is ever accepted.
-    assert not accepts_text(compiler.compile_regex(r"\w"), "é")
-    assert not accepts_text(compiler.compile_regex(r"\W"), "é")
-    assert not accepts_text(compiler.compile_regex(r"[^\d]"), "٣")
+# Characters on which the readings differ: Unicode letters and digits, the spaces only one of ECMA-262 and
+# Python counts (\x1c, \x85, \ufeff), line separators, and plain ASCII.
+PROBE = ["a", "Z", "_", "7", "é", "ß", "日", "٣", "５", " ", "\t", "\n", "\r", "\x1c", "\x85", "\xa0", "\u2028",
+         "\u3000", "\ufeff", "@", "-", ".", "😀"]
+# Each pattern, and the same class as ECMA-262 (no flags) reads it, written for Python's re.
+ECMA_SPACE = "\t-\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+SHORTHANDS = {
+    r"\w": "[A-Za-z0-9_]", r"\W": "[^A-Za-z0-9_]", r"\d": "[0-9]", r"\D": "[^0-9]",
+    r"\s": f"[{ECMA_SPACE}]", r"\S": f"[^{ECMA_SPACE}]", r".": "[^\n\r\u2028\u2029]",
+    r"[^\s@]": f"[^@{ECMA_SPACE}]", r"[^\d]": "[^0-9]", r"[^\w.]": "[^A-Za-z0-9_.]", r"[\w-]": "[A-Za-z0-9_-]",
+    r"[\D5]": "[^0-46-9]", r"[^\W_]": "[A-Za-z0-9]", r"[\s\S]": r"[\s\S]",
+}
+
+
+@pytest.mark.parametrize("pattern", list(SHORTHANDS))
+def test_shorthands_are_pythons_in_compile_regex(compiler, pattern):
+    r"""compile_regex follows Python `re` exactly: Unicode \d \w \s, and `.` stopping only at a newline."""
+    g = compiler.compile_regex(pattern)
+    for ch in PROBE:
+        assert accepts_text(g, ch) == (re.fullmatch(pattern, ch) is not None), (pattern, ch)
+
+
+@pytest.mark.parametrize("pattern", list(SHORTHANDS))
+def test_schema_patterns_hold_for_ecma_and_python(compiler, pattern):
+    """A JSON Schema `pattern` accepts a character only when both ECMA-262 and Python `re` accept it, and accepts
+    every character both agree on: no wrong accepts for either kind of validator, and no needless refusals."""
+    g = compiler.compile_json_schema({"type": "string", "pattern": "^" + pattern + "$"})
+    for ch in PROBE:
+        both = re.fullmatch(SHORTHANDS[pattern], ch) is not None and re.fullmatch(pattern, ch) is not None
+        assert accepts_text(g, json.dumps(ch, ensure_ascii=False)) == both, (pattern, ch)
+
+
+def test_common_email_pattern_takes_non_ascii_addresses(compiler):
+    g = compiler.compile_json_schema({"type": "string", "pattern": r"^[^\s@]+@[^\s@]+\.[^\s@]+$"})
+    assert accepts_text(g, json.dumps("josé@exämple.com", ensure_ascii=False))
+    assert not accepts_text(g, json.dumps("jo sé@exämple.com", ensure_ascii=False))
+    assert not accepts_text(g, json.dumps("a@b\u00a0.com", ensure_ascii=False))

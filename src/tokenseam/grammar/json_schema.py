@@ -886,11 +886,11 @@ class _Compiler:
         pats = s.get("pattern")
         if pats is not None:
             for p in pats if isinstance(pats, list) else [pats]:
-                regexes.append(parse_regex(p, search=True, where=f"pattern at {ptr}/pattern"))
+                regexes.append(parse_regex(p, search=True, where=f"pattern at {ptr}/pattern", dialect="json-schema"))
         fmt = s.get("format")
         if fmt is not None:
             if fmt in FORMATS:
-                regexes.append(parse_regex(FORMATS[fmt], where=f"format {fmt}"))
+                regexes.append(parse_regex(FORMATS[fmt], where=f"format {fmt}", dialect="json-schema"))  # ASCII \d
             elif fmt in STANDARD_FORMATS:
                 self.unsupported(f"format {fmt!r}", ptr)
             else:
@@ -978,7 +978,7 @@ class _Compiler:
         patterns recur across a schema's objects; its complement and single word are filled in when asked."""
         entry = self.pattern_dfas.get(pattern)
         if entry is None:
-            d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True,
+            d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True, dialect="json-schema",
                                                               where=f"patternProperties at {ptr}")))
             entry = self.pattern_dfas[pattern] = {"dfa": d}
         return entry

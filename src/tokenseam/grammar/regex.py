@@ -1,9 +1,20 @@
-"""Regex front end: the regular subset of Python `re` syntax parsed into the grammar IR.
+r"""Regex front end: the regular subset of Python `re` syntax parsed into the grammar IR.
 
 Full-match semantics for `compile_regex`; search semantics (implicit `.*` unless anchored) for JSON Schema.
+
+Two dialects. `python` (compile_regex, guided_regex) gives `\d \w \s` and `.` exactly Python's meaning for str
+patterns (Unicode digits, word characters and spaces, taken from the running `re`). `json-schema` (the
+`pattern` keyword) must hold for a validator using either ECMA-262 (the specification: ASCII `\d \w`, its own
+whitespace set, `.` stopping at every line terminator) or Python `re` (what Python validators use): every
+shorthand, `.` and character class accepts exactly the characters both readings accept.
 """
 
 from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
 
 from .errors import GrammarError
 from .ir import (
@@ -14,16 +25,51 @@ from .ir import (
     Repeat,
     alt,
     complement,
+    intersect,
     norm,
     seq,
 )
 
-DIGIT = ((0x30, 0x39),)
-WORD = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
-SPACE = ((0x09, 0x0D), (0x20, 0x20))
-ASCII = ((0, 0x7F),)
+ASCII_DIGIT = ((0x30, 0x39),)
+ASCII_WORD = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
+# ECMA-262 WhiteSpace and LineTerminator.
+ECMA_SPACE = norm([(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
+                   (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)])
 ANY = norm([(0, MAX_CP)])
 MAX_REPEAT = 100_000
+DIALECTS = ("python", "json-schema")
+
+
+@functools.cache
+def python_classes() -> dict[str, tuple]:
+    r"""The code points Python's `re` matches with \d, \w and \s in a str pattern, as ranges (found once per
+    process by scanning every code point with `re` itself, about 60 ms)."""
+    text = np.arange(MAX_CP + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    return {k: tuple((m.start(), m.end() - 1) for m in re.finditer(p, text))
+            for k, p in (("d", r"\d+"), ("w", r"\w+"), ("s", r"\s+"))}
+
+
+@functools.cache
+def shorthand(letter: str, dialect: str) -> tuple[tuple, tuple]:
+    """A shorthand's two readings: (ECMA-262's, Python's) in the json-schema dialect, Python's twice in the
+    python dialect. A pattern accepts what both readings of it accept."""
+    low = letter.lower()
+    py = norm(python_classes()[low])
+    if dialect == "python":
+        ecma = py
+    elif low == "s":
+        ecma = ECMA_SPACE
+    else:
+        ecma = norm(ASCII_DIGIT if low == "d" else ASCII_WORD)
+    if letter.isupper():
+        return complement(ecma), complement(py)
+    return ecma, py
+
+
+def _dot(dialect: str) -> Chars:
+    if dialect == "python":
+        return Chars(complement(((10, 10),)))
+    return Chars(complement(norm([(10, 10), (13, 13), (0x2028, 0x2029)])))  # ECMA's line terminators too
 
 
 class _Anchor(Node):
@@ -33,30 +79,25 @@ class _Anchor(Node):
         self.kind = kind
 
 
-def _ascii_minus(ranges) -> tuple:
-    # Python's \D, \W, \S exclude Unicode digits/letters/spaces we do not model, so the negations are
-    # restricted to ASCII: a subset of what `re` matches, never a superset.
-    from .ir import subtract
+class _Shorthand(Chars):
+    """A shorthand inside a character class: both readings are kept, as the class is read both ways."""
 
-    return subtract(norm(ASCII), norm(ranges))
+    __slots__ = ("other",)
+
+    def __init__(self, ecma, python) -> None:
+        super().__init__(ecma)
+        object.__setattr__(self, "other", python)
 
 
-SHORTHAND = {
-    "d": (norm(DIGIT), False),
-    "w": (norm(WORD), False),
-    "s": (norm(SPACE), False),
-    "D": (_ascii_minus(DIGIT), True),
-    "W": (_ascii_minus(WORD), True),
-    "S": (_ascii_minus(SPACE), True),
-}
 SIMPLE_ESC = {"n": 10, "t": 9, "r": 13, "f": 12, "v": 11, "a": 7, "0": 0}
 
 
 class _Parser:
-    def __init__(self, pattern: str, where: str) -> None:
+    def __init__(self, pattern: str, where: str, dialect: str = "python") -> None:
         self.p = pattern
         self.i = 0
         self.where = where
+        self.dialect = dialect
 
     def err(self, msg: str) -> GrammarError:
         return GrammarError(f"{self.where}: {msg} at position {self.i} in regex {self.p!r}")
@@ -136,7 +177,7 @@ class _Parser:
             return self.parse_class()
         if c == ".":
             self.i += 1
-            return Chars(complement(((10, 10),)))
+            return _dot(self.dialect)
         if c == "^":
             self.i += 1
             return _Anchor("^")
@@ -187,8 +228,11 @@ class _Parser:
             raise self.err("trailing backslash")
         c = self.p[self.i]
         self.i += 1
-        if c in SHORTHAND:
-            return Chars(SHORTHAND[c][0])
+        if c in "dw" and self.dialect == "json-schema" and not in_class:
+            return Chars(norm(ASCII_DIGIT if c == "d" else ASCII_WORD))  # Python's reading includes ECMA's
+        if c in "dwsDWS":
+            ecma, py = shorthand(c, self.dialect)
+            return _Shorthand(ecma, py) if in_class else Chars(intersect(ecma, py))
         if c in SIMPLE_ESC and not (c == "0" and self.peek() is not None and self.peek().isdigit()):
             v = SIMPLE_ESC[c]
             return Chars(((v, v),))
@@ -220,8 +264,8 @@ class _Parser:
         if self.peek() == "^":
             negate = True
             self.i += 1
-        ranges: list[tuple[int, int]] = []
-        uses_negated_shorthand = False
+        ranges: list[tuple[int, int]] = []  # the class as ECMA-262 reads it (in the python dialect: as Python)
+        other: list[tuple[int, int]] = []  # ... and as Python reads it
         first = True
         while True:
             if self.i >= len(self.p):
@@ -232,37 +276,32 @@ class _Parser:
                 break
             first = False
             lo = self._class_atom()
+            if isinstance(lo, _Shorthand):
+                ranges.extend(lo.ranges)
+                other.extend(lo.other)
+                continue
             if isinstance(lo, Chars):
-                if len(lo.ranges) != 1 or lo.ranges[0][0] != lo.ranges[0][1]:
-                    ranges.extend(lo.ranges)
-                    uses_negated_shorthand = True
-                    continue
                 lo_v = lo.ranges[0][0]
             else:
                 lo_v = lo
             if self.peek() == "-" and self.i + 1 < len(self.p) and self.p[self.i + 1] != "]":
                 self.i += 1
                 hi = self._class_atom()
+                if isinstance(hi, _Shorthand):
+                    raise self.err("bad character range")
                 if isinstance(hi, Chars):
-                    if len(hi.ranges) != 1 or hi.ranges[0][0] != hi.ranges[0][1]:
-                        raise self.err("bad character range")
                     hi_v = hi.ranges[0][0]
                 else:
                     hi_v = hi
                 if hi_v < lo_v:
                     raise self.err("bad character range (end before start)")
                 ranges.append((lo_v, hi_v))
+                other.append((lo_v, hi_v))
             else:
                 ranges.append((lo_v, lo_v))
-        rs = norm(ranges)
-        if negate:
-            # A negated class containing a shorthand (\w, \d...) would include Unicode letters/digits that
-            # `re` excludes; stay inside ASCII there so the language is a subset, never a superset.
-            rs = complement(rs)
-            if uses_negated_shorthand:
-                from .ir import intersect
-
-                rs = intersect(rs, norm(ASCII))
+                other.append((lo_v, lo_v))
+        # What both readings accept: a negated class refuses what either includes.
+        rs = complement(norm(ranges + other)) if negate else intersect(norm(ranges), norm(other))
         if not rs:
             raise self.err("empty character class")
         return Chars(rs)
@@ -344,11 +383,14 @@ def _strip_anchors(branch: Node) -> tuple[Node, bool, bool]:
     return _SeqRaw(items), start, end
 
 
-def parse_regex(pattern: str, search: bool = False, where: str = "regex") -> Node:
-    """Parse `pattern`; with `search` the language is every string containing a match (JSON Schema)."""
+def parse_regex(pattern: str, search: bool = False, where: str = "regex", dialect: str = "python") -> Node:
+    """Parse `pattern`; with `search` the language is every string containing a match (JSON Schema). See the
+    module's note for the dialects."""
     if not isinstance(pattern, str):
         raise GrammarError(f"{where}: regex must be a string, got {type(pattern).__name__}")
-    parser = _Parser(pattern, where)
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown regex dialect {dialect!r}")
+    parser = _Parser(pattern, where, dialect)
     raw = parser.parse()
     err = parser.err
     anyc = Repeat(Chars(ANY), 0, None)
