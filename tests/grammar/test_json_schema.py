@@ -363,6 +363,20 @@ def test_counted_max_length_generation_validates(compiler, smollm2_vocab, seed):
     assert _check_generation(compiler, smollm2_vocab, schema, seed) >= 1
 
 
+def test_counted_length_with_a_minimum_is_exact(compiler, smollm2_vocab):
+    """With a minLength well below maxLength, the minimum is unrolled and the maximum counted: both exact."""
+    schema = {"type": "string", "pattern": "^a*(bc)+$", "minLength": 5, "maxLength": 600}
+    g = compiler.compile_json_schema(schema)
+    assert g.automaton.nfa.loop_slack  # counted, not one copy per length
+    for text, ok in [("bc", False), ("abc", False), ("aabc", False), ("aaabc", True), ("bcbc", False),
+                     ("abcbc", True), ("a" * 598 + "bc", True), ("a" * 599 + "bc", False)]:
+        assert accepts_text(g, json.dumps(text)) == ok, (len(text), text[:8])
+        assert jsonschema.Draft202012Validator(schema).is_valid(text) == ok
+    email = {"type": "string", "pattern": r"^[^@\s]+@[^@\s]+\.[a-z]+$", "minLength": 6, "maxLength": 254}
+    assert _check_generation(compiler, smollm2_vocab, {"type": "object", "properties": {"e": email},
+                                                       "required": ["e"]}, 0) >= 1
+
+
 def test_counted_max_length_too_short_is_empty(compiler):
     with pytest.raises(GrammarError, match="accepts no"):
         compiler.compile_json_schema({"type": "string", "pattern": "^a{700}$", "maxLength": 650})

@@ -911,8 +911,12 @@ class _Compiler:
             for r in regexes:
                 d = r.auto if isinstance(r, Auto) else cpauto.determinize(cpauto.from_ir(r))
                 auto = d if auto is None else cpauto.product(auto, d)
-        if mn == 0 and mx is not None and (mx + 1) * auto.size > UNROLL_LIMIT:
-            # Only an upper bound, on a big automaton: counted at run time rather than copied per length.
+        if mx is not None and (mx + 1) * auto.size > UNROLL_LIMIT and mn < mx // 2:
+            # An upper bound on a big automaton: counted at run time rather than copied per length. A lower
+            # bound well below it is unrolled first (one copy per length up to mn, the last one looping), and
+            # the counter then caps the whole string at mx.
+            if mn:
+                auto = cpauto.count(auto, mn, None)
             if cpauto.is_empty(auto):
                 return NOTHING
             d = cpauto.dist_to_final(auto)[auto.start]
