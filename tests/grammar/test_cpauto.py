@@ -121,10 +121,10 @@ def _universal_oracle(a: cpauto.CPNFA, q: int) -> bool:
 
 
 def _random_node(rnd: random.Random, depth: int = 0):
-    from tokenseam.grammar.ir import ANY_RANGES, SAFE_RANGES, Alt, subtract
+    from tokenseam.grammar.ir import ANY_RANGES, SAFE_RANGES, Alt, complement, intersect
 
     if depth > 3 or rnd.random() < 0.3:
-        return Chars(rnd.choice([ANY_RANGES, SAFE_RANGES, subtract(SAFE_RANGES, ((0x61, 0x61),)), ((0x61, 0x61),),
+        return Chars(rnd.choice([ANY_RANGES, SAFE_RANGES, intersect(SAFE_RANGES, complement(((0x61, 0x61),))), ((0x61, 0x61),),
                                  ((0x62, 0x63),), ((0x80, 0x10FFFF),), ((0x20, 0x7E),)]))
     kind = rnd.randrange(3)
     items = tuple(_random_node(rnd, depth + 1) for _ in range(rnd.randint(1, 3)))

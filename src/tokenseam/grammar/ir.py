@@ -62,10 +62,6 @@ def intersect(a: Ranges, b: Ranges) -> Ranges:
     return tuple(out)
 
 
-def subtract(a: Ranges, b: Ranges) -> Ranges:
-    return intersect(a, complement(b))
-
-
 class Node:
     __slots__ = ()
 
