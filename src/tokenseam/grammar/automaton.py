@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 from .errors import GrammarError
+from .localbuild import M_STATES, LocalBuilder, build_local
 from .nfa import ByteNFA
 
 UNKNOWN = -2
@@ -37,7 +38,8 @@ UNBOUNDED = 1 << 30
 
 
 @numba.njit(cache=True, nogil=True)
-def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec):
+def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec,
+              e_off, nfa_e, eps_off, eps_t, qflags, cbody, loop_hi, stk, loc, loc_pool, mark, cfg, soff, ht, meta):
     """Walk the byte-sorted tokens from local state states[0]: tokens the local automaton takes whole go to
     `out`; for every other token, each depth whose state escapes (needs the frames below BOT) is recorded as
     (index, depth, state) in `rec`, since the token's fate depends on the real stack there.
@@ -46,8 +48,10 @@ def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe
     the walk reaches a state flagged SAFE_SINK whose budget covers them: JSON string bodies then cost one
     check per token, not one step per byte. states[] is then valid only up to that depth.
 
-    Resumable through pos = (index, resume depth or -1, dead depth, dead path escapes, valid depth): returns
-    1 when a row must be built (states[pos[1]]), 2 when `rec` is full, 0 when done."""
+    A missing transition whose successor needs no stack is built here (localbuild.build_local); others are
+    built by Python. Resumable through pos = (index, resume depth or -1, dead depth, dead path escapes, valid
+    depth): returns 1 when Python must build a transition (states[pos[1]]), 2 when `rec` is full, 3 when a
+    localbuild array is full, 0 when done."""
     n = ids.shape[0]
     cap = rec.shape[0]
     maxd = states.shape[0]
@@ -100,6 +104,9 @@ def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe
                     sunk = True
                     break
             nx = trans[st, byte_class[data[o + d]]]
+            if nx == -2:
+                nx = build_local(st, byte_class[data[o + d]], trans, flags, budget, e_off, nfa_e, eps_off, eps_t,
+                                 qflags, cbody, loop_hi, stk, loc, loc_pool, mark, cfg, soff, ht, meta)
             if nx < 0:
                 break
             d += 1
@@ -116,9 +123,9 @@ def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe
                 dead_esc = False
                 i += 1
                 continue
-        elif nx == -2:
+        elif nx <= -2:
             first_d = d
-            status = 1
+            status = 1 if nx == -2 else 3
             break
         has = False
         for k in range(d + 1):
@@ -458,6 +465,10 @@ class Automaton:
         self._local_info: dict[int, tuple[np.ndarray, list[tuple[int, int]]]] = {}
         self._suffix_info: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]] = {}
         self._groups_tab: list[SubTable] = []
+        self._special = set().union(nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
+        self._fast = LocalBuilder(nfa, self._cls_of, self._special)  # successors built inside the walk
+        for sid, (ret, parent, value) in enumerate(self.stacks):
+            self._fast.add_stack(sid, ret, parent, value)
         configs, acc, _ = self.closure(nfa.rule_start[0], 0)
         self.start = self._pair(configs, acc)
 
@@ -487,7 +498,6 @@ class Automaton:
         self.n_classes = len(pts) - 1
         self.class_start = pts[:-1]
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
-        self._special: set[int] | None = None  # NFA states with a stack operation (set on first use)
         self._succ_memo: dict[tuple, int] = {}
         self._pending: dict[int, tuple[list, list]] = {}
 
@@ -617,6 +627,7 @@ class Automaton:
             self.stacks.append(key)
             self.stack_index[key] = sid
             self.depth.append(self.depth[parent] + 1)
+            self._fast.add_stack(sid, ret, parent, value)
         return sid
 
     def _local(self, q0: int) -> tuple[int, ...] | None:
@@ -625,9 +636,7 @@ class Automaton:
         if hit != 0:
             return hit
         nfa = self.nfa
-        special = self._special
-        if special is None:
-            special = self._special = set().union(nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
+        special = self._special  # NFA states with a stack operation
         eps = nfa.eps
         seen = {q0}
         stack = [q0]
@@ -757,23 +766,7 @@ class Automaton:
         if sid >= MAX_DFA_STATES:
             raise GrammarError("grammar automaton exceeded its state budget")
         if sid >= self.trans.shape[0]:
-            cap = self.trans.shape[0] * 2
-            grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
-            grown[:sid] = self.trans[:sid]
-            self.trans = grown
-            if self.ctrans is not None:
-                grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
-                grown[:sid] = self.ctrans[:sid]
-                self.ctrans = grown
-            acc_grown = np.zeros(cap, dtype=bool)
-            acc_grown[:sid] = self.accepting[:sid]
-            self.accepting = acc_grown
-            flags_grown = np.zeros(cap, dtype=np.int8)
-            flags_grown[:sid] = self.flags[:sid]
-            self.flags = flags_grown
-            budget_grown = np.zeros(cap, dtype=np.int32)
-            budget_grown[:sid] = self.budget[:sid]
-            self.budget = budget_grown
+            self._grow(self.trans.shape[0] * 2)
         self.state_index[key] = sid
         self.state_configs.append(configs)
         self.state_esc.append(esc)
@@ -781,7 +774,34 @@ class Automaton:
         room = self._safe_budget(configs)
         self.flags[sid] = (1 if configs or acc else 0) | (2 if esc else 0) | (SAFE_SINK if room > 0 else 0)
         self.budget[sid] = max(room, 0)
+        self._fast.add(sid, configs, not acc and not esc)
         return sid
+
+    def _grow(self, cap: int) -> None:
+        """Room for `cap` states in the per-state arrays."""
+        n = self.trans.shape[0]
+        grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
+        grown[:n] = self.trans
+        self.trans = grown
+        if self.ctrans is not None:
+            grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
+            grown[:n] = self.ctrans
+            self.ctrans = grown
+        for name in ("accepting", "flags", "budget"):
+            old = getattr(self, name)
+            grown = np.zeros(cap, dtype=old.dtype)
+            grown[:n] = old
+            setattr(self, name, grown)
+        self._fast.grow_states(cap)
+
+    def _sync(self) -> None:
+        """Take in the states the numba walk made (localbuild.build_local)."""
+        fast = self._fast
+        for sid in range(len(self.state_configs), int(fast.meta[M_STATES])):
+            configs = fast.new_configs(sid)
+            self.state_index[(configs, False, NO_ESC)] = sid
+            self.state_configs.append(configs)
+            self.state_esc.append(NO_ESC)
 
     def _successor(self, moves: tuple) -> int:
         configs: set = set()
@@ -1151,14 +1171,23 @@ class Automaton:
         pos = np.array([0, -1, 1 << 30, 0, 0], dtype=np.int64)
         rec = np.empty((256, 3), dtype=np.int64)
         nrec = np.zeros(1, dtype=np.int64)
+        fast = self._fast
         while True:
+            meta = fast.meta
+            fast.index()
             r = _walk_esc(self._walk_trans, self.flags, self.budget, self.byte_class, tab.data, tab.offs, tab.lcp,
-                          tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec)
+                          tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec, fast.e_off, fast.nfa_e,
+                          fast.eps_off, fast.eps_t, fast.qflags, fast.cbody, fast.loop_hi, fast.stk, fast.loc,
+                          fast.loc_pool, fast.mark, fast.cfg, fast.soff, fast.ht, meta)
+            if meta[M_STATES] > len(self.state_configs):
+                self._sync()
             if r == 0:
                 break
             if r == 1:
                 byte = tab.data[tab.offs[pos[0]] + pos[1]]
                 self.fill(int(states[pos[1]]), self._cls_of[byte])
+            elif r == 3:
+                fast.grow(self)
             else:
                 grown = np.empty((rec.shape[0] * 4, 3), dtype=np.int64)
                 grown[: rec.shape[0]] = rec
