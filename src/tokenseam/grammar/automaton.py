@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from .errors import GrammarError
-from .localbuild import M_STATES, LocalBuilder, build_local
+from .localbuild import M_STACKS, M_STATES, LocalBuilder, build
 from .nfa import ByteNFA
 
 UNKNOWN = -2
@@ -39,7 +39,8 @@ UNBOUNDED = 1 << 30
 
 @numba.njit(cache=True, nogil=True)
 def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec,
-              e_off, nfa_e, eps_off, eps_t, qflags, cbody, loop_hi, stk, loc, loc_pool, mark, cfg, soff, ht, meta):
+              accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loop_hi, loc, loc_pool, mark, cfg, soff, escp,
+              ht, stk, sht, meta):
     """Walk the byte-sorted tokens from local state states[0]: tokens the local automaton takes whole go to
     `out`; for every other token, each depth whose state escapes (needs the frames below BOT) is recorded as
     (index, depth, state) in `rec`, since the token's fate depends on the real stack there.
@@ -48,8 +49,7 @@ def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe
     the walk reaches a state flagged SAFE_SINK whose budget covers them: JSON string bodies then cost one
     check per token, not one step per byte. states[] is then valid only up to that depth.
 
-    A missing transition whose successor needs no stack is built here (localbuild.build_local); others are
-    built by Python. Resumable through pos = (index, resume depth or -1, dead depth, dead path escapes, valid
+    A missing transition is built here when it can be (localbuild.build), else by Python. Resumable through pos = (index, resume depth or -1, dead depth, dead path escapes, valid
     depth): returns 1 when Python must build a transition (states[pos[1]]), 2 when `rec` is full, 3 when a
     localbuild array is full, 0 when done."""
     n = ids.shape[0]
@@ -105,8 +105,8 @@ def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe
                     break
             nx = trans[st, byte_class[data[o + d]]]
             if nx == -2:
-                nx = build_local(st, byte_class[data[o + d]], trans, flags, budget, e_off, nfa_e, eps_off, eps_t,
-                                 qflags, cbody, loop_hi, stk, loc, loc_pool, mark, cfg, soff, ht, meta)
+                nx = build(st, byte_class[data[o + d]], trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t,
+                           qinfo, rule_start, loop_hi, loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta)
             if nx < 0:
                 break
             d += 1
@@ -774,7 +774,7 @@ class Automaton:
         room = self._safe_budget(configs)
         self.flags[sid] = (1 if configs or acc else 0) | (2 if esc else 0) | (SAFE_SINK if room > 0 else 0)
         self.budget[sid] = max(room, 0)
-        self._fast.add(sid, configs, not acc and not esc)
+        self._fast.add(sid, configs, esc)
         return sid
 
     def _grow(self, cap: int) -> None:
@@ -797,11 +797,17 @@ class Automaton:
     def _sync(self) -> None:
         """Take in the states the numba walk made (localbuild.build_local)."""
         fast = self._fast
+        stk = fast.stk
+        for sid in range(len(self.stacks), int(fast.meta[M_STACKS])):
+            key = ret, parent, value = tuple(stk[sid].tolist())
+            self.stacks.append(key)
+            self.stack_index[key] = sid
+            self.depth.append(self.depth[parent] + 1)
         for sid in range(len(self.state_configs), int(fast.meta[M_STATES])):
-            configs = fast.new_configs(sid)
-            self.state_index[(configs, False, NO_ESC)] = sid
+            configs, esc = fast.state(sid)
+            self.state_index[(configs, bool(self.accepting[sid]), esc)] = sid
             self.state_configs.append(configs)
-            self.state_esc.append(NO_ESC)
+            self.state_esc.append(esc)
 
     def _successor(self, moves: tuple) -> int:
         configs: set = set()
@@ -1174,12 +1180,12 @@ class Automaton:
         fast = self._fast
         while True:
             meta = fast.meta
-            fast.index()
+            fast.index(self)
             r = _walk_esc(self._walk_trans, self.flags, self.budget, self.byte_class, tab.data, tab.offs, tab.lcp,
-                          tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec, fast.e_off, fast.nfa_e,
-                          fast.eps_off, fast.eps_t, fast.qflags, fast.cbody, fast.loop_hi, fast.stk, fast.loc,
-                          fast.loc_pool, fast.mark, fast.cfg, fast.soff, fast.ht, meta)
-            if meta[M_STATES] > len(self.state_configs):
+                          tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec, self.accepting, fast.e_off,
+                          fast.nfa_e, fast.eps_off, fast.eps_t, fast.qinfo, fast.rule_start, fast.loop_hi, fast.loc,
+                          fast.loc_pool, fast.mark, fast.cfg, fast.soff, fast.escp, fast.ht, fast.stk, fast.sht, meta)
+            if meta[M_STATES] > len(self.state_configs) or meta[M_STACKS] > len(self.stacks):
                 self._sync()
             if r == 0:
                 break

@@ -1,22 +1,29 @@
-"""Building automaton states inside the mask walk, in numba, when no call stack is involved.
+"""Building automaton states inside the mask walk, in numba.
 
-Most states a vocabulary walk reaches for the first time are successors whose configurations move only by byte
-and plain epsilon edges (string bodies, key names, numbers): every configuration keeps its stack, and the new
-state is the union of the targets' local epsilon closures. `build_local` makes such a state without leaving the
-walk; anything else (a call, a rule end, a counter operation) is left to the Python builder (`Automaton.fill`).
-With counters, the walk reads canonical rows (Automaton.ctrans) and starts at canonical states; a local move
-keeps the stacks, so such a successor is canonical too and goes straight into the canonical row. Both produce the same state for the same configurations: the Python side writes
-every state it makes into the pool here, and the numba side reads them through one hash index.
+A vocabulary walk that meets a missing transition used to return to Python for every new state (25-35 µs
+each). `build` makes the successor here instead: the moves on the byte class, then each target's epsilon
+closure through plain epsilon edges, rule calls (pushing a frame) and rule ends (popping one), as
+`Automaton.closure` does. A closure that meets a counter operation, or grows past CLOSURE_LIMIT, is left to
+Python (`Automaton.fill`). Both sides make the same state for the same (configurations, accepting, escapes):
+Python writes every state and stack it makes into the arrays here, numba reads them through hash indexes, and
+`Automaton._sync` takes in what numba made.
 
-Arrays (all owned by `LocalBuilder`, grown from Python when a call reports it is out of room):
+With counters, the walk reads canonical rows (`Automaton.ctrans`) and starts at canonical states. A successor
+built here changes no counter value, and its new frames are calls on canonical stacks, so it is canonical too
+and goes straight into the canonical row.
+
+Arrays (owned by `LocalBuilder`; a call that runs out of room returns NO_ROOM and Python grows meta[M_GROW]):
 - nfa_e (edges, 3): first byte class, last byte class, target; e_off[q] .. e_off[q + 1] are q's edges;
-- eps_off / eps_t: plain epsilon edges; qflags[q]: 1 stack operation, 2 universal (see ByteNFA.universal);
-- loc[q] = (start, length) of q's local closure in loc_pool (-2 not computed yet, -1 touches a stack operation);
-- cbody[q]: the counted loop whose body q is in (ByteNFA.counted_body), else -1; loop_hi[loop]: its maximum
-  (-1: none); stk[stack] = (return state or -1 - loop, parent, counter value), as Automaton.stacks;
-- cfg (pool, 2): (NFA state, stack) configurations; soff[state] = (offset, length, indexed);
-- ht: open-addressing hash of states by configurations (state + 1, 0 empty);
-- meta: see the M_* constants.
+- eps_off / eps_t: plain epsilon edges;
+- qinfo[q] = (flags, called rule, return state, ended rule, counted loop of the body q is in), -1 for none;
+  flags: Q_STACK any stack operation, Q_UNIV universal (ByteNFA.universal), Q_COUNTER a counter operation;
+- loc[q] = (start, length) of q's local closure (no stack operation) in loc_pool; start -2 not computed, -1
+  not local;
+- cfg (pool, 2): (NFA state, stack) configurations; escp: escape NFA states;
+  soff[state] = (configurations offset, count, escapes offset, count);
+- stk[stack] = (return state or -1 - loop, parent, counter value), as Automaton.stacks;
+- ht / sht: open-addressing hashes of states / stacks (id + 1, 0 empty), at most half full;
+- meta: the M_* counters.
 """
 
 from __future__ import annotations
@@ -25,18 +32,27 @@ import numba
 import numpy as np
 
 M_STATES = 0  # states made so far (Python and numba)
-M_INDEXED = 1  # states below this are in the hash index (or not eligible)
+M_INDEXED = 1  # states below this are in ht
 M_LOC_USED = 2
 M_CFG_USED = 3
 M_HT_COUNT = 4
-M_EPOCH = 5  # stamp for `mark` (visited NFA states of the closure being computed)
+M_EPOCH = 5  # stamp for `mark` (NFA states seen by the local closure being computed)
 M_GROW = 6  # what ran out of room: G_* below
 M_MAX_STATES = 7
-G_STATES, G_CFG, G_LOC, G_HT = 1, 2, 3, 4
-LOCAL_LIMIT = 256  # Automaton._local's limit on a closure's size
+M_STACKS = 8
+M_SINDEXED = 9
+M_ESC_USED = 10
+N_META = 11
+G_STATES, G_CFG, G_LOC, G_HT, G_STACKS, G_ESC = 1, 2, 3, 4, 5, 6
+Q_STACK, Q_UNIV, Q_COUNTER = 1, 2, 4
+LOCAL_LIMIT = 256  # Automaton._local's limit on a local closure's size
+CLOSURE_LIMIT = 4096  # larger closures go to Python (which also raises on explosions)
 NEED_PYTHON = -2  # same value as automaton.UNKNOWN: the walk hands the transition to Python
 NO_ROOM = -3
+BOT = 1  # automaton.BOT
 UNBOUNDED = 1 << 30  # automaton.UNBOUNDED
+_SEED = -3750763034362895579
+_MUL = 1099511628211
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -44,45 +60,87 @@ def _key(q, st):
     return (np.int64(q) << 32) | np.int64(st)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mix(h, x):
+    h = (h ^ x) * np.int64(_MUL)
+    return h ^ (h >> 29)
+
+
 @numba.njit(cache=True, nogil=True)
-def _hash(cfg, off, n):
-    h = np.int64(-3750763034362895579)
-    for k in range(off, off + n):
-        h = (h ^ _key(cfg[k, 0], cfg[k, 1])) * np.int64(1099511628211)
-        h ^= h >> 29
+def _state_hash(cfg, soff, escp, accepting, sid):
+    h = np.int64(_SEED)
+    o = soff[sid, 0]
+    for k in range(o, o + soff[sid, 1]):
+        h = _mix(h, _key(cfg[k, 0], cfg[k, 1]))
+    h = _mix(h, np.int64(1 if accepting[sid] else 0))
+    o = soff[sid, 2]
+    for k in range(o, o + soff[sid, 3]):
+        h = _mix(h, np.int64(escp[k]))
     return h
 
 
 @numba.njit(cache=True, nogil=True)
-def _insert(ht, cfg, soff, sid):
-    mask = ht.shape[0] - 1
-    j = _hash(cfg, soff[sid, 0], soff[sid, 1]) & mask
-    while ht[j] != 0:
+def _stack_hash(ret, parent, value):
+    return _mix(_mix(_mix(np.int64(_SEED), np.int64(ret)), np.int64(parent)), np.int64(value))
+
+
+@numba.njit(cache=True, nogil=True)
+def _put(table, h, v):
+    mask = table.shape[0] - 1
+    j = h & mask
+    while table[j] != 0:
         j = (j + 1) & mask
-    ht[j] = sid + 1
+    table[j] = v + 1
 
 
 @numba.njit(cache=True, nogil=True)
-def index_states(ht, cfg, soff, meta):
-    """Index the states made by Python since the last call (only those marked eligible in soff[:, 2])."""
+def rehash(ht, sht, cfg, soff, escp, accepting, stk, meta):
+    """Fill empty hash tables with every indexed state and stack."""
+    for sid in range(meta[M_INDEXED]):
+        _put(ht, _state_hash(cfg, soff, escp, accepting, sid), sid)
+    for x in range(meta[M_SINDEXED]):
+        _put(sht, _stack_hash(stk[x, 0], stk[x, 1], stk[x, 2]), x)
+
+
+@numba.njit(cache=True, nogil=True)
+def index_new(ht, sht, cfg, soff, escp, accepting, stk, meta):
+    """Index the states and stacks Python made since the last call."""
     for sid in range(meta[M_INDEXED], meta[M_STATES]):
-        if soff[sid, 2]:
-            _insert(ht, cfg, soff, sid)
-            meta[M_HT_COUNT] += 1
+        _put(ht, _state_hash(cfg, soff, escp, accepting, sid), sid)
     meta[M_INDEXED] = meta[M_STATES]
+    for x in range(meta[M_SINDEXED], meta[M_STACKS]):
+        _put(sht, _stack_hash(stk[x, 0], stk[x, 1], stk[x, 2]), x)
+    meta[M_SINDEXED] = meta[M_STACKS]
 
 
 @numba.njit(cache=True, nogil=True)
-def rehash(ht, cfg, soff, n):
-    for sid in range(n):
-        if soff[sid, 2]:
-            _insert(ht, cfg, soff, sid)
+def _push(ret, parent, stk, sht, meta):
+    """The stack id of frame (ret, value 0) on `parent`, made if new; NO_ROOM when an array is full."""
+    h = _stack_hash(ret, parent, 0)
+    mask = sht.shape[0] - 1
+    j = h & mask
+    while sht[j] != 0:
+        x = sht[j] - 1
+        if stk[x, 0] == ret and stk[x, 1] == parent and stk[x, 2] == 0:
+            return x
+        j = (j + 1) & mask
+    x = meta[M_STACKS]
+    if x >= stk.shape[0] or 2 * (x + 1) > sht.shape[0]:
+        meta[M_GROW] = G_STACKS
+        return NO_ROOM
+    stk[x, 0] = ret
+    stk[x, 1] = parent
+    stk[x, 2] = 0
+    sht[j] = x + 1
+    meta[M_STACKS] = x + 1
+    meta[M_SINDEXED] = x + 1
+    return x
 
 
 @numba.njit(cache=True, nogil=True)
-def _local(q0, e_off, eps_off, eps_t, qflags, loc, loc_pool, mark, meta):
+def _local(q0, e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta):
     """Start of q0's local closure in loc_pool (its NFA states with byte edges, ascending), -1 if the closure
-    touches a stack operation or grows past LOCAL_LIMIT, NO_ROOM if the pool is full."""
+    touches a stack operation or grows past LOCAL_LIMIT (as Automaton._local), NO_ROOM if the pool is full."""
     s = loc[q0, 0]
     if s != -2:
         return s
@@ -99,7 +157,7 @@ def _local(q0, e_off, eps_off, eps_t, qflags, loc, loc_pool, mark, meta):
     while top > 0:
         top -= 1
         q = stack[top]
-        if qflags[q] & 1:
+        if qinfo[q, 0] & Q_STACK:
             ok = False
             break
         for k in range(eps_off[q], eps_off[q + 1]):
@@ -141,10 +199,76 @@ def _local(q0, e_off, eps_off, eps_t, qflags, loc, loc_pool, mark, meta):
 
 
 @numba.njit(cache=True, nogil=True)
-def build_local(s, c, trans, flags, budget, e_off, nfa_e, eps_off, eps_t, qflags, cbody, loop_hi, stk, loc, loc_pool,
-                mark, cfg, soff, ht, meta):
+def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_start, stk, sht, meta):
+    """Append the closure of (t0, st0) to keys (configurations with byte edges) and escs (escape states).
+    Returns (status, nk, ne, accepting): status 0, NEED_PYTHON (a counter operation or too large) or NO_ROOM."""
+    seen = set()
+    seen.add(_key(t0, st0))
+    work = [(np.int64(t0), np.int64(st0))]
+    acc = False
+    while len(work):
+        q, st = work.pop()
+        f = qinfo[q, 0]
+        if f & Q_COUNTER:
+            return NEED_PYTHON, nk, ne, acc
+        for k in range(eps_off[q], eps_off[q + 1]):
+            x = _key(eps_t[k], st)
+            if x not in seen:
+                seen.add(x)
+                work.append((np.int64(eps_t[k]), st))
+        r = qinfo[q, 1]
+        if r >= 0:
+            st2 = _push(qinfo[q, 2], st, stk, sht, meta)
+            if st2 < 0:
+                return NO_ROOM, nk, ne, acc
+            x = _key(rule_start[r], st2)
+            if x not in seen:
+                seen.add(x)
+                work.append((np.int64(rule_start[r]), np.int64(st2)))
+        r = qinfo[q, 3]
+        if r >= 0:
+            if st == 0:
+                if r == 0:
+                    acc = True
+            elif st == BOT:
+                if ne == escs.shape[0]:
+                    return NEED_PYTHON, nk, ne, acc
+                escs[ne] = q
+                ne += 1
+            else:
+                if stk[st, 0] < 0:
+                    return NEED_PYTHON, nk, ne, acc  # a counter frame on top: left to Python
+                x = _key(stk[st, 0], stk[st, 1])
+                if x not in seen:
+                    seen.add(x)
+                    work.append((stk[st, 0], stk[st, 1]))
+        if e_off[q + 1] > e_off[q]:
+            if nk == keys.shape[0]:
+                return NEED_PYTHON, nk, ne, acc
+            keys[nk] = _key(q, st)
+            nk += 1
+        if len(seen) > CLOSURE_LIMIT:
+            return NEED_PYTHON, nk, ne, acc
+    return 0, nk, ne, acc
+
+
+@numba.njit(cache=True, nogil=True)
+def _uniq(a, n):
+    """Sort a[:n] and drop repeats in place; returns the new length."""
+    a[:n].sort()
+    u = 0
+    for k in range(n):
+        if u == 0 or a[k] != a[u - 1]:
+            a[u] = a[k]
+            u += 1
+    return u
+
+
+@numba.njit(cache=True, nogil=True)
+def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loop_hi, loc,
+          loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta):
     """The successor of state s on byte class c, written to trans for the run of classes around c that every
-    edge treats alike; NEED_PYTHON when a move's closure is not local, NO_ROOM when an array is full."""
+    edge treats alike; NEED_PYTHON when Python must build it, NO_ROOM when an array is full."""
     ncls = trans.shape[1]
     a = soff[s, 0]
     m = soff[s, 1]
@@ -179,45 +303,76 @@ def build_local(s, c, trans, flags, budget, e_off, nfa_e, eps_off, eps_t, qflags
         for j in range(c0, c1 + 1):
             trans[s, j] = -1
         return -1
-    total = 0
+    # Configurations of the successor: local closures from the pool, the others computed.
+    keys = np.empty(64, np.int64)
+    escs = np.empty(16, np.int64)
+    nk = 0
+    ne = 0
+    acc = False
     for k in range(nm):
-        r = _local(mt[k], e_off, eps_off, eps_t, qflags, loc, loc_pool, mark, meta)
-        if r < 0:
-            return NEED_PYTHON if r == -1 else NO_ROOM
-        total += loc[mt[k], 1]
-    if total == 0:
-        return NEED_PYTHON  # Python decides what an empty successor is
-    keys = np.empty(total, np.int64)
-    j = 0
-    for k in range(nm):
-        st = ms[k]
-        p0 = loc[mt[k], 0]
-        for x in range(p0, p0 + loc[mt[k], 1]):
-            keys[j] = _key(loc_pool[x], st)
-            j += 1
-    keys.sort()
-    u = 0
-    for k in range(total):
-        if u == 0 or keys[k] != keys[u - 1]:
-            keys[u] = keys[k]
-            u += 1
-    # Look the configurations up.
-    h = np.int64(-3750763034362895579)
+        t = mt[k]
+        r = _local(t, e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta)
+        if r == NO_ROOM:
+            return NO_ROOM
+        if r >= 0:
+            n = loc[t, 1]
+            if nk + n > keys.shape[0]:
+                grown = np.empty(2 * (nk + n), np.int64)
+                grown[:nk] = keys[:nk]
+                keys = grown
+            for x in range(r, r + n):
+                keys[nk] = _key(loc_pool[x], ms[k])
+                nk += 1
+            continue
+        while True:
+            status, nk2, ne2, a2 = _closure(t, ms[k], keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_start,
+                                            stk, sht, meta)
+            if status == NEED_PYTHON and (nk2 == keys.shape[0] or ne2 == escs.shape[0]):
+                # out of scratch space: retry with more
+                grown = np.empty(2 * keys.shape[0], np.int64)
+                grown[:nk] = keys[:nk]
+                keys = grown
+                grown = np.empty(2 * escs.shape[0], np.int64)
+                grown[:ne] = escs[:ne]
+                escs = grown
+                if keys.shape[0] > 8 * CLOSURE_LIMIT:
+                    return NEED_PYTHON
+                continue
+            break
+        if status != 0:
+            return status
+        nk = nk2
+        ne = ne2
+        acc = acc or a2
+    u = _uniq(keys, nk)
+    ue = _uniq(escs, ne)
+    if u == 0 and not acc and ue == 0:
+        for j in range(c0, c1 + 1):
+            trans[s, j] = -1
+        return -1
+    # Look the state up.
+    h = np.int64(_SEED)
     for k in range(u):
-        h = (h ^ keys[k]) * np.int64(1099511628211)
-        h ^= h >> 29
+        h = _mix(h, keys[k])
+    h = _mix(h, np.int64(1 if acc else 0))
+    for k in range(ue):
+        h = _mix(h, escs[k])
     hmask = ht.shape[0] - 1
     jj = h & hmask
     found = -1
     while ht[jj] != 0:
         sid = ht[jj] - 1
-        if soff[sid, 1] == u:
-            o = soff[sid, 0]
+        if soff[sid, 1] == u and soff[sid, 3] == ue and accepting[sid] == acc:
             same = True
+            o = soff[sid, 0]
             for k in range(u):
                 if _key(cfg[o + k, 0], cfg[o + k, 1]) != keys[k]:
                     same = False
                     break
+            o = soff[sid, 2]
+            for k in range(ue):
+                if escp[o + k] != escs[k]:
+                    same = False
             if same:
                 found = sid
                 break
@@ -233,7 +388,11 @@ def build_local(s, c, trans, flags, budget, e_off, nfa_e, eps_off, eps_t, qflags
         if o + u > cfg.shape[0]:
             meta[M_GROW] = G_CFG
             return NO_ROOM
-        if 2 * (meta[M_HT_COUNT] + 1) > ht.shape[0]:
+        oe = meta[M_ESC_USED]
+        if oe + ue > escp.shape[0]:
+            meta[M_GROW] = G_ESC
+            return NO_ROOM
+        if 2 * (sid + 1) > ht.shape[0]:
             meta[M_GROW] = G_HT
             return NO_ROOM
         room = -1  # as Automaton._safe_budget
@@ -242,20 +401,24 @@ def build_local(s, c, trans, flags, budget, e_off, nfa_e, eps_off, eps_t, qflags
             st = keys[k] & 0xFFFFFFFF
             cfg[o + k, 0] = q
             cfg[o + k, 1] = st
-            if qflags[q] & 2:
+            if qinfo[q, 0] & Q_UNIV:
                 room = UNBOUNDED
-            lid = cbody[q]
-            if lid >= 0 and st > 1 and stk[st, 0] == -1 - lid:
+            lid = qinfo[q, 4]
+            if lid >= 0 and st > BOT and stk[st, 0] == -1 - lid:
                 room = UNBOUNDED if loop_hi[lid] < 0 else max(room, loop_hi[lid] - stk[st, 2])
         room = min(room, UNBOUNDED)
+        for k in range(ue):
+            escp[oe + k] = escs[k]
         meta[M_CFG_USED] = o + u
+        meta[M_ESC_USED] = oe + ue
         soff[sid, 0] = o
         soff[sid, 1] = u
-        soff[sid, 2] = 1
-        flags[sid] = 5 if room > 0 else 1
+        soff[sid, 2] = oe
+        soff[sid, 3] = ue
+        accepting[sid] = acc
+        flags[sid] = (1 if u or acc else 0) | (2 if ue else 0) | (4 if room > 0 else 0)
         budget[sid] = max(room, 0)
         ht[jj] = sid + 1
-        meta[M_HT_COUNT] += 1
         meta[M_STATES] = sid + 1
         meta[M_INDEXED] = sid + 1
         found = sid
@@ -264,22 +427,45 @@ def build_local(s, c, trans, flags, budget, e_off, nfa_e, eps_off, eps_t, qflags
     return found
 
 
+def _grown(a: np.ndarray, rows: int) -> np.ndarray:
+    out = np.zeros((rows,) + a.shape[1:], dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
 class LocalBuilder:
-    """The numba-side view of an automaton's NFA and states (see the module docstring)."""
+    """The numba-side view of an automaton's NFA, states and stacks (see the module docstring)."""
 
     def __init__(self, nfa, cls_of: list[int], special: set[int]) -> None:
         from .automaton import MAX_DFA_STATES
 
         n = nfa.size
-        self.meta = np.zeros(8, dtype=np.int64)
+        self.meta = np.zeros(N_META, dtype=np.int64)
         self.meta[M_MAX_STATES] = MAX_DFA_STATES
         self.cfg = np.zeros((1024, 2), dtype=np.int32)
-        self.soff = np.zeros((256, 3), dtype=np.int64)
+        self.escp = np.zeros(256, dtype=np.int32)
+        self.soff = np.zeros((256, 4), dtype=np.int64)
         self.ht = np.zeros(1024, dtype=np.int32)
         self.stk = np.zeros((256, 3), dtype=np.int64)
-        self.cbody = np.full(n, -1, dtype=np.int32)
+        self.sht = np.zeros(1024, dtype=np.int32)
+        qinfo = np.full((n, 5), -1, dtype=np.int32)
+        qinfo[:, 0] = 0
+        for q in special:
+            qinfo[q, 0] |= Q_STACK
+        for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
+            for q in d:
+                qinfo[q, 0] |= Q_COUNTER
+        for q in nfa.universal:
+            qinfo[q, 0] |= Q_UNIV
+        for q, (r, ret) in nfa.call.items():
+            qinfo[q, 1] = r
+            qinfo[q, 2] = ret
+        for q, r in nfa.end_rule.items():
+            qinfo[q, 3] = r
         for q, lid in nfa.counted_body.items():
-            self.cbody[q] = lid
+            qinfo[q, 4] = lid
+        self.qinfo = qinfo
+        self.rule_start = np.asarray(nfa.rule_start, dtype=np.int32)
         self.loop_hi = np.asarray([-1 if hi is None else hi for _, hi in nfa.loops] or [0], dtype=np.int64)
         edges = nfa.edges
         counts = np.fromiter((len(r) for r in edges), dtype=np.int32, count=n)
@@ -293,48 +479,42 @@ class LocalBuilder:
         np.cumsum(counts, out=self.eps_off[1:])
         flat_t = [t for r in eps for t in r]
         self.eps_t = np.asarray(flat_t, dtype=np.int32) if flat_t else np.zeros(1, dtype=np.int32)
-        self.qflags = np.zeros(n, dtype=np.int8)
-        if special:
-            self.qflags[np.fromiter(special, dtype=np.int64)] |= 1
-        if nfa.universal:
-            self.qflags[np.fromiter(nfa.universal, dtype=np.int64)] |= 2
         self.loc = np.full((n, 2), -2, dtype=np.int32)
         self.loc_pool = np.zeros(max(1024, 2 * n), dtype=np.int32)
         self.mark = np.zeros(n, dtype=np.int32)
 
-    def add(self, sid: int, configs: tuple, eligible: bool) -> None:
-        """Record a state made by Python (eligible: not accepting and without escapes, as local successors)."""
+    def add(self, sid: int, configs: tuple, esc: tuple) -> None:
+        """Record a state made by Python."""
         meta = self.meta
         o = int(meta[M_CFG_USED])
         u = len(configs)
         if o + u > self.cfg.shape[0]:
-            self._grow_cfg(o + u)
+            self.cfg = _grown(self.cfg, max(2 * self.cfg.shape[0], o + u))
         if u:
             self.cfg[o:o + u] = configs
+        oe = int(meta[M_ESC_USED])
+        ue = len(esc)
+        if oe + ue > self.escp.shape[0]:
+            self.escp = _grown(self.escp, max(2 * self.escp.shape[0], oe + ue))
+        if ue:
+            self.escp[oe:oe + ue] = esc
         if sid >= self.soff.shape[0]:
             self.grow_states(2 * self.soff.shape[0])
-        self.soff[sid] = (o, u, 1 if eligible and u else 0)
+        self.soff[sid] = (o, u, oe, ue)
         meta[M_CFG_USED] = o + u
+        meta[M_ESC_USED] = oe + ue
         meta[M_STATES] = sid + 1
 
     def add_stack(self, sid: int, ret: int, parent: int, value: int) -> None:
+        """Record a stack made by Python."""
         if sid >= self.stk.shape[0]:
-            grown = np.zeros((2 * self.stk.shape[0], 3), dtype=np.int64)
-            grown[: self.stk.shape[0]] = self.stk
-            self.stk = grown
+            self.stk = _grown(self.stk, 2 * self.stk.shape[0])
         self.stk[sid] = (ret, parent, value)
+        self.meta[M_STACKS] = sid + 1
 
     def grow_states(self, cap: int) -> None:
         if cap > self.soff.shape[0]:
-            grown = np.zeros((cap, 3), dtype=np.int64)
-            grown[: self.soff.shape[0]] = self.soff
-            self.soff = grown
-
-    def _grow_cfg(self, need: int) -> None:
-        cap = max(2 * self.cfg.shape[0], need)
-        grown = np.zeros((cap, 2), dtype=np.int32)
-        grown[: self.cfg.shape[0]] = self.cfg
-        self.cfg = grown
+            self.soff = _grown(self.soff, cap)
 
     def grow(self, automaton) -> None:
         """Make room for whatever the last numba call ran out of (meta[M_GROW])."""
@@ -343,28 +523,34 @@ class LocalBuilder:
         if what == G_STATES:
             automaton._grow(2 * automaton.trans.shape[0])
         elif what == G_CFG:
-            self._grow_cfg(2 * self.cfg.shape[0])
+            self.cfg = _grown(self.cfg, 2 * self.cfg.shape[0])
+        elif what == G_ESC:
+            self.escp = _grown(self.escp, 2 * self.escp.shape[0])
         elif what == G_LOC:
-            grown = np.zeros(2 * self.loc_pool.shape[0], dtype=np.int32)
-            grown[: self.loc_pool.shape[0]] = self.loc_pool
-            self.loc_pool = grown
+            self.loc_pool = _grown(self.loc_pool, 2 * self.loc_pool.shape[0])
+        elif what == G_STACKS:
+            self.stk = _grown(self.stk, 2 * self.stk.shape[0])
+            self._rehash(automaton)
         elif what == G_HT:
-            self._rehash(2 * self.ht.shape[0])
+            self._rehash(automaton)
 
-    def index(self) -> None:
-        """Index the states Python made since the last walk (the hash stays at most half full)."""
+    def index(self, automaton) -> None:
+        """Index the states and stacks Python made since the last walk."""
         meta = self.meta
-        if meta[M_INDEXED] < meta[M_STATES]:
-            need = 2 * int(meta[M_HT_COUNT] + meta[M_STATES] - meta[M_INDEXED]) + 2
-            if need > self.ht.shape[0]:
-                self._rehash(1 << need.bit_length())
-            index_states(self.ht, self.cfg, self.soff, meta)
+        if meta[M_INDEXED] < meta[M_STATES] or meta[M_SINDEXED] < meta[M_STACKS]:
+            if 2 * (meta[M_STATES] + 1) > self.ht.shape[0] or 2 * (meta[M_STACKS] + 1) > self.sht.shape[0]:
+                self._rehash(automaton)
+            index_new(self.ht, self.sht, self.cfg, self.soff, self.escp, automaton.accepting, self.stk, meta)
 
-    def _rehash(self, size: int) -> None:
-        self.ht = np.zeros(size, dtype=np.int32)
-        rehash(self.ht, self.cfg, self.soff, int(self.meta[M_INDEXED]))
+    def _rehash(self, automaton) -> None:
+        """Hash tables at most a quarter full for every state and stack made so far."""
+        meta = self.meta
+        self.ht = np.zeros(1 << (4 * int(meta[M_STATES]) + 4).bit_length(), dtype=np.int32)
+        self.sht = np.zeros(1 << (4 * int(meta[M_STACKS]) + 4).bit_length(), dtype=np.int32)
+        rehash(self.ht, self.sht, self.cfg, self.soff, self.escp, automaton.accepting, self.stk, meta)
 
-    def new_configs(self, sid: int) -> tuple:
-        o, u, _ = self.soff[sid]
-        rows = self.cfg[o:o + u].tolist()
-        return tuple([(q, st) for q, st in rows])
+    def state(self, sid: int) -> tuple[tuple, tuple]:
+        """(configurations, escapes) of a state numba made."""
+        o, u, oe, ue = self.soff[sid].tolist()
+        configs = tuple([(q, st) for q, st in self.cfg[o:o + u].tolist()])
+        return configs, tuple(self.escp[oe:oe + ue].tolist())
