@@ -208,6 +208,7 @@ def test_universal_states_take_safe_tokens_whole(vocabs, vocab_name):
     assert fast.automaton.nfa.universal
     slow.automaton.nfa.universal = set()
     slow.automaton.nfa.counted_body = {}
+    _python_builds_states(slow)
     _check(fast, vocab, doc, _cuts(doc), seed=6, sample=_sample_with_text)
     data = doc.encode()
     ma, mb = GrammarMatcher(fast), GrammarMatcher(slow)
@@ -222,7 +223,7 @@ def test_universal_states_take_safe_tokens_whole(vocabs, vocab_name):
         assert np.array_equal(oa, ob), data[:cut]
     # The shortcut was taken: some masks were made from states with a universal configuration.
     auto = fast.automaton
-    assert any(q in auto.nfa.universal for kc in auto._local_info for q, _ in auto.state_configs[kc])
+    assert any(q in auto.nfa.universal for kc in auto._local_info for q, _ in auto._configs(kc))
     budgets = {int(auto.budget[kc]) for kc in auto._local_info}
     assert any(0 < b < 1 << 30 for b in budgets)  # and from the counted maxLength body
 
@@ -248,3 +249,57 @@ def test_counters_of_long_loop_bodies_clamp_early(compiler, smollm2_vocab):
     doc = "[" + ", ".join(items) + "]"
     tail = doc.rindex("{")
     _check(g, smollm2_vocab, doc, [1, 30, tail - 2, tail + 1, len(doc) - 1, len(doc)], seed=7)
+
+
+def _python_builds_states(compiled) -> None:
+    """Make every new automaton state in Python (the walk's own builder hands each one over)."""
+    from tokenseam.grammar.localbuild import M_MAX_STATES
+
+    compiled.automaton._fast.meta[M_MAX_STATES] = 0
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])
+@pytest.mark.parametrize("kind,grammar,doc", [
+    ("schema", {}, DOC),  # recursion: calls and rule ends inside the walk
+    ("schema", {"type": "array", "maxItems": 6, "items": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "name": {"type": "string", "maxLength": 30},
+        "tags": {"type": "array", "items": {"enum": ["a", "bé", "c d"]}}}, "required": ["id"]}},
+     json.dumps([{"id": 1, "name": "x é 日本", "tags": ["bé", "a"]}, {"id": -20, "tags": []}, {"id": 3}],
+                ensure_ascii=False)),  # counters: canonical rows
+    ("schema", {"type": "object", "additionalProperties": {"$ref": "#"}},
+     json.dumps({"a": {"b": {}, "c x": {"d": {}}}, "e": {}}, indent=2)),
+    ("gbnf", 'root ::= list\nlist ::= "(" (item (" " item)*)? ")"\nitem ::= list | [a-z]+ | "\\"" [^"]* "\\""\n',
+     '((ab (c "x y") ()) ("q" (((z)))))'),
+    ("regex", r"(ab|a[^x]{2,5}z)+\d{3}", "abazzzzabacdz123"),
+])
+def test_walk_builds_the_states_python_builds(vocabs, vocab_name, kind, grammar, doc):
+    """The walk builds missing transitions itself (localbuild.build); masks equal those of an automaton whose
+    every state is built in Python, over the whole vocabulary at every byte of a document."""
+    from tokenseam.grammar import GrammarCompiler
+    from tokenseam.grammar.localbuild import M_STACKS
+
+    vocab = vocabs[vocab_name]
+
+    def compile_one():
+        c = GrammarCompiler(vocab)
+        if kind == "schema":
+            return c.compile_json_schema(grammar)
+        return c.compile_gbnf(grammar) if kind == "gbnf" else c.compile_regex(grammar)
+
+    fast, slow = compile_one(), compile_one()
+    _python_builds_states(slow)
+    ma, mb = GrammarMatcher(fast), GrammarMatcher(slow)
+    oa = np.zeros(vocab.mask_words, dtype=np.int32)
+    ob = oa.copy()
+    data = doc.encode()
+    for cut in range(len(data) + 1):
+        if cut:
+            assert ma.accept_bytes(data[cut - 1:cut]) and mb.accept_bytes(data[cut - 1:cut])
+        ma.fill_next_token_bitmask(oa)
+        mb.fill_next_token_bitmask(ob)
+        assert np.array_equal(oa, ob), data[:cut]
+    assert ma.is_accepting() and mb.is_accepting()
+    auto = fast.automaton
+    assert auto._numba_states and not slow.automaton._numba_states
+    if kind != "regex":
+        assert auto._fast.meta[M_STACKS] > 2  # frames pushed (by either side)

@@ -437,6 +437,7 @@ class Automaton:
         self.state_index: dict[tuple[tuple, bool, tuple], int] = {}
         self.state_configs: list[tuple] = []
         self.state_esc: list[tuple] = []
+        self._numba_states = False  # whether the walk has made states (see _sync)
         cap = 256
         self.flags = np.zeros(cap, dtype=np.int8)
         self.budget = np.zeros(cap, dtype=np.int32)
@@ -762,6 +763,11 @@ class Automaton:
         sid = self.state_index.get(key)
         if sid is not None:
             return sid
+        if self._numba_states:
+            sid = self._fast.find(configs, acc, esc, self.accepting)
+            if sid >= 0:
+                self.state_index[key] = sid
+                return sid
         sid = len(self.state_configs)
         if sid >= MAX_DFA_STATES:
             raise GrammarError("grammar automaton exceeded its state budget")
@@ -795,7 +801,8 @@ class Automaton:
         self._fast.grow_states(cap)
 
     def _sync(self) -> None:
-        """Take in the states the numba walk made (localbuild.build_local)."""
+        """Take in the stacks and states the numba walk made (localbuild.build). A state's configurations are
+        read from the numba side when first needed (`_configs`); until then `_state` finds it there."""
         fast = self._fast
         stk = fast.stk
         for sid in range(len(self.stacks), int(fast.meta[M_STACKS])):
@@ -803,11 +810,32 @@ class Automaton:
             self.stacks.append(key)
             self.stack_index[key] = sid
             self.depth.append(self.depth[parent] + 1)
-        for sid in range(len(self.state_configs), int(fast.meta[M_STATES])):
-            configs, esc = fast.state(sid)
-            self.state_index[(configs, bool(self.accepting[sid]), esc)] = sid
-            self.state_configs.append(configs)
-            self.state_esc.append(esc)
+        n0 = len(self.state_configs)
+        k = int(fast.meta[M_STATES]) - n0
+        if k > 0:
+            if self.has_counters:  # built on canonical rows from canonical states: canonical (localbuild)
+                self.canon.update((sid, sid) for sid in range(n0, n0 + k))
+            self.state_configs.extend([None] * k)
+            self.state_esc.extend([None] * k)
+            self._numba_states = True
+
+    def _configs(self, sid: int) -> tuple:
+        """State sid's configurations."""
+        c = self.state_configs[sid]
+        if c is None:
+            c, e = self._fast.state(sid)
+            self.state_configs[sid] = c
+            self.state_esc[sid] = e
+            self.state_index[(c, bool(self.accepting[sid]), e)] = sid
+        return c
+
+    def _escapes(self, sid: int) -> tuple:
+        """State sid's escapes (NFA states needing the frames under the local bottom)."""
+        e = self.state_esc[sid]
+        if e is None:
+            self._configs(sid)
+            e = self.state_esc[sid]
+        return e
 
     def _successor(self, moves: tuple) -> int:
         configs: set = set()
@@ -828,7 +856,7 @@ class Automaton:
         share one successor. Dead runs and successors already known are written to the row now; the others
         wait until a byte needs them, as (first classes, [(first class, last class, moves)]) in class order."""
         edges = self.nfa.edges
-        configs = self.state_configs[sid]
+        configs = self._configs(sid)
         cls_of = self._cls_of
         row = self.trans[sid]
         row[:] = DEAD
@@ -985,8 +1013,8 @@ class Automaton:
             memo[st] = res
             return res
 
-        configs = tuple(sorted({(q, canon_stack(st)) for q, st in self.state_configs[sid]}))
-        c = self._state(configs, bool(self.accepting[sid]), self.state_esc[sid])
+        configs = tuple(sorted({(q, canon_stack(st)) for q, st in self._configs(sid)}))
+        c = self._state(configs, bool(self.accepting[sid]), self._escapes(sid))
         self.canon[sid] = c
         return c
 
@@ -1057,7 +1085,7 @@ class Automaton:
         if hit is None:
             configs: set = set()
             acc = False
-            for q in self.state_esc[s]:
+            for q in self._escapes(s):
                 cs, a, _ = self.closure(q, p)
                 configs.update(cs)
                 acc = acc or a
@@ -1086,7 +1114,7 @@ class Automaton:
             cs, a, _ = self._cont(s, p)
             res.update(cs)
             acc = acc or a
-        for q, lst in self.state_configs[s]:
+        for q, lst in self._configs(s):
             res.add((q, self._materialize(lst, p)))
         return res, acc
 
@@ -1327,7 +1355,7 @@ class Automaton:
             return hit
         groups: dict[int, list] = {}
         stacks = self.stacks
-        for q, lst in self.state_configs[kc]:
+        for q, lst in self._configs(kc):
             f = self._top_frame(lst)
             if f != BOT and stacks[f][0] < 0:
                 f = BOT  # a counter frame's configurations stay with the rest

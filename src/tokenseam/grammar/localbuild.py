@@ -253,6 +253,49 @@ def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_sta
 
 
 @numba.njit(cache=True, nogil=True)
+def _keys_hash(keys, acc, escs):
+    """_state_hash of a state with these configuration keys, acceptance and escapes."""
+    h = np.int64(_SEED)
+    for k in range(keys.shape[0]):
+        h = _mix(h, keys[k])
+    h = _mix(h, np.int64(1 if acc else 0))
+    for k in range(escs.shape[0]):
+        h = _mix(h, escs[k])
+    return h
+
+
+@numba.njit(cache=True, nogil=True)
+def _find(h, keys, acc, escs, ht, cfg, soff, escp, accepting):
+    """The indexed state with these configuration keys, acceptance and escapes (hash h), or -1."""
+    u = keys.shape[0]
+    ue = escs.shape[0]
+    hmask = ht.shape[0] - 1
+    j = h & hmask
+    while ht[j] != 0:
+        sid = ht[j] - 1
+        if soff[sid, 1] == u and soff[sid, 3] == ue and accepting[sid] == acc:
+            same = True
+            o = soff[sid, 0]
+            for k in range(u):
+                if _key(cfg[o + k, 0], cfg[o + k, 1]) != keys[k]:
+                    same = False
+                    break
+            o = soff[sid, 2]
+            for k in range(ue):
+                if escp[o + k] != escs[k]:
+                    same = False
+            if same:
+                return sid
+        j = (j + 1) & hmask
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def find_state(keys, acc, escs, ht, cfg, soff, escp, accepting):
+    return _find(_keys_hash(keys, acc, escs), keys, acc, escs, ht, cfg, soff, escp, accepting)
+
+
+@numba.njit(cache=True, nogil=True)
 def _uniq(a, n):
     """Sort a[:n] and drop repeats in place; returns the new length."""
     a[:n].sort()
@@ -350,33 +393,8 @@ def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, q
         for j in range(c0, c1 + 1):
             trans[s, j] = -1
         return -1
-    # Look the state up.
-    h = np.int64(_SEED)
-    for k in range(u):
-        h = _mix(h, keys[k])
-    h = _mix(h, np.int64(1 if acc else 0))
-    for k in range(ue):
-        h = _mix(h, escs[k])
-    hmask = ht.shape[0] - 1
-    jj = h & hmask
-    found = -1
-    while ht[jj] != 0:
-        sid = ht[jj] - 1
-        if soff[sid, 1] == u and soff[sid, 3] == ue and accepting[sid] == acc:
-            same = True
-            o = soff[sid, 0]
-            for k in range(u):
-                if _key(cfg[o + k, 0], cfg[o + k, 1]) != keys[k]:
-                    same = False
-                    break
-            o = soff[sid, 2]
-            for k in range(ue):
-                if escp[o + k] != escs[k]:
-                    same = False
-            if same:
-                found = sid
-                break
-        jj = (jj + 1) & hmask
+    h = _keys_hash(keys[:u], acc, escs[:ue])
+    found = _find(h, keys[:u], acc, escs[:ue], ht, cfg, soff, escp, accepting)
     if found < 0:
         sid = meta[M_STATES]
         if sid >= meta[M_MAX_STATES]:
@@ -418,7 +436,7 @@ def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, q
         accepting[sid] = acc
         flags[sid] = (1 if u or acc else 0) | (2 if ue else 0) | (4 if room > 0 else 0)
         budget[sid] = max(room, 0)
-        ht[jj] = sid + 1
+        _put(ht, h, sid)
         meta[M_STATES] = sid + 1
         meta[M_INDEXED] = sid + 1
         found = sid
@@ -548,6 +566,12 @@ class LocalBuilder:
         self.ht = np.zeros(1 << (4 * int(meta[M_STATES]) + 4).bit_length(), dtype=np.int32)
         self.sht = np.zeros(1 << (4 * int(meta[M_STACKS]) + 4).bit_length(), dtype=np.int32)
         rehash(self.ht, self.sht, self.cfg, self.soff, self.escp, automaton.accepting, self.stk, meta)
+
+    def find(self, configs: tuple, acc: bool, esc: tuple, accepting: np.ndarray) -> int:
+        """The state numba made with these configurations, acceptance and escapes, or -1."""
+        keys = np.fromiter([(q << 32) | st for q, st in configs], dtype=np.int64, count=len(configs))
+        escs = np.asarray(esc, dtype=np.int64)
+        return int(find_state(keys, bool(acc), escs, self.ht, self.cfg, self.soff, self.escp, accepting))
 
     def state(self, sid: int) -> tuple[tuple, tuple]:
         """(configurations, escapes) of a state numba made."""
