@@ -386,17 +386,10 @@ class SubTable:
         """The suffixes from `depth` on of the entries at positions `idx` of table `tab`, in that order: a walk
         needs no sorted order to be exact, and `idx` ascending keeps the entries that share a path together."""
         self = cls.__new__(cls)
-        self.ids = tab.ids[idx]
-        self.base = tab.base[idx] + depth
-        starts = tab.offs[idx] + depth
-        lens = tab.offs[idx + 1] - starts
-        self.offs = np.zeros(len(idx) + 1, dtype=np.int64)
-        np.cumsum(lens, out=self.offs[1:])
-        self.data = _gather(tab.data, starts, lens, int(self.offs[-1]))
-        self.lcp = _lcp(self.data, self.offs)
-        self.skip = _skip_table(self.lcp, SKIP_DEPTHS)
-        self.safe_from = lens  # suffix walks take every byte: mid-token, no safe sink is known for the rest
-        self.empty = _sparse_bits(self.ids[lens == 0])
+        (self.ids, self.base, self.offs, self.data, self.lcp, self.skip, self.safe_from, words,
+         bits) = _suffix_arrays(tab.ids, tab.base, tab.offs, tab.data, idx, depth)
+        # suffix walks take every byte (safe_from = length): mid-token, no safe sink is known for the rest
+        self.empty = (words, bits)
         return self
 
     @classmethod
@@ -407,16 +400,42 @@ class SubTable:
         return self
 
 
-def _sparse_bits(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(word indices, word bits) of a set of token ids, each word once."""
-    if not len(tids):
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32)
-    words = tids >> 5
-    bits = np.left_shift(np.uint32(1), (tids & 31).astype(np.uint32))
-    uw, inv = np.unique(words, return_inverse=True)
-    agg = np.zeros(len(uw), dtype=np.uint32)
-    np.bitwise_or.at(agg, inv.reshape(-1), bits)
-    return uw.astype(np.int64), agg
+@numba.njit(cache=True)
+def _suffix_arrays(ids, base, offs, data, idx, depth):
+    """SubTable.suffixes' arrays: ids, base, offs, data, lcp, skip, lengths, and the (word index, bits) of the
+    entries with no bytes left, each word once."""
+    n = idx.shape[0]
+    s_ids = ids[idx]
+    s_base = base[idx] + depth
+    starts = offs[idx] + depth
+    lens = offs[idx + 1] - starts
+    s_offs = np.zeros(n + 1, np.int64)
+    for k in range(n):
+        s_offs[k + 1] = s_offs[k] + lens[k]
+    s_data = _gather(data, starts, lens, s_offs[n])
+    lcp = _lcp(s_data, s_offs)
+    skip = _skip_table(lcp, SKIP_DEPTHS)
+    m = 0
+    for k in range(n):
+        if lens[k] == 0:
+            m += 1
+    empty = np.empty(m, np.int64)
+    m = 0
+    for k in range(n):
+        if lens[k] == 0:
+            empty[m] = s_ids[k]
+            m += 1
+    empty.sort()
+    words = np.empty(m, np.int64)
+    bits = np.zeros(m, np.uint32)
+    u = 0
+    for k in range(m):
+        w = empty[k] >> 5
+        if u == 0 or words[u - 1] != w:
+            words[u] = w
+            u += 1
+        bits[u - 1] |= np.uint32(1) << np.uint32(empty[k] & 31)
+    return s_ids, s_base, s_offs, s_data, lcp, skip, lens, words[:u], bits[:u]
 
 
 class Automaton:
