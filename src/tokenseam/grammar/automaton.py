@@ -37,7 +37,7 @@ SAFE_SINK = 4
 UNBOUNDED = 1 << 30
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec,
               accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loop_hi, loc, loc_pool, mark, cfg, soff, escp,
               ht, stk, sht, meta):

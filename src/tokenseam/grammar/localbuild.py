@@ -8,6 +8,9 @@ Python (`Automaton.fill`). Both sides make the same state for the same (configur
 Python writes every state and stack it makes into the arrays here, numba reads them through hash indexes, and
 `Automaton._sync` takes in what numba made.
 
+These functions (and the walk calling them) hold the GIL: they change the automaton's arrays, which Python
+code in another thread must not see half-made.
+
 With counters, the walk reads canonical rows (`Automaton.ctrans`) and starts at canonical states. A successor
 built here changes no counter value, and its new frames are calls on canonical stacks, so it is canonical too
 and goes straight into the canonical row.
@@ -55,18 +58,18 @@ _SEED = -3750763034362895579
 _MUL = 1099511628211
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, inline="always")
 def _key(q, st):
     return (np.int64(q) << 32) | np.int64(st)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, inline="always")
 def _mix(h, x):
     h = (h ^ x) * np.int64(_MUL)
     return h ^ (h >> 29)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _state_hash(cfg, soff, escp, accepting, sid):
     h = np.int64(_SEED)
     o = soff[sid, 0]
@@ -79,12 +82,12 @@ def _state_hash(cfg, soff, escp, accepting, sid):
     return h
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _stack_hash(ret, parent, value):
     return _mix(_mix(_mix(np.int64(_SEED), np.int64(ret)), np.int64(parent)), np.int64(value))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _put(table, h, v):
     mask = table.shape[0] - 1
     j = h & mask
@@ -93,7 +96,7 @@ def _put(table, h, v):
     table[j] = v + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def rehash(ht, sht, cfg, soff, escp, accepting, stk, meta):
     """Fill empty hash tables with every indexed state and stack."""
     for sid in range(meta[M_INDEXED]):
@@ -102,7 +105,7 @@ def rehash(ht, sht, cfg, soff, escp, accepting, stk, meta):
         _put(sht, _stack_hash(stk[x, 0], stk[x, 1], stk[x, 2]), x)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def index_new(ht, sht, cfg, soff, escp, accepting, stk, meta):
     """Index the states and stacks Python made since the last call."""
     for sid in range(meta[M_INDEXED], meta[M_STATES]):
@@ -113,7 +116,7 @@ def index_new(ht, sht, cfg, soff, escp, accepting, stk, meta):
     meta[M_SINDEXED] = meta[M_STACKS]
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _push(ret, parent, stk, sht, meta):
     """The stack id of frame (ret, value 0) on `parent`, made if new; NO_ROOM when an array is full."""
     h = _stack_hash(ret, parent, 0)
@@ -137,7 +140,7 @@ def _push(ret, parent, stk, sht, meta):
     return x
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _local(q0, e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta):
     """Start of q0's local closure in loc_pool (its NFA states with byte edges, ascending), -1 if the closure
     touches a stack operation or grows past LOCAL_LIMIT (as Automaton._local), NO_ROOM if the pool is full."""
@@ -198,7 +201,7 @@ def _local(q0, e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta):
     return used
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_start, stk, sht, meta):
     """Append the closure of (t0, st0) to keys (configurations with byte edges) and escs (escape states).
     Returns (status, nk, ne, accepting): status 0, NEED_PYTHON (a counter operation or too large) or NO_ROOM."""
@@ -252,7 +255,7 @@ def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_sta
     return 0, nk, ne, acc
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _keys_hash(keys, acc, escs):
     """_state_hash of a state with these configuration keys, acceptance and escapes."""
     h = np.int64(_SEED)
@@ -264,7 +267,7 @@ def _keys_hash(keys, acc, escs):
     return h
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _find(h, keys, acc, escs, ht, cfg, soff, escp, accepting):
     """The indexed state with these configuration keys, acceptance and escapes (hash h), or -1."""
     u = keys.shape[0]
@@ -290,12 +293,12 @@ def _find(h, keys, acc, escs, ht, cfg, soff, escp, accepting):
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def find_state(keys, acc, escs, ht, cfg, soff, escp, accepting):
     return _find(_keys_hash(keys, acc, escs), keys, acc, escs, ht, cfg, soff, escp, accepting)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _uniq(a, n):
     """Sort a[:n] and drop repeats in place; returns the new length."""
     a[:n].sort()
@@ -307,7 +310,7 @@ def _uniq(a, n):
     return u
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loop_hi, loc,
           loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta):
     """The successor of state s on byte class c, written to trans for the run of classes around c that every
