@@ -10,6 +10,7 @@ import bisect
 import gc
 import threading
 from collections import OrderedDict
+from itertools import chain
 
 import numba
 import numpy as np
@@ -49,9 +50,9 @@ def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe
     the walk reaches a state flagged SAFE_SINK whose budget covers them: JSON string bodies then cost one
     check per token, not one step per byte. states[] is then valid only up to that depth.
 
-    A missing transition is built here when it can be (localbuild.build), else by Python. Resumable through pos = (index, resume depth or -1, dead depth, dead path escapes, valid
-    depth): returns 1 when Python must build a transition (states[pos[1]]), 2 when `rec` is full, 3 when a
-    localbuild array is full, 0 when done."""
+    A missing transition is built here when it can be (localbuild.build), else by Python. Resumable through
+    pos = (index, resume depth or -1, dead depth, dead path escapes, valid depth): returns 1 when Python must
+    build a transition (states[pos[1]]), 2 when `rec` is full, 3 when a localbuild array is full, 0 when done."""
     n = ids.shape[0]
     cap = rec.shape[0]
     maxd = states.shape[0]
@@ -486,7 +487,7 @@ class Automaton:
         self._suffix_info: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]] = {}
         self._groups_tab: list[SubTable] = []
         self._special = set().union(nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
-        self._fast = LocalBuilder(nfa, self._cls_of, self._special)  # successors built inside the walk
+        self._fast = LocalBuilder(nfa, self._edge_off, self._edge_rows, self.byte_class, self._special, MAX_DFA_STATES)  # successors built inside the walk
         for sid, (ret, parent, value) in enumerate(self.stacks):
             self._fast.add_stack(sid, ret, parent, value)
         configs, acc, _ = self.closure(nfa.rule_start[0], 0)
@@ -503,20 +504,19 @@ class Automaton:
         self._check_left_recursion()
         if nfa.may_dead_end:
             self._trim()
-        bounds = {0, 256}
-        for row in nfa.edges:
-            for lo, hi, _ in row:
-                bounds.add(lo)
-                bounds.add(hi + 1)
-        pts = sorted(bounds)
-        cls_of = [0] * 256
-        for k in range(len(pts) - 1):
-            for b in range(pts[k], pts[k + 1]):
-                cls_of[b] = k
-        self.byte_class = np.asarray(cls_of, dtype=np.int32)
-        self._cls_of = cls_of
+        # Every edge as (first byte, last byte, target) rows, flattened once: byte classes come from their
+        # bounds, and the walk's state builder (localbuild) reads them.
+        n = nfa.size
+        self._edge_off = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.fromiter(map(len, nfa.edges), dtype=np.int32, count=n), out=self._edge_off[1:])
+        m = int(self._edge_off[-1])
+        self._edge_rows = np.fromiter(chain.from_iterable(chain.from_iterable(nfa.edges)), dtype=np.int32,
+                                      count=3 * m).reshape(m, 3)
+        pts = np.unique(np.concatenate(([0, 256], self._edge_rows[:, 0], self._edge_rows[:, 1] + 1)))
+        self.byte_class = (np.searchsorted(pts, np.arange(256), side="right") - 1).astype(np.int32)
+        self._cls_of = self.byte_class.tolist()
         self.n_classes = len(pts) - 1
-        self.class_start = pts[:-1]
+        self.class_start = pts[:-1].tolist()
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
         self._succ_memo: dict[tuple, int] = {}
         self._pending: dict[int, tuple[list, list]] = {}

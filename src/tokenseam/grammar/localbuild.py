@@ -31,6 +31,8 @@ Arrays (owned by `LocalBuilder`; a call that runs out of room returns NO_ROOM an
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numba
 import numpy as np
 
@@ -457,12 +459,11 @@ def _grown(a: np.ndarray, rows: int) -> np.ndarray:
 class LocalBuilder:
     """The numba-side view of an automaton's NFA, states and stacks (see the module docstring)."""
 
-    def __init__(self, nfa, cls_of: list[int], special: set[int]) -> None:
-        from .automaton import MAX_DFA_STATES
-
+    def __init__(self, nfa, edge_off: np.ndarray, edge_rows: np.ndarray, byte_class: np.ndarray, special: set[int],
+                 max_states: int) -> None:
         n = nfa.size
         self.meta = np.zeros(N_META, dtype=np.int64)
-        self.meta[M_MAX_STATES] = MAX_DFA_STATES
+        self.meta[M_MAX_STATES] = max_states
         self.cfg = np.zeros((1024, 2), dtype=np.int32)
         self.escp = np.zeros(256, dtype=np.int32)
         self.soff = np.zeros((256, 4), dtype=np.int64)
@@ -471,35 +472,28 @@ class LocalBuilder:
         self.sht = np.zeros(1024, dtype=np.int32)
         qinfo = np.full((n, 5), -1, dtype=np.int32)
         qinfo[:, 0] = 0
-        for q in special:
-            qinfo[q, 0] |= Q_STACK
-        for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
-            for q in d:
-                qinfo[q, 0] |= Q_COUNTER
-        for q in nfa.universal:
-            qinfo[q, 0] |= Q_UNIV
-        for q, (r, ret) in nfa.call.items():
-            qinfo[q, 1] = r
-            qinfo[q, 2] = ret
-        for q, r in nfa.end_rule.items():
-            qinfo[q, 3] = r
-        for q, lid in nfa.counted_body.items():
-            qinfo[q, 4] = lid
+
+        def ids(keys) -> np.ndarray:
+            return np.fromiter(keys, dtype=np.int64, count=len(keys))
+
+        qinfo[ids(special), 0] |= Q_STACK
+        qinfo[ids(set().union(nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)), 0] |= Q_COUNTER
+        qinfo[ids(nfa.universal), 0] |= Q_UNIV
+        if nfa.call:
+            qinfo[ids(nfa.call), 1:3] = np.asarray(list(nfa.call.values()), dtype=np.int32)
+        qinfo[ids(nfa.end_rule), 3] = ids(nfa.end_rule.values())
+        qinfo[ids(nfa.counted_body), 4] = ids(nfa.counted_body.values())
         self.qinfo = qinfo
         self.rule_start = np.asarray(nfa.rule_start, dtype=np.int32)
         self.loop_hi = np.asarray([-1 if hi is None else hi for _, hi in nfa.loops] or [0], dtype=np.int64)
-        edges = nfa.edges
-        counts = np.fromiter((len(r) for r in edges), dtype=np.int32, count=n)
-        self.e_off = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(counts, out=self.e_off[1:])
-        flat = [(cls_of[lo], cls_of[hi], t) for r in edges for lo, hi, t in r]
-        self.nfa_e = np.asarray(flat, dtype=np.int32).reshape(-1, 3) if flat else np.zeros((1, 3), dtype=np.int32)
+        self.e_off = edge_off
+        self.nfa_e = edge_rows.copy() if len(edge_rows) else np.zeros((1, 3), dtype=np.int32)
+        self.nfa_e[: len(edge_rows), :2] = byte_class[edge_rows[:, :2]]  # byte ranges as class ranges
         eps = nfa.eps
-        counts = np.fromiter((len(r) for r in eps), dtype=np.int32, count=n)
         self.eps_off = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(counts, out=self.eps_off[1:])
-        flat_t = [t for r in eps for t in r]
-        self.eps_t = np.asarray(flat_t, dtype=np.int32) if flat_t else np.zeros(1, dtype=np.int32)
+        np.cumsum(np.fromiter(map(len, eps), dtype=np.int32, count=n), out=self.eps_off[1:])
+        m = int(self.eps_off[-1])
+        self.eps_t = np.fromiter(chain.from_iterable(eps), dtype=np.int32, count=m) if m else np.zeros(1, np.int32)
         self.loc = np.full((n, 2), -2, dtype=np.int32)
         self.loc_pool = np.zeros(max(1024, 2 * n), dtype=np.int32)
         self.mark = np.zeros(n, dtype=np.int32)
