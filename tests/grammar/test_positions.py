@@ -275,10 +275,27 @@ def _python_builds_states(compiled) -> None:
 def test_walk_builds_the_states_python_builds(vocabs, vocab_name, kind, grammar, doc):
     """The walk builds missing transitions itself (localbuild.build); masks equal those of an automaton whose
     every state is built in Python, over the whole vocabulary at every byte of a document."""
+    _compare_builders(vocabs[vocab_name], kind, grammar, doc)
+
+
+@pytest.mark.parametrize("schema,doc", [
+    ({}, DOC),
+    ({"type": "array", "maxItems": 6, "items": {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 30}, "n": {"type": "integer"}}}},
+     json.dumps([{"name": "x é 日本", "n": 12}, {"n": -3}, {}], ensure_ascii=False)),
+])
+def test_walk_builder_grows_its_arrays(monkeypatch, smollm2_vocab, schema, doc):
+    """Every array of the walk's builder starting with one row: each is grown (and the hash tables rebuilt)
+    many times while walks are under way; masks are unchanged."""
+    from tokenseam.grammar import localbuild
+
+    monkeypatch.setattr(localbuild, "START_ROWS", 1)
+    _compare_builders(smollm2_vocab, "schema", schema, doc)
+
+
+def _compare_builders(vocab, kind, grammar, doc) -> None:
     from tokenseam.grammar import GrammarCompiler
     from tokenseam.grammar.localbuild import M_STACKS
-
-    vocab = vocabs[vocab_name]
 
     def compile_one():
         c = GrammarCompiler(vocab)

@@ -48,6 +48,7 @@ M_STACKS = 8
 M_SINDEXED = 9
 M_ESC_USED = 10
 N_META = 11
+START_ROWS = 256  # first sizes of the arrays (a power of two); they double when full
 G_STATES, G_CFG, G_LOC, G_HT, G_STACKS, G_ESC = 1, 2, 3, 4, 5, 6
 Q_STACK, Q_UNIV, Q_COUNTER = 1, 2, 4
 LOCAL_LIMIT = 256  # Automaton._local's limit on a local closure's size
@@ -464,12 +465,13 @@ class LocalBuilder:
         n = nfa.size
         self.meta = np.zeros(N_META, dtype=np.int64)
         self.meta[M_MAX_STATES] = max_states
-        self.cfg = np.zeros((1024, 2), dtype=np.int32)
-        self.escp = np.zeros(256, dtype=np.int32)
-        self.soff = np.zeros((256, 4), dtype=np.int64)
-        self.ht = np.zeros(1024, dtype=np.int32)
-        self.stk = np.zeros((256, 3), dtype=np.int64)
-        self.sht = np.zeros(1024, dtype=np.int32)
+        k = START_ROWS
+        self.cfg = np.zeros((4 * k, 2), dtype=np.int32)
+        self.escp = np.zeros(k, dtype=np.int32)
+        self.soff = np.zeros((k, 4), dtype=np.int64)
+        self.ht = np.zeros(4 * k, dtype=np.int32)
+        self.stk = np.zeros((k, 3), dtype=np.int64)
+        self.sht = np.zeros(4 * k, dtype=np.int32)
         qinfo = np.full((n, 5), -1, dtype=np.int32)
         qinfo[:, 0] = 0
 
@@ -495,7 +497,7 @@ class LocalBuilder:
         m = int(self.eps_off[-1])
         self.eps_t = np.fromiter(chain.from_iterable(eps), dtype=np.int32, count=m) if m else np.zeros(1, np.int32)
         self.loc = np.full((n, 2), -2, dtype=np.int32)
-        self.loc_pool = np.zeros(max(1024, 2 * n), dtype=np.int32)
+        self.loc_pool = np.zeros(max(4 * k, 2 * n) if k > 1 else 1, dtype=np.int32)
         self.mark = np.zeros(n, dtype=np.int32)
 
     def add(self, sid: int, configs: tuple, esc: tuple) -> None:
