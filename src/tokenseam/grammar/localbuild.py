@@ -40,14 +40,13 @@ M_STATES = 0  # states made so far (Python and numba)
 M_INDEXED = 1  # states below this are in ht
 M_LOC_USED = 2
 M_CFG_USED = 3
-M_HT_COUNT = 4
-M_EPOCH = 5  # stamp for `mark` (NFA states seen by the local closure being computed)
-M_GROW = 6  # what ran out of room: G_* below
-M_MAX_STATES = 7
-M_STACKS = 8
-M_SINDEXED = 9
-M_ESC_USED = 10
-N_META = 11
+M_EPOCH = 4  # stamp for `mark` (NFA states seen by the local closure being computed)
+M_GROW = 5  # what ran out of room: G_* below
+M_MAX_STATES = 6  # 0: every state is built by Python (tests compare both builders this way)
+M_STACKS = 7  # stacks made so far
+M_SINDEXED = 8  # stacks below this are in sht
+M_ESC_USED = 9
+N_META = 10
 START_ROWS = 256  # first sizes of the arrays (a power of two); they double when full
 G_STATES, G_CFG, G_LOC, G_HT, G_STACKS, G_ESC = 1, 2, 3, 4, 5, 6
 Q_STACK, Q_UNIV, Q_COUNTER = 1, 2, 4
@@ -567,7 +566,8 @@ class LocalBuilder:
         rehash(self.ht, self.sht, self.cfg, self.soff, self.escp, automaton.accepting, self.stk, meta)
 
     def find(self, configs: tuple, acc: bool, esc: tuple, accepting: np.ndarray) -> int:
-        """The state numba made with these configurations, acceptance and escapes, or -1."""
+        """The indexed state with these configurations, acceptance and escapes, or -1 (Python looks here for
+        the states the walk made, which its own index does not hold yet)."""
         keys = np.fromiter([(q << 32) | st for q, st in configs], dtype=np.int64, count=len(configs))
         escs = np.asarray(esc, dtype=np.int64)
         return int(find_state(keys, bool(acc), escs, self.ht, self.cfg, self.soff, self.escp, accepting))
