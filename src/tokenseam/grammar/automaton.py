@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from .errors import GrammarError
-from .localbuild import M_STACKS, M_STATES, LocalBuilder, build
+from .localbuild import M_STACKS, M_STATES, LocalBuilder, walk_esc
 from .nfa import ByteNFA
 
 UNKNOWN = -2
@@ -33,127 +33,9 @@ NO_PENDING: tuple[list, list] = ([], [])  # a swept row with nothing left to bui
 
 SKIP_DEPTHS = 4
 # State flag: any string-safe text of up to budget[state] code points stays alive from here (a free string
-# body, "any key but these", a maxLength string with room left). See _walk_esc and Automaton._safe_budget.
+# body, "any key but these", a maxLength string with room left). See localbuild.walk_esc and Automaton._safe_budget.
 SAFE_SINK = 4
 UNBOUNDED = 1 << 30
-
-
-@numba.njit(cache=True)
-def _walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec,
-              accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loop_hi, loc, loc_pool, mark, cfg, soff, escp,
-              ht, stk, sht, meta):
-    """Walk the byte-sorted tokens from local state states[0]: tokens the local automaton takes whole go to
-    `out`; for every other token, each depth whose state escapes (needs the frames below BOT) is recorded as
-    (index, depth, state) in `rec`, since the token's fate depends on the real stack there.
-
-    A token whose remaining bytes (from safe_from[i] on) are whole string-safe characters is taken as soon as
-    the walk reaches a state flagged SAFE_SINK whose budget covers them: JSON string bodies then cost one
-    check per token, not one step per byte. states[] is then valid only up to that depth.
-
-    A missing transition is built here when it can be (localbuild.build), else by Python. Resumable through
-    pos = (index, resume depth or -1, dead depth, dead path escapes, valid depth): returns 1 when Python must
-    build a transition (states[pos[1]]), 2 when `rec` is full, 3 when a localbuild array is full, 0 when done."""
-    n = ids.shape[0]
-    cap = rec.shape[0]
-    maxd = states.shape[0]
-    nskip = skip.shape[0]
-    i = pos[0]
-    first_d = pos[1]
-    dead = pos[2]
-    dead_esc = pos[3] != 0
-    valid = pos[4]
-    r = nrec[0]
-    status = 0
-    while i < n:
-        if r + maxd + 1 > cap:
-            status = 2
-            break
-        if first_d >= 0:
-            d = first_d
-            first_d = -1
-        else:
-            d = lcp[i]
-            if d > dead:
-                # Same path as the previous token up to its dead byte: same escapes.
-                if dead_esc:
-                    for k in range(dead + 1):
-                        if flags[states[k]] & 2:
-                            rec[r, 0] = i
-                            rec[r, 1] = k
-                            rec[r, 2] = states[k]
-                            r += 1
-                i += 1
-                continue
-            if d > valid:
-                d = valid
-        o = offs[i]
-        ln = offs[i + 1] - o
-        sf = safe_from[i]
-        st = states[d]
-        nx = 0
-        sunk = False
-        # The current state stays in a register: each byte costs one dependent load (its transition).
-        while d < ln:
-            if d >= sf and flags[st] & 4 and not 0x80 <= data[o + d] < 0xC0:
-                left = ln - d
-                if budget[st] < left:  # count the code points left: the bytes that start one
-                    left = 0
-                    for k in range(o + d, o + ln):
-                        if not 0x80 <= data[k] < 0xC0:
-                            left += 1
-                if left <= budget[st]:
-                    sunk = True
-                    break
-            nx = trans[st, byte_class[data[o + d]]]
-            if nx == -2:
-                nx = build(st, byte_class[data[o + d]], trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t,
-                           qinfo, rule_start, loop_hi, loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta)
-            if nx < 0:
-                break
-            d += 1
-            states[d] = nx
-            st = nx
-        valid = d
-        if sunk:
-            d = ln
-        if d == ln:
-            if flags[st] & 1:
-                tid = ids[i]
-                out[tid >> 5] |= np.uint32(1) << np.uint32(tid & 31)
-                dead = 1 << 30
-                dead_esc = False
-                i += 1
-                continue
-        elif nx <= -2:
-            first_d = d
-            status = 1 if nx == -2 else 3
-            break
-        has = False
-        for k in range(d + 1):
-            if flags[states[k]] & 2:
-                rec[r, 0] = i
-                rec[r, 1] = k
-                rec[r, 2] = states[k]
-                r += 1
-                has = True
-        if d == ln:
-            dead = 1 << 30
-            dead_esc = False
-            i += 1
-        else:
-            dead = d
-            dead_esc = has
-            if not has and d < nskip:
-                i = skip[d, i]
-            else:
-                i += 1
-    nrec[0] = r
-    pos[0] = i
-    pos[1] = first_d
-    pos[2] = dead
-    pos[3] = 1 if dead_esc else 0
-    pos[4] = valid
-    return status
 
 
 @numba.njit(cache=True)
@@ -487,7 +369,8 @@ class Automaton:
         self._suffix_info: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]] = {}
         self._groups_tab: list[SubTable] = []
         self._special = set().union(nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
-        self._fast = LocalBuilder(nfa, self._edge_off, self._edge_rows, self.byte_class, self._special, MAX_DFA_STATES)  # successors built inside the walk
+        # Successors built inside the walk (localbuild).
+        self._fast = LocalBuilder(nfa, self._edge_off, self._edge_rows, self.byte_class, self._special, MAX_DFA_STATES)
         for sid, (ret, parent, value) in enumerate(self.stacks):
             self._fast.add_stack(sid, ret, parent, value)
         configs, acc, _ = self.closure(nfa.rule_start[0], 0)
@@ -1228,10 +1111,10 @@ class Automaton:
         while True:
             meta = fast.meta
             fast.index(self)
-            r = _walk_esc(self._walk_trans, self.flags, self.budget, self.byte_class, tab.data, tab.offs, tab.lcp,
-                          tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec, self.accepting, fast.e_off,
-                          fast.nfa_e, fast.eps_off, fast.eps_t, fast.qinfo, fast.rule_start, fast.loop_hi, fast.loc,
-                          fast.loc_pool, fast.mark, fast.cfg, fast.soff, fast.escp, fast.ht, fast.stk, fast.sht, meta)
+            r = walk_esc(self._walk_trans, self.flags, self.budget, self.byte_class, tab.data, tab.offs, tab.lcp,
+                         tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec, self.accepting, fast.e_off,
+                         fast.nfa_e, fast.eps_off, fast.eps_t, fast.qinfo, fast.rule_start, fast.loop_hi, fast.loc,
+                         fast.loc_pool, fast.mark, fast.cfg, fast.soff, fast.escp, fast.ht, fast.stk, fast.sht, meta)
             if meta[M_STATES] > len(self.state_configs) or meta[M_STACKS] > len(self.stacks):
                 self._sync()
             if r == 0:

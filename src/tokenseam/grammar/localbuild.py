@@ -1,4 +1,7 @@
-"""Building automaton states inside the mask walk, in numba.
+"""The mask walk over the vocabulary, and the automaton states it builds, in numba.
+
+Every numba function the walk calls lives in this file: numba's cache is checked against each function's own
+source file, so a walk cached beside a changed builder in another file would run the old builder.
 
 A vocabulary walk that meets a missing transition used to return to Python for every new state (25-35 µs
 each). `build` makes the successor here instead: the moves on the byte class, then each target's epsilon
@@ -448,6 +451,125 @@ def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, q
     for j in range(c0, c1 + 1):
         trans[s, j] = found
     return found
+
+
+@numba.njit(cache=True)
+def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec,
+             accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loop_hi, loc, loc_pool, mark, cfg, soff, escp,
+             ht, stk, sht, meta):
+    """Walk the byte-sorted tokens from local state states[0]: tokens the local automaton takes whole go to
+    `out`; for every other token, each depth whose state escapes (needs the frames below BOT) is recorded as
+    (index, depth, state) in `rec`, since the token's fate depends on the real stack there.
+
+    A token whose remaining bytes (from safe_from[i] on) are whole string-safe characters is taken as soon as
+    the walk reaches a state flagged SAFE_SINK (4) whose budget covers them: JSON string bodies then cost one
+    check per token, not one step per byte. states[] is then valid only up to that depth.
+
+    A missing transition is built here when it can be (`build`), else by Python. Resumable through
+    pos = (index, resume depth or -1, dead depth, dead path escapes, valid depth): returns 1 when Python must
+    build a transition (states[pos[1]]), 2 when `rec` is full, 3 when an array of this module is full, 0 when done."""
+    n = ids.shape[0]
+    cap = rec.shape[0]
+    maxd = states.shape[0]
+    nskip = skip.shape[0]
+    i = pos[0]
+    first_d = pos[1]
+    dead = pos[2]
+    dead_esc = pos[3] != 0
+    valid = pos[4]
+    r = nrec[0]
+    status = 0
+    while i < n:
+        if r + maxd + 1 > cap:
+            status = 2
+            break
+        if first_d >= 0:
+            d = first_d
+            first_d = -1
+        else:
+            d = lcp[i]
+            if d > dead:
+                # Same path as the previous token up to its dead byte: same escapes.
+                if dead_esc:
+                    for k in range(dead + 1):
+                        if flags[states[k]] & 2:
+                            rec[r, 0] = i
+                            rec[r, 1] = k
+                            rec[r, 2] = states[k]
+                            r += 1
+                i += 1
+                continue
+            if d > valid:
+                d = valid
+        o = offs[i]
+        ln = offs[i + 1] - o
+        sf = safe_from[i]
+        st = states[d]
+        nx = 0
+        sunk = False
+        # The current state stays in a register: each byte costs one dependent load (its transition).
+        while d < ln:
+            if d >= sf and flags[st] & 4 and not 0x80 <= data[o + d] < 0xC0:
+                left = ln - d
+                if budget[st] < left:  # count the code points left: the bytes that start one
+                    left = 0
+                    for k in range(o + d, o + ln):
+                        if not 0x80 <= data[k] < 0xC0:
+                            left += 1
+                if left <= budget[st]:
+                    sunk = True
+                    break
+            nx = trans[st, byte_class[data[o + d]]]
+            if nx == -2:
+                nx = build(st, byte_class[data[o + d]], trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t,
+                           qinfo, rule_start, loop_hi, loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta)
+            if nx < 0:
+                break
+            d += 1
+            states[d] = nx
+            st = nx
+        valid = d
+        if sunk:
+            d = ln
+        if d == ln:
+            if flags[st] & 1:
+                tid = ids[i]
+                out[tid >> 5] |= np.uint32(1) << np.uint32(tid & 31)
+                dead = 1 << 30
+                dead_esc = False
+                i += 1
+                continue
+        elif nx <= -2:
+            first_d = d
+            status = 1 if nx == -2 else 3
+            break
+        has = False
+        for k in range(d + 1):
+            if flags[states[k]] & 2:
+                rec[r, 0] = i
+                rec[r, 1] = k
+                rec[r, 2] = states[k]
+                r += 1
+                has = True
+        if d == ln:
+            dead = 1 << 30
+            dead_esc = False
+            i += 1
+        else:
+            dead = d
+            dead_esc = has
+            if not has and d < nskip:
+                i = skip[d, i]
+            else:
+                i += 1
+    nrec[0] = r
+    pos[0] = i
+    pos[1] = first_d
+    pos[2] = dead
+    pos[3] = 1 if dead_esc else 0
+    pos[4] = valid
+    return status
+
 
 
 def _grown(a: np.ndarray, rows: int) -> np.ndarray:
