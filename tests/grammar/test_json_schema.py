@@ -495,3 +495,12 @@ def test_formats_standard_unsupported_or_custom_ignored(compiler):
     assert accepts_text(g, '"/a/b~1c"') and not accepts_text(g, '"a/b"') and not accepts_text(g, '"/~2"')
     g = compiler.compile_json_schema({"type": "string", "format": "uri"})
     assert accepts_text(g, '"https://x.org/a%20b"') and not accepts_text(g, '"https://x/%zz"')
+
+
+def test_enum_checking_dependency_is_installed_with_the_server():
+    """The compiler checks enum/const values with `jsonschema`, so a plain install (the README's serve command)
+    must bring it: it was once only a test extra, and such schemas were a 400 there."""
+    import importlib.metadata
+
+    reqs = importlib.metadata.requires("tokenseam") or []
+    assert any(r.split("==")[0].strip() == "jsonschema" and "extra ==" not in r for r in reqs), reqs
