@@ -16,15 +16,13 @@ import numba
 import numpy as np
 
 from .errors import GrammarError
-from .localbuild import M_STACKS, M_STATES, LocalBuilder, walk_esc
+from .localbuild import BOT, M_STACKS, M_STATES, UNBOUNDED, UNKNOWN, LocalBuilder, walk_esc
 from .nfa import ByteNFA
 
-UNKNOWN = -2
 DEAD = -1
 MAX_DFA_STATES = 2_000_000
 MAX_CLOSURE = 100_000
 MASK_CACHE_BYTES = 128 * 1024 * 1024
-BOT = 1  # the stack id standing for "whatever frames lie below" in a stack-independent (local) state
 NO_ESC: tuple = ()
 NO_PENDING: tuple[list, list] = ([], [])  # a swept row with nothing left to build (never appended to)
 # Configuration sets are sorted tuples of (NFA state, stack) int pairs, not frozensets: tuples of ints leave the
@@ -35,7 +33,6 @@ SKIP_DEPTHS = 4
 # State flag: any string-safe text of up to budget[state] code points stays alive from here (a free string
 # body, "any key but these", a maxLength string with room left). See localbuild.walk_esc and Automaton._safe_budget.
 SAFE_SINK = 4
-UNBOUNDED = 1 << 30
 
 
 @numba.njit(cache=True)

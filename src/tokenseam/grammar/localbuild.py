@@ -55,10 +55,12 @@ G_STATES, G_CFG, G_LOC, G_HT, G_STACKS, G_ESC = 1, 2, 3, 4, 5, 6
 Q_STACK, Q_UNIV, Q_COUNTER = 1, 2, 4
 LOCAL_LIMIT = 256  # Automaton._local's limit on a local closure's size
 CLOSURE_LIMIT = 4096  # larger closures go to Python (which also raises on explosions)
-NEED_PYTHON = -2  # same value as automaton.UNKNOWN: the walk hands the transition to Python
+# Shared with automaton.py, which imports them from here.
+UNKNOWN = -2  # a transition not built yet; from `build`: hand it to Python
+NEED_PYTHON = UNKNOWN
 NO_ROOM = -3
-BOT = 1  # automaton.BOT
-UNBOUNDED = 1 << 30  # automaton.UNBOUNDED
+BOT = 1  # the stack id standing for "whatever frames lie below" in a stack-independent (local) state
+UNBOUNDED = 1 << 30  # a safe-text budget without limit
 _SEED = -3750763034362895579
 _MUL = 1099511628211
 
@@ -453,6 +455,19 @@ def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, q
     return found
 
 
+@numba.njit(cache=True, inline="always")
+def _record_escapes(flags, states, depth, i, rec, r):
+    """Record (token index, depth, state) in rec from row r on for each escaping state on the path up to
+    `depth`; returns the next free row."""
+    for k in range(depth + 1):
+        if flags[states[k]] & 2:
+            rec[r, 0] = i
+            rec[r, 1] = k
+            rec[r, 2] = states[k]
+            r += 1
+    return r
+
+
 @numba.njit(cache=True)
 def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec,
              accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loop_hi, loc, loc_pool, mark, cfg, soff, escp,
@@ -491,12 +506,7 @@ def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_
             if d > dead:
                 # Same path as the previous token up to its dead byte: same escapes.
                 if dead_esc:
-                    for k in range(dead + 1):
-                        if flags[states[k]] & 2:
-                            rec[r, 0] = i
-                            rec[r, 1] = k
-                            rec[r, 2] = states[k]
-                            r += 1
+                    r = _record_escapes(flags, states, dead, i, rec, r)
                 i += 1
                 continue
             if d > valid:
@@ -543,14 +553,9 @@ def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_
             first_d = d
             status = 1 if nx == -2 else 3
             break
-        has = False
-        for k in range(d + 1):
-            if flags[states[k]] & 2:
-                rec[r, 0] = i
-                rec[r, 1] = k
-                rec[r, 2] = states[k]
-                r += 1
-                has = True
+        r0 = r
+        r = _record_escapes(flags, states, d, i, rec, r)
+        has = r > r0
         if d == ln:
             dead = 1 << 30
             dead_esc = False
