@@ -46,5 +46,7 @@ def test_small_run_writes_report(tmp_path, monkeypatch, capsys):
     ts = by["tokenseam"]
     assert ts["files"] == 3 and ts["wrong_accepts"] == 0 and ts["tokens"] > 0
     assert ts["mask_us"]["p50"] is not None and ts["ttfm_ms"]["p50"] is not None
+    # Every token that was allowed was committed, and each commit was timed.
+    assert ts["accept_us"]["p50"] is not None and ts["accept_us"]["max"] >= ts["accept_us"]["p50"] > 0
     assert out.with_suffix(".png").stat().st_size > 1000
     assert "not installed" in capsys.readouterr().out

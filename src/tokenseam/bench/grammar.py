@@ -161,8 +161,10 @@ def tokenize_tests(tokenizer, doc: dict) -> list[tuple[bool, list[int]]]:
     return out
 
 
-def run_file(engine, schema, tests, timeout_s: float, mask_times: list[float]) -> dict:
-    """Compile, then replay each test's tokens: mask, check the token is allowed, commit it."""
+def run_file(engine, schema, tests, timeout_s: float, mask_times: list[float],
+             accept_times: list[float] | None = None) -> dict:
+    """Compile, then replay each test's tokens: mask, check the token is allowed, commit it. Mask times (and
+    commit times, into `accept_times`) are appended in µs."""
     res = {"status": "pass", "ttfm_us": None, "wrong_accepts": 0, "wrong_rejects": 0, "error": None}
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
@@ -190,7 +192,11 @@ def run_file(engine, schema, tests, timeout_s: float, mask_times: list[float]) -
                 if not allowed:
                     ok = False
                     break
-                if not engine.accept(m, tok):
+                t1 = time.perf_counter()
+                taken = engine.accept(m, tok)
+                if accept_times is not None:
+                    accept_times.append((time.perf_counter() - t1) * 1e6)
+                if not taken:
                     ok = False
                     break
             if ok:
@@ -216,7 +222,12 @@ def _pct(xs: list[float], q: float) -> float | None:
     return float(np.percentile(xs, q)) if xs else None
 
 
-def summarize(name: str, results: list[dict], mask_times: list[float], peak_mb: float | None) -> dict:
+def _dist(xs: list[float]) -> dict:
+    return {"p50": _pct(xs, 50), "p99": _pct(xs, 99), "p99.9": _pct(xs, 99.9), "max": max(xs) if xs else None}
+
+
+def summarize(name: str, results: list[dict], mask_times: list[float], peak_mb: float | None,
+              accept_times: list[float] | None = None) -> dict:
     ttfm = [r["ttfm_us"] for r in results if r["ttfm_us"] is not None]
     return {
         "engine": name,
@@ -229,8 +240,9 @@ def summarize(name: str, results: list[dict], mask_times: list[float], peak_mb: 
         "timeouts": sum(r["status"] == "timeout" for r in results),
         "crashes": sum(r["status"] == "crash" for r in results),
         "tokens": len(mask_times),
-        "mask_us": {"p50": _pct(mask_times, 50), "p99": _pct(mask_times, 99), "p99.9": _pct(mask_times, 99.9),
-                    "max": max(mask_times) if mask_times else None},
+        "mask_us": _dist(mask_times),
+        # Committing a token (accept_token): the other half of the per-token cost.
+        "accept_us": _dist(accept_times or []),
         "ttfm_ms": {"p50": (_pct(ttfm, 50) or 0) / 1000 if ttfm else None,
                     "p99": (_pct(ttfm, 99) or 0) / 1000 if ttfm else None},
         "peak_mem_mb": peak_mb,
@@ -256,16 +268,17 @@ def run_engine(name: str, vocab, docs, timeout_s: float, verbose: bool = False, 
     gc.freeze()
     base_rss = _rss_mb()
     mask_times: list[float] = []
+    accept_times: list[float] = []
     results = []
     for path, schema, tests in docs:
-        r = run_file(engine, schema, tests, timeout_s, mask_times)
+        r = run_file(engine, schema, tests, timeout_s, mask_times, accept_times)
         r["file"] = path.name
         results.append(r)
         if verbose and r["status"] != "pass":
             print(f"  {name} {path.name}: {r['status']} wa={r['wrong_accepts']} wr={r['wrong_rejects']} "
                   f"{r['error'] or ''}", file=sys.stderr)
     peak = _rss_mb()
-    summary = summarize(name, results, mask_times, peak - base_rss)
+    summary = summarize(name, results, mask_times, peak - base_rss, accept_times)
     summary["peak_rss_mb"] = peak
     return summary, results, mask_times
 
@@ -298,13 +311,13 @@ def run_engine_isolated(name: str, vocab, docs, timeout_s: float, verbose: bool 
 
 def print_table(summaries: list[dict]) -> None:
     cols = ["engine", "passing", "compile_errors", "wrong_accepts", "wrong_rejects", "timeouts", "crashes",
-            "mask p50", "p99", "p99.9", "max", "ttfm p50", "ttfm p99", "peak MB"]
+            "mask p50", "p99", "p99.9", "max", "ttfm p50", "ttfm p99", "accept p50", "p99", "p99.9", "peak MB"]
     print(" | ".join(cols))
     for s in summaries:
         if s.get("status") in ("not installed", "crashed"):
             print(f"{s['engine']} | {s['status']} ({s['error']})")
             continue
-        mk, tf = s["mask_us"], s["ttfm_ms"]
+        mk, tf, ac = s["mask_us"], s["ttfm_ms"], s["accept_us"]
 
         def f(x, nd=1):
             return "-" if x is None else f"{x:.{nd}f}"
@@ -313,7 +326,8 @@ def print_table(summaries: list[dict]) -> None:
             s["engine"], f"{s['passing']}/{s['files']}", str(s["compile_errors"]), str(s["wrong_accepts"]),
             str(s["wrong_rejects"]), str(s["timeouts"]), str(s["crashes"]), f(mk["p50"]) + "us",
             f(mk["p99"]) + "us", f(mk["p99.9"]) + "us", f(mk["max"]) + "us", f(tf["p50"], 2) + "ms",
-            f(tf["p99"], 2) + "ms", f(s["peak_mem_mb"]),
+            f(tf["p99"], 2) + "ms", f(ac["p50"]) + "us", f(ac["p99"]) + "us", f(ac["p99.9"]) + "us",
+            f(s["peak_mem_mb"]),
         ]))
 
 

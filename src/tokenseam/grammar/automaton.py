@@ -7,7 +7,6 @@ one numba walk over the byte-sorted vocabulary that skips the subtree of every r
 from __future__ import annotations
 
 import bisect
-import gc
 import threading
 from collections import OrderedDict
 from itertools import chain
@@ -828,37 +827,31 @@ class Automaton:
 
     def fill(self, sid: int, c: int) -> None:
         """Build the successor of state sid on byte class c (and on the run of classes moving alike)."""
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            pending = self._pending.get(sid)
-            if pending is None:
-                pending = self._pending[sid] = self._sweep(sid)
-                if self.ctrans is not None:
-                    row = self.trans[sid].copy()  # canonical() may grow (reallocate) the tables
-                    crow = row.copy()
-                    for v in set(row[row >= 0].tolist()):
-                        cv = self.canonical(v)
-                        if cv != v:
-                            crow[row == v] = cv
-                    self.ctrans[sid] = crow
-            starts, segs = pending
-            k = bisect.bisect_right(starts, c) - 1
-            if k < 0:
-                return
-            c0, c1, key = segs[k]
-            if c > c1 or self.trans[sid, c] != UNKNOWN:
-                return
-            nxt = self._succ_memo.get(key)
-            if nxt is None:
-                nxt = self._succ_memo[key] = self._successor(key)
-            self.trans[sid, c0:c1 + 1] = nxt
+        pending = self._pending.get(sid)
+        if pending is None:
+            pending = self._pending[sid] = self._sweep(sid)
             if self.ctrans is not None:
-                cn = self.canonical(nxt) if nxt >= 0 else nxt
-                self.ctrans[sid, c0:c1 + 1] = cn
-        finally:
-            if was:
-                gc.enable()
+                row = self.trans[sid].copy()  # canonical() may grow (reallocate) the tables
+                crow = row.copy()
+                for v in set(row[row >= 0].tolist()):
+                    cv = self.canonical(v)
+                    if cv != v:
+                        crow[row == v] = cv
+                self.ctrans[sid] = crow
+        starts, segs = pending
+        k = bisect.bisect_right(starts, c) - 1
+        if k < 0:
+            return
+        c0, c1, key = segs[k]
+        if c > c1 or self.trans[sid, c] != UNKNOWN:
+            return
+        nxt = self._succ_memo.get(key)
+        if nxt is None:
+            nxt = self._succ_memo[key] = self._successor(key)
+        self.trans[sid, c0:c1 + 1] = nxt
+        if self.ctrans is not None:
+            cn = self.canonical(nxt) if nxt >= 0 else nxt
+            self.ctrans[sid, c0:c1 + 1] = cn
 
     @property
     def _walk_trans(self) -> np.ndarray:
@@ -1030,16 +1023,10 @@ class Automaton:
             run = self._indent_after(run, data)
             if run is None:
                 return DEAD
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            configs, acc = self._run(k, p, data)
-            if not configs and not acc:
-                return DEAD
-            return self._pair(configs, acc, run)
-        finally:
-            if was:
-                gc.enable()
+        configs, acc = self._run(k, p, data)
+        if not configs and not acc:
+            return DEAD
+        return self._pair(configs, acc, run)
 
     def _indent_after(self, run: int, data: bytes) -> int | None:
         """The indentation run after `data` from a run of `run` (-1: none), or None if a run passes the limit."""
@@ -1215,19 +1202,13 @@ class Automaton:
         if m is not None:
             self.masks.move_to_end(key)
             return m
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            if run is None:
-                m = self._mask_slow(key)
-            else:
-                base = self._cached_mask(key[:3], None).view(np.uint32)
-                outside, inside = self._indent_rows
-                row = outside if run < 0 else inside[min(self.indent_limit - run, len(inside) - 1)]
-                m = (base & row).view(np.int32)
-        finally:
-            if was:
-                gc.enable()
+        if run is None:
+            m = self._mask_slow(key)
+        else:
+            base = self._cached_mask(key[:3], None).view(np.uint32)
+            outside, inside = self._indent_rows
+            row = outside if run < 0 else inside[min(self.indent_limit - run, len(inside) - 1)]
+            m = (base & row).view(np.int32)
         self.masks[key] = m
         self.mask_bytes += m.nbytes
         while self.mask_bytes > MASK_CACHE_BYTES and len(self.masks) > 1:
