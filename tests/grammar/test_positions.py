@@ -320,3 +320,31 @@ def _compare_builders(vocab, kind, grammar, doc) -> None:
     assert auto._numba_states and not slow.automaton._numba_states
     if kind != "regex":
         assert auto._fast.meta[M_STACKS] > 2  # frames pushed (by either side)
+
+
+def test_commit_memo_gives_the_positions_of_a_fresh_run(monkeypatch, smollm2_vocab, tokenizers):
+    """Commits are memoised per (position, bytes); a memo that keeps starting over (two entries) and the
+    default one reach the same positions and masks on every token, over two requests of the same schema."""
+    from tokenseam.grammar import GrammarCompiler, automaton
+
+    schema = {"type": "array", "items": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "name": {"type": "string", "maxLength": 12}}}}
+    doc = json.dumps([{"id": 1, "name": "ab"}, {"id": 22, "name": "ab"}, {"id": 1, "name": "é x"}],
+                     ensure_ascii=False)
+    toks = tokenizers["smollm2"].encode(doc)
+    runs = []
+    for limit in (2, automaton.STEP_MEMO_ENTRIES):
+        monkeypatch.setattr(automaton, "STEP_MEMO_ENTRIES", limit)
+        compiled = GrammarCompiler(smollm2_vocab).compile_json_schema(schema)
+        trace = []
+        for _ in range(2):
+            m = GrammarMatcher(compiled)
+            out = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
+            for t in toks:
+                m.fill_next_token_bitmask(out)
+                trace.append((m._state, out.tobytes()))
+                assert m.accept_token(t)
+            assert m.is_accepting()
+        assert 0 < len(compiled.automaton._step_memo) <= limit
+        runs.append(trace)
+    assert runs[0] == runs[1]

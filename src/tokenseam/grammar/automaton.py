@@ -22,6 +22,7 @@ DEAD = -1
 MAX_DFA_STATES = 2_000_000
 MAX_CLOSURE = 100_000
 MASK_CACHE_BYTES = 128 * 1024 * 1024
+STEP_MEMO_ENTRIES = 1 << 17  # the commit memo starts over when it holds this many entries (~20 MB)
 NO_ESC: tuple = ()
 NO_PENDING: tuple[list, list] = ([], [])  # a swept row with nothing left to build (never appended to)
 # Configuration sets are sorted tuples of (NFA state, stack) int pairs, not frozensets: tuples of ints leave the
@@ -361,6 +362,9 @@ class Automaton:
         self._split_memo: dict[tuple[int, int], list[tuple] | None] = {}
         self._mat_memo: dict[tuple[int, int], int] = {}
         self._cont_memo: dict[tuple[int, int], tuple[tuple, bool, int]] = {}
+        # (position, bytes) -> position after them: requests revisit positions (every item of an array, every
+        # request of a schema), and a commit is then one lookup instead of a run over the bytes.
+        self._step_memo: dict[tuple[int, bytes], int] = {}
         self._local_info: dict[int, tuple[np.ndarray, list[tuple[int, int]]]] = {}
         self._suffix_info: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]] = {}
         self._groups_tab: list[SubTable] = []
@@ -1014,9 +1018,19 @@ class Automaton:
         """The position after `data` from position pid, or DEAD."""
         if pid < 0:
             return DEAD
-        k, p, _, run = self.pairs[pid]
         if not data:
             return pid
+        key = (pid, data)
+        nxt = self._step_memo.get(key)
+        if nxt is None:
+            nxt = self._step_bytes(pid, data)
+            if len(self._step_memo) >= STEP_MEMO_ENTRIES:
+                self._step_memo.clear()
+            self._step_memo[key] = nxt
+        return nxt
+
+    def _step_bytes(self, pid: int, data: bytes) -> int:
+        k, p, _, run = self.pairs[pid]
         if k < 0:
             return DEAD
         if self.indent_limit is not None:
