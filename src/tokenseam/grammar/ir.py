@@ -117,11 +117,23 @@ EMPTY = Seq(())
 NOTHING = Alt(())
 
 
+_ONE_CHAR: dict[str, Chars] = {}  # shared nodes for single characters (literals are most of a big enum)
+
+
+def _char(c: str) -> Chars:
+    node = _ONE_CHAR.get(c)
+    if node is None:
+        o = ord(c)
+        node = Chars(((o, o),))
+        if len(_ONE_CHAR) < 1 << 16:
+            _ONE_CHAR[c] = node
+    return node
+
+
 def lit(text: str) -> Node:
     if len(text) == 1:
-        c = ord(text)
-        return Chars(((c, c),))
-    return Seq(tuple(Chars(((ord(c), ord(c)),)) for c in text))
+        return _char(text)
+    return Seq(tuple(map(_char, text)))
 
 
 def chars(*ranges: tuple[int, int]) -> Chars:

@@ -358,9 +358,11 @@ class _Compiler:
             self._validator = cls_(self.root)
         return self._validator
 
-    def is_valid(self, value, schema) -> bool:
+    def valid_values(self, values: list, schema) -> list:
+        """The values that `schema` accepts (one validator for them all: an enum may hold thousands)."""
         try:
-            return bool(self.validator().evolve(schema=schema).is_valid(value))
+            check = self.validator().evolve(schema=schema)
+            return [v for v in values if check.is_valid(v)]
         except Exception as exc:  # noqa: BLE001 - jsonschema raises many types for odd schemas
             raise GrammarError(f"cannot evaluate enum/const against the schema: {exc}") from exc
 
@@ -716,7 +718,7 @@ class _Compiler:
         for x, y in ((a, b), (b, a)):
             if "const" in x or "enum" in x:
                 vals = [x["const"]] if "const" in x else list(x.get("enum") or [])
-                if all(not self.is_valid(v, y) for v in vals):
+                if not self.valid_values(vals, y):
                     return True
         if inter == {"object"}:
             pa, pb = a.get("properties", {}), b.get("properties", {})
@@ -746,7 +748,7 @@ class _Compiler:
         if excluded:
             vals = [v for v in vals if not (isinstance(v, str) and v in excluded)]
         if rest:
-            vals = [v for v in vals if self.is_valid(v, rest)]
+            vals = self.valid_values(vals, rest)
         alts = []
         for v in vals:
             alts.append(self.literal(v))
