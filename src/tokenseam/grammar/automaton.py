@@ -22,7 +22,7 @@ DEAD = -1
 MAX_DFA_STATES = 2_000_000
 MAX_CLOSURE = 100_000
 MASK_CACHE_BYTES = 128 * 1024 * 1024
-STEP_MEMO_ENTRIES = 1 << 17  # the commit memo starts over when it holds this many entries (~20 MB)
+STEP_MEMO_ENTRIES = 1 << 15  # the commit memo starts over when it holds this many entries (a few MB)
 NO_ESC: tuple = ()
 NO_PENDING: tuple[list, list] = ([], [])  # a swept row with nothing left to build (never appended to)
 # Configuration sets are sorted tuples of (NFA state, stack) int pairs, not frozensets: tuples of ints leave the
