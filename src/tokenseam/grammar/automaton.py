@@ -9,14 +9,13 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
-from itertools import chain
 
 import numba
 import numpy as np
 
 from .errors import GrammarError
 from .localbuild import BOT, M_STACKS, M_STATES, UNBOUNDED, UNKNOWN, LocalBuilder, walk_esc
-from .nfa import ByteNFA
+from .nfa import ByteNFA, FlatRows
 
 DEAD = -1
 MAX_DFA_STATES = 2_000_000
@@ -385,16 +384,13 @@ class Automaton:
     def _prepare(self) -> None:
         nfa = self.nfa
         self._check_left_recursion()
-        if nfa.may_dead_end:
+        if nfa.may_dead_end and not isinstance(nfa.edges, FlatRows):
             self._trim()
         # Every edge as (first byte, last byte, target) rows, flattened once: byte classes come from their
         # bounds, and the walk's state builder (localbuild) reads them.
-        n = nfa.size
-        self._edge_off = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(np.fromiter(map(len, nfa.edges), dtype=np.int32, count=n), out=self._edge_off[1:])
-        m = int(self._edge_off[-1])
-        self._edge_rows = np.fromiter(chain.from_iterable(chain.from_iterable(nfa.edges)), dtype=np.int32,
-                                      count=3 * m).reshape(m, 3)
+        nfa.freeze_rows()
+        self._edge_off = nfa.edges.off
+        self._edge_rows = nfa.edges.data
         pts = np.unique(np.concatenate(([0, 256], self._edge_rows[:, 0], self._edge_rows[:, 1] + 1)))
         self.byte_class = (np.searchsorted(pts, np.arange(256), side="right") - 1).astype(np.int32)
         self._cls_of = self.byte_class.tolist()
@@ -887,32 +883,34 @@ class Automaton:
         hit = self.canon.get(sid)
         if hit is not None:
             return hit
-        reach = self._loop_reach
         memo: dict[int, int] = {0: 0, BOT: BOT}
-
-        def canon_stack(st: int) -> int:
-            if st in memo:
-                return memo[st]
-            ret, parent, v = self.stacks[st]
-            p2 = canon_stack(parent)
-            if ret < 0:
-                lo, hi = self.nfa.loops[-1 - ret]
-                T = reach[-1 - ret]
-                if hi is not None:
-                    hi -= self.nfa.loop_slack.get(-1 - ret, 0)  # guards bounded below hi (a counted Auto)
-                if v < lo:
-                    if lo - v > T:
-                        v = lo - T - 1
-                elif hi is None or hi - v > T:
-                    v = lo if hi is None or hi - lo > T else v
-            res = self._push(ret, p2, v) if (p2, v) != (parent, self.stacks[st][2]) else st
-            memo[st] = res
-            return res
-
-        configs = tuple(sorted({(q, canon_stack(st)) for q, st in self._configs(sid)}))
+        configs = tuple(sorted({(q, self._canon_stack(st, memo)) for q, st in self._configs(sid)}))
         c = self._state(configs, bool(self.accepting[sid]), self._escapes(sid))
         self.canon[sid] = c
         return c
+
+    def _canon_stack(self, st: int, memo: dict[int, int]) -> int:
+        """Stack st with every counter frame's value clamped as `canonical` describes."""
+        hit = memo.get(st)
+        if hit is not None:
+            return hit
+        ret, parent, v0 = self.stacks[st]
+        p2 = self._canon_stack(parent, memo)
+        v = v0
+        if ret < 0:
+            lid = -1 - ret
+            lo, hi = self.nfa.loops[lid]
+            T = self._loop_reach[lid]
+            if hi is not None:
+                hi -= self.nfa.loop_slack.get(lid, 0)  # guards bounded below hi (a counted Auto)
+            if v < lo:
+                if lo - v > T:
+                    v = lo - T - 1
+            elif hi is None or hi - v > T:
+                v = lo if hi is None or hi - lo > T else v
+        res = self._push(ret, p2, v) if (p2, v) != (parent, v0) else st
+        memo[st] = res
+        return res
 
     # -- positions (local state, parent stack) -------------------------------------------------------------
     def _common(self, sts) -> int:

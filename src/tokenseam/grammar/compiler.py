@@ -85,14 +85,16 @@ class GrammarCompiler:
         gc.disable()
         try:
             grammar, kind, source = build()
+            warnings = list(grammar.warnings)
             nfa = build_nfa(grammar)
+            del grammar  # the IR is freed here, before the collector can see it
             auto = Automaton(nfa, self.table)
         except RecursionError as exc:
             raise GrammarError("grammar nesting too deep") from exc
         finally:
             if gc_was:
                 gc.enable()
-        compiled = CompiledGrammar(kind, source, auto, self.vocab, list(grammar.warnings))
+        compiled = CompiledGrammar(kind, source, auto, self.vocab, warnings)
         with self._lock:
             self._cache[full] = compiled
             while len(self._cache) > self.cache_size:

@@ -957,26 +957,26 @@ class _Compiler:
         ws = self.ws
         empty = seq(lit("["), ws, lit("]"))
 
-        def tail(k: int) -> Node:
-            if k < P:
-                options = []
-                if k >= mn:
-                    options.append(EMPTY)
-                if mx is None or k < mx:
-                    options.append(seq(self.sep, pnodes[k], tail(k + 1)))
-                return alt(*options) if options else NOTHING
-            if rnode == NOTHING:
-                return EMPTY if k >= mn else NOTHING
-            lo = max(0, mn - k)
-            hi = None if mx is None else mx - k
-            if hi is not None and hi < 0:
-                return NOTHING
-            return Repeat(seq(self.sep, rnode), lo, hi)
-
         first = pnodes[0] if P else rnode
         if mx == 0 or first == NOTHING:
             return empty if mn == 0 else NOTHING
-        full = seq(lit("["), ws, first, tail(1), ws, lit("]"))
+        # What may follow item 0, built from the back: first the items after the prefix (each `rnode`), then
+        # for each prefix item k (last to first) "stop here, or a separator, item k and the rest".
+        k = max(P, 1)
+        if rnode == NOTHING:
+            tail = EMPTY if k >= mn else NOTHING
+        elif mx is not None and mx < k:
+            tail = NOTHING
+        else:
+            tail = Repeat(seq(self.sep, rnode), max(0, mn - k), None if mx is None else mx - k)
+        for k in range(P - 1, 0, -1):
+            options = []
+            if k >= mn:
+                options.append(EMPTY)
+            if mx is None or k < mx:
+                options.append(seq(self.sep, pnodes[k], tail))
+            tail = alt(*options) if options else NOTHING
+        full = seq(lit("["), ws, first, tail, ws, lit("]"))
         return alt(empty, full) if mn == 0 else full
 
     def _pattern(self, pattern: str, ptr: str) -> dict:

@@ -34,8 +34,6 @@ Arrays (owned by `LocalBuilder`; a call that runs out of room returns NO_ROOM an
 
 from __future__ import annotations
 
-from itertools import chain
-
 import numba
 import numpy as np
 
@@ -617,11 +615,8 @@ class LocalBuilder:
         self.e_off = edge_off
         self.nfa_e = edge_rows.copy() if len(edge_rows) else np.zeros((1, 3), dtype=np.int32)
         self.nfa_e[: len(edge_rows), :2] = byte_class[edge_rows[:, :2]]  # byte ranges as class ranges
-        eps = nfa.eps
-        self.eps_off = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(np.fromiter(map(len, eps), dtype=np.int32, count=n), out=self.eps_off[1:])
-        m = int(self.eps_off[-1])
-        self.eps_t = np.fromiter(chain.from_iterable(eps), dtype=np.int32, count=m) if m else np.zeros(1, np.int32)
+        self.eps_off = nfa.eps.off  # flat since Automaton._prepare (nfa.FlatRows)
+        self.eps_t = nfa.eps.data if len(nfa.eps.data) else np.zeros(1, np.int32)
         self.loc = np.full((n, 2), -2, dtype=np.int32)
         self.loc_pool = np.zeros(max(4 * k, 2 * n) if k > 1 else 1, dtype=np.int32)
         self.mark = np.zeros(n, dtype=np.int32)

@@ -9,6 +9,9 @@ import dataclasses
 import functools
 import sys
 import time
+from itertools import chain
+
+import numpy as np
 
 from . import cpauto
 from .cpauto import CPNFA
@@ -107,12 +110,51 @@ def _plan(ranges, esc: bool) -> tuple[tuple, tuple, tuple]:
     return tuple(plain), tuple(sorted(specials)), high
 
 
+class FlatRows:
+    """A list of rows kept flat once it is final: offsets plus one numpy array. Row q is made into a tuple
+    when first read, and kept. Read-only.
+
+    A large grammar's NFA has tens of thousands of states, each with a list of edges and a list of epsilon
+    edges. As Python lists and tuples they are objects the cyclic GC must traverse: the first collection
+    after a compile took 10-30 ms, and every later full collection paid again. Flat, only the rows that
+    Python-side state building reads become objects; the numba walk reads the arrays themselves."""
+
+    __slots__ = ("off", "data", "_off", "_rows")
+
+    def __init__(self, rows: list[list], width: int) -> None:
+        n = len(rows)
+        self.off = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.fromiter(map(len, rows), dtype=np.int32, count=n), out=self.off[1:])
+        m = int(self.off[-1])
+        items = chain.from_iterable(chain.from_iterable(rows)) if width > 1 else chain.from_iterable(rows)
+        data = np.fromiter(items, dtype=np.int32, count=width * m)
+        self.data = data.reshape(m, width) if width > 1 else data
+        self._off = self.off.tolist()
+        self._rows: dict[int, tuple] = {}
+
+    def __len__(self) -> int:
+        return len(self._off) - 1
+
+    def __getitem__(self, q: int) -> tuple:
+        r = self._rows.get(q)
+        if r is None:
+            if q < 0:
+                raise IndexError(q)
+            part = self.data[self._off[q]:self._off[q + 1]].tolist()
+            r = self._rows[q] = tuple(map(tuple, part)) if self.data.ndim == 2 else tuple(part)
+        return r
+
+    def __iter__(self):
+        return (self[q] for q in range(len(self)))
+
+
 class ByteNFA:
     """Byte-range edges, epsilon edges and call edges; rule r spans rule_start[r] .. rule_end[r]."""
 
     def __init__(self) -> None:
-        self.edges: list[list[tuple[int, int, int]]] = []
-        self.eps: list[list[int]] = []
+        # Lists while the NFA is built; FlatRows once it is final (freeze_rows).
+        self.edges: list[list[tuple[int, int, int]]] | FlatRows = []
+        self.eps: list[list[int]] | FlatRows = []
         self.call: dict[int, tuple[int, int]] = {}
         self.rule_start: list[int] = []
         self.rule_end: list[int] = []
@@ -150,6 +192,12 @@ class ByteNFA:
     @property
     def size(self) -> int:
         return len(self.edges)
+
+    def freeze_rows(self) -> None:
+        """Edges and epsilon edges become flat and read-only (FlatRows): call once the NFA is final."""
+        if not isinstance(self.edges, FlatRows):
+            self.edges = FlatRows(self.edges, 3)
+            self.eps = FlatRows(self.eps, 1)
 
 
 def _rule_refs(g: Grammar) -> tuple[dict[str, set[str]], dict[str, int]]:
@@ -264,6 +312,7 @@ def productive(g: Grammar) -> dict[str, bool]:
             if not ok[name] and prod(node):
                 ok[name] = True
                 changed = True
+    prod = None  # it refers to itself: without this the cycle keeps the grammar for the collector to find
     return ok
 
 
@@ -333,6 +382,7 @@ def _prune(g: Grammar, ok: dict[str, bool]) -> Grammar:
         pruned = p(node)
         if ok[name]:
             rules[name] = pruned
+    p = None  # it refers to itself: drop the cycle (it holds the memo of every node) now
     return dataclasses.replace(g, rules=rules)
 
 
