@@ -400,3 +400,26 @@ def test_compiling_leaves_no_reference_cycles(compiler, smollm2_vocab):
         gc.garbage.clear()
         if was:
             gc.enable()
+
+
+def test_commits_build_states_in_the_walks_builder(smollm2_vocab):
+    """A commit that meets a transition no mask has built builds it with localbuild.build (automata without
+    counters), and reaches the same positions as when Python builds every state."""
+    from tokenseam.grammar import GrammarCompiler
+
+    def run(python_only: bool):
+        g = GrammarCompiler(smollm2_vocab).compile_gbnf('root ::= "[" item ("," item)* "]"\nitem ::= root | [a-z]+\n')
+        if python_only:
+            _python_builds_states(g)
+        m = GrammarMatcher(g)
+        trace = []
+        for ch in "[ab,[c,[d]],e]":  # no mask is asked for: every transition is built by a commit
+            assert m.accept_bytes(ch.encode())
+            local = g.automaton._configs(g.automaton.pairs[m._state][0])
+            trace.append((sorted({q for q, _ in local}), m.is_accepting()))  # stack ids may be numbered apart
+        return g.automaton, trace
+
+    fast, ta = run(False)
+    slow, tb = run(True)
+    assert fast._numba_states and not slow._numba_states
+    assert ta == tb and ta[-1][1]

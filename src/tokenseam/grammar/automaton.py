@@ -14,7 +14,7 @@ import numba
 import numpy as np
 
 from .errors import GrammarError
-from .localbuild import BOT, M_STACKS, M_STATES, UNBOUNDED, UNKNOWN, LocalBuilder, walk_esc
+from .localbuild import BOT, M_STACKS, M_STATES, NO_ROOM, UNBOUNDED, UNKNOWN, LocalBuilder, build, walk_esc
 from .nfa import ByteNFA, FlatRows
 
 DEAD = -1
@@ -867,9 +867,29 @@ class Automaton:
         c = self._cls_of[byte]
         v = self.trans[sid, c]
         if v == UNKNOWN:
-            self.fill(sid, c)
-            v = self.trans[sid, c]
+            if self.ctrans is None:
+                v = self._build(sid, c)
+            if v == UNKNOWN:
+                self.fill(sid, c)
+                v = self.trans[sid, c]
         return int(v)
+
+    def _build(self, sid: int, c: int) -> int:
+        """The successor of sid on class c built by the walk's builder (localbuild.build), as a mask walk
+        would; UNKNOWN when it must be built in Python. Only for automata without counters: with counters,
+        the builder's states are canonical (see `_sync`), and commits need the real ones."""
+        fast = self._fast
+        while True:
+            fast.index(self)
+            meta = fast.meta
+            v = build(sid, c, self.trans, self.flags, self.budget, self.accepting, fast.e_off, fast.nfa_e,
+                      fast.eps_off, fast.eps_t, fast.qinfo, fast.rule_start, fast.loop_hi, fast.loc, fast.loc_pool,
+                      fast.mark, fast.cfg, fast.soff, fast.escp, fast.ht, fast.stk, fast.sht, meta)
+            if meta[M_STATES] > len(self.state_configs) or meta[M_STACKS] > len(self.stacks):
+                self._sync()
+            if v != NO_ROOM:
+                return int(v)
+            fast.grow(self)
 
     def canonical(self, sid: int) -> int:
         """A state with the same token mask: counters far from their bounds are clamped to one value.
