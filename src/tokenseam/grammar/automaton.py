@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import GrammarError
 from .localbuild import BOT, M_STACKS, M_STATES, NO_ROOM, UNBOUNDED, UNKNOWN, LocalBuilder, build, walk_esc
-from .nfa import ByteNFA, FlatRows
+from .nfa import ByteNFA
 
 DEAD = -1
 MAX_DFA_STATES = 2_000_000
@@ -369,7 +369,7 @@ class Automaton:
         self._groups_tab: list[SubTable] = []
         self._special = set().union(nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
         # Successors built inside the walk (localbuild).
-        self._fast = LocalBuilder(nfa, self._edge_off, self._edge_rows, self.byte_class, self._special, MAX_DFA_STATES)
+        self._fast = LocalBuilder(nfa, self.byte_class, self._special, MAX_DFA_STATES)
         for sid, (ret, parent, value) in enumerate(self.stacks):
             self._fast.add_stack(sid, ret, parent, value)
         configs, acc, _ = self.closure(nfa.rule_start[0], 0)
@@ -384,14 +384,13 @@ class Automaton:
     def _prepare(self) -> None:
         nfa = self.nfa
         self._check_left_recursion()
-        if nfa.may_dead_end and not isinstance(nfa.edges, FlatRows):
+        if nfa.may_dead_end:
             self._trim()
-        # Every edge as (first byte, last byte, target) rows, flattened once: byte classes come from their
-        # bounds, and the walk's state builder (localbuild) reads them.
+        # Every edge as (first byte, last byte, target) rows, flat from here on: byte classes come from their
+        # bounds, and the walk's state builder (localbuild) reads the same arrays.
         nfa.freeze_rows()
-        self._edge_off = nfa.edges.off
-        self._edge_rows = nfa.edges.data
-        pts = np.unique(np.concatenate(([0, 256], self._edge_rows[:, 0], self._edge_rows[:, 1] + 1)))
+        rows = nfa.edges.data
+        pts = np.unique(np.concatenate(([0, 256], rows[:, 0], rows[:, 1] + 1)))
         self.byte_class = (np.searchsorted(pts, np.arange(256), side="right") - 1).astype(np.int32)
         self._cls_of = self.byte_class.tolist()
         self.n_classes = len(pts) - 1
@@ -516,6 +515,7 @@ class Automaton:
                 del d[q]
         # A live universal state keeps its paths: they lead to where it finishes, which is live with it.
         nfa.universal = {q for q in nfa.universal if live[q]}
+        nfa.may_dead_end = False
 
     # -- configurations ----------------------------------------------------------------------------------
     def _push(self, ret: int, parent: int, value: int = 0) -> int:
@@ -702,6 +702,8 @@ class Automaton:
         """Take in the stacks and states the numba walk made (localbuild.build). A state's configurations are
         read from the numba side when first needed (`_configs`); until then `_state` finds it there."""
         fast = self._fast
+        if fast.meta[M_STATES] <= len(self.state_configs) and fast.meta[M_STACKS] <= len(self.stacks):
+            return
         stk = fast.stk
         for sid in range(len(self.stacks), int(fast.meta[M_STACKS])):
             key = ret, parent, value = tuple(stk[sid].tolist())
@@ -881,12 +883,8 @@ class Automaton:
         fast = self._fast
         while True:
             fast.index(self)
-            meta = fast.meta
-            v = build(sid, c, self.trans, self.flags, self.budget, self.accepting, fast.e_off, fast.nfa_e,
-                      fast.eps_off, fast.eps_t, fast.qinfo, fast.rule_start, fast.loop_hi, fast.loc, fast.loc_pool,
-                      fast.mark, fast.cfg, fast.soff, fast.escp, fast.ht, fast.stk, fast.sht, meta)
-            if meta[M_STATES] > len(self.state_configs) or meta[M_STACKS] > len(self.stacks):
-                self._sync()
+            v = build(sid, c, self.trans, self.flags, self.budget, self.accepting, *fast.arrays())
+            self._sync()
             if v != NO_ROOM:
                 return int(v)
             fast.grow(self)
@@ -1125,14 +1123,10 @@ class Automaton:
         nrec = np.zeros(1, dtype=np.int64)
         fast = self._fast
         while True:
-            meta = fast.meta
             fast.index(self)
             r = walk_esc(self._walk_trans, self.flags, self.budget, self.byte_class, tab.data, tab.offs, tab.lcp,
-                         tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec, self.accepting, fast.e_off,
-                         fast.nfa_e, fast.eps_off, fast.eps_t, fast.qinfo, fast.rule_start, fast.loop_hi, fast.loc,
-                         fast.loc_pool, fast.mark, fast.cfg, fast.soff, fast.escp, fast.ht, fast.stk, fast.sht, meta)
-            if meta[M_STATES] > len(self.state_configs) or meta[M_STACKS] > len(self.stacks):
-                self._sync()
+                         tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec, self.accepting, *fast.arrays())
+            self._sync()
             if r == 0:
                 break
             if r == 1:

@@ -574,7 +574,6 @@ def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_
     return status
 
 
-
 def _grown(a: np.ndarray, rows: int) -> np.ndarray:
     out = np.zeros((rows,) + a.shape[1:], dtype=a.dtype)
     out[: a.shape[0]] = a
@@ -584,8 +583,7 @@ def _grown(a: np.ndarray, rows: int) -> np.ndarray:
 class LocalBuilder:
     """The numba-side view of an automaton's NFA, states and stacks (see the module docstring)."""
 
-    def __init__(self, nfa, edge_off: np.ndarray, edge_rows: np.ndarray, byte_class: np.ndarray, special: set[int],
-                 max_states: int) -> None:
+    def __init__(self, nfa, byte_class: np.ndarray, special: set[int], max_states: int) -> None:
         n = nfa.size
         self.meta = np.zeros(N_META, dtype=np.int64)
         self.meta[M_MAX_STATES] = max_states
@@ -612,14 +610,23 @@ class LocalBuilder:
         self.qinfo = qinfo
         self.rule_start = np.asarray(nfa.rule_start, dtype=np.int32)
         self.loop_hi = np.asarray([-1 if hi is None else hi for _, hi in nfa.loops] or [0], dtype=np.int64)
-        self.e_off = edge_off
+        # The NFA's rows are flat since Automaton._prepare (nfa.FlatRows).
+        edge_rows = nfa.edges.data
+        self.e_off = nfa.edges.off
         self.nfa_e = edge_rows.copy() if len(edge_rows) else np.zeros((1, 3), dtype=np.int32)
         self.nfa_e[: len(edge_rows), :2] = byte_class[edge_rows[:, :2]]  # byte ranges as class ranges
-        self.eps_off = nfa.eps.off  # flat since Automaton._prepare (nfa.FlatRows)
+        self.eps_off = nfa.eps.off
         self.eps_t = nfa.eps.data if len(nfa.eps.data) else np.zeros(1, np.int32)
         self.loc = np.full((n, 2), -2, dtype=np.int32)
         self.loc_pool = np.zeros(max(4 * k, 2 * n) if k > 1 else 1, dtype=np.int32)
         self.mark = np.zeros(n, dtype=np.int32)
+
+    def arrays(self) -> tuple:
+        """The builder's arrays, in the order `build` and `walk_esc` take them after `accepting` (read anew for
+        each call: growing replaces them)."""
+        return (self.e_off, self.nfa_e, self.eps_off, self.eps_t, self.qinfo, self.rule_start, self.loop_hi,
+                self.loc, self.loc_pool, self.mark, self.cfg, self.soff, self.escp, self.ht, self.stk, self.sht,
+                self.meta)
 
     def add(self, sid: int, configs: tuple, esc: tuple) -> None:
         """Record a state made by Python."""
