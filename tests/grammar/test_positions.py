@@ -271,11 +271,45 @@ def _python_builds_states(compiled) -> None:
     ("gbnf", 'root ::= list\nlist ::= "(" (item (" " item)*)? ")"\nitem ::= list | [a-z]+ | "\\"" [^"]* "\\""\n',
      '((ab (c "x y") ()) ("q" (((z)))))'),
     ("regex", r"(ab|a[^x]{2,5}z)+\d{3}", "abazzzzabacdz123"),
+    ("schema", {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 30,
+                                                           "pattern": "^[a-zé]+( [a-z日本]+)*$"}},
+     json.dumps(["ab", "cdé 日本 x", "xyz", "qq", "a b c d e f"], ensure_ascii=False)),  # counters with guards
+    ("regex", r"(a|bc){13,}x{2,40}y{0,3}", "aaaaaaabcbcbcbcbcbcabcxxxxxxxxxxxxxxxxxxxy"),  # a counter without a max
 ])
 def test_walk_builds_the_states_python_builds(vocabs, vocab_name, kind, grammar, doc):
     """The walk builds missing transitions itself (localbuild.build); masks equal those of an automaton whose
     every state is built in Python, over the whole vocabulary at every byte of a document."""
     _compare_builders(vocabs[vocab_name], kind, grammar, doc)
+
+
+def test_mask_walks_build_counter_states_in_numba(monkeypatch, smollm2_vocab):
+    """Closures that push, bump, guard or pop a counter are built inside the walk too (made canonical there):
+    no mask of an automaton with counters hands a transition back to Python."""
+    from tokenseam.grammar import GrammarCompiler
+    from tokenseam.grammar.automaton import Automaton
+
+    g = GrammarCompiler(smollm2_vocab).compile_json_schema(
+        {"type": "array", "minItems": 2, "maxItems": 20, "items": {"type": "string", "maxLength": 30}})
+    assert g.automaton.has_counters
+    in_mask = [False]
+    python_fills = []
+    fill = Automaton.fill
+
+    def counting_fill(self, sid, c):
+        if in_mask[0]:
+            python_fills.append((sid, c))
+        return fill(self, sid, c)
+
+    monkeypatch.setattr(Automaton, "fill", counting_fill)
+    m = GrammarMatcher(g)
+    out = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
+    for ch in '["ab", "c d é", "x"]':
+        in_mask[0] = True
+        m.fill_next_token_bitmask(out)
+        in_mask[0] = False
+        assert m.accept_bytes(ch.encode())
+    assert m.is_accepting()
+    assert python_fills == []
 
 
 @pytest.mark.parametrize("schema,doc", [

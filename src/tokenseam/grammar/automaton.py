@@ -369,7 +369,7 @@ class Automaton:
         self._groups_tab: list[SubTable] = []
         self._special = set().union(nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
         # Successors built inside the walk (localbuild).
-        self._fast = LocalBuilder(nfa, self.byte_class, self._special, MAX_DFA_STATES)
+        self._fast = LocalBuilder(nfa, self.byte_class, self._special, MAX_DFA_STATES, self._loop_reach)
         for sid, (ret, parent, value) in enumerate(self.stacks):
             self._fast.add_stack(sid, ret, parent, value)
         configs, acc, _ = self.closure(nfa.rule_start[0], 0)

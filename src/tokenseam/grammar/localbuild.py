@@ -6,7 +6,7 @@ source file, so a walk cached beside a changed builder in another file would run
 A vocabulary walk that meets a missing transition used to return to Python for every new state (25-35 µs
 each). `build` makes the successor here instead: the moves on the byte class, then each target's epsilon
 closure through plain epsilon edges, rule calls (pushing a frame) and rule ends (popping one), as
-`Automaton.closure` does. A closure that meets a counter operation, or grows past CLOSURE_LIMIT, is left to
+`Automaton.closure` does, counter operations included. A closure that grows past CLOSURE_LIMIT is left to
 Python (`Automaton.fill`). Both sides make the same state for the same (configurations, accepting, escapes):
 Python writes every state and stack it makes into the arrays here, numba reads them through hash indexes, and
 `Automaton._sync` takes in what numba made.
@@ -15,14 +15,17 @@ These functions (and the walk calling them) hold the GIL: they change the automa
 code in another thread must not see half-made.
 
 With counters, the walk reads canonical rows (`Automaton.ctrans`) and starts at canonical states. A successor
-built here changes no counter value, and its new frames are calls on canonical stacks, so it is canonical too
-and goes straight into the canonical row.
+built here is made canonical (`_canon`, as `Automaton.canonical`) when its closure ran a counter operation; else
+its new frames are calls on canonical stacks, so it is canonical already. Either way it goes straight into the
+canonical row. Commits need the real successors, so they build with counters in Python.
 
 Arrays (owned by `LocalBuilder`; a call that runs out of room returns NO_ROOM and Python grows meta[M_GROW]):
 - nfa_e (edges, 3): first byte class, last byte class, target; e_off[q] .. e_off[q + 1] are q's edges;
 - eps_off / eps_t: plain epsilon edges;
-- qinfo[q] = (flags, called rule, return state, ended rule, counted loop of the body q is in), -1 for none;
-  flags: Q_STACK any stack operation, Q_UNIV universal (ByteNFA.universal), Q_COUNTER a counter operation;
+- qinfo[q] = (flags, called rule, return state, ended rule, counted loop of the body q is in, counter operation's
+  target, its loop), -1 for none; flags: Q_STACK any stack operation, Q_UNIV universal (ByteNFA.universal), the
+  counter operation (Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT), Q_COUNTER more than one (left to Python);
+- loops[loop] = (min, max or -1 for none, reach T, slack): `Automaton.canonical`'s clamping;
 - loc[q] = (start, length) of q's local closure (no stack operation) in loc_pool; start -2 not computed, -1
   not local;
 - cfg (pool, 2): (NFA state, stack) configurations; escp: escape NFA states;
@@ -50,7 +53,9 @@ M_ESC_USED = 9
 N_META = 10
 START_ROWS = 256  # first sizes of the arrays (a power of two); they double when full
 G_STATES, G_CFG, G_LOC, G_HT, G_STACKS, G_ESC = 1, 2, 3, 4, 5, 6
-Q_STACK, Q_UNIV, Q_COUNTER = 1, 2, 4
+Q_STACK, Q_UNIV, Q_COUNTER, Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT = 1, 2, 4, 8, 16, 32, 64
+Q_CTR = Q_CPUSH | Q_CINC | Q_CGUARD | Q_CEXIT
+COUNTED = 1  # from _closure: done, and a counter operation ran
 LOCAL_LIMIT = 256  # Automaton._local's limit on a local closure's size
 CLOSURE_LIMIT = 4096  # larger closures go to Python (which also raises on explosions)
 # Shared with automaton.py, which imports them from here.
@@ -122,14 +127,14 @@ def index_new(ht, sht, cfg, soff, escp, accepting, stk, meta):
 
 
 @numba.njit(cache=True)
-def _push(ret, parent, stk, sht, meta):
-    """The stack id of frame (ret, value 0) on `parent`, made if new; NO_ROOM when an array is full."""
-    h = _stack_hash(ret, parent, 0)
+def _push(ret, parent, value, stk, sht, meta):
+    """The stack id of frame (ret, value) on `parent`, made if new; NO_ROOM when an array is full."""
+    h = _stack_hash(ret, parent, value)
     mask = sht.shape[0] - 1
     j = h & mask
     while sht[j] != 0:
         x = sht[j] - 1
-        if stk[x, 0] == ret and stk[x, 1] == parent and stk[x, 2] == 0:
+        if stk[x, 0] == ret and stk[x, 1] == parent and stk[x, 2] == value:
             return x
         j = (j + 1) & mask
     x = meta[M_STACKS]
@@ -138,11 +143,52 @@ def _push(ret, parent, stk, sht, meta):
         return NO_ROOM
     stk[x, 0] = ret
     stk[x, 1] = parent
-    stk[x, 2] = 0
+    stk[x, 2] = value
     sht[j] = x + 1
     meta[M_STACKS] = x + 1
     meta[M_SINDEXED] = x + 1
     return x
+
+
+@numba.njit(cache=True)
+def _canon(st, loops, stk, sht, meta):
+    """Stack st with every counter frame's value clamped as Automaton.canonical does (NO_ROOM when full)."""
+    chain = np.empty(16, np.int64)
+    n = 0
+    x = st
+    while x > BOT:
+        if n == chain.shape[0]:
+            grown = np.empty(2 * n, np.int64)
+            grown[:n] = chain
+            chain = grown
+        chain[n] = x
+        n += 1
+        x = stk[x, 1]
+    cur = x
+    for k in range(n - 1, -1, -1):
+        f = chain[k]
+        ret = stk[f, 0]
+        v0 = stk[f, 2]
+        v = v0
+        if ret < 0:
+            lid = -1 - ret
+            lo = loops[lid, 0]
+            unbounded = loops[lid, 1] < 0
+            hi = loops[lid, 1] - loops[lid, 3]
+            t = loops[lid, 2]
+            if v < lo:
+                if lo - v > t:
+                    v = lo - t - 1
+            elif unbounded or hi - v > t:
+                if unbounded or hi - lo > t:
+                    v = lo
+        if cur == stk[f, 1] and v == v0:
+            cur = f
+        else:
+            cur = _push(ret, cur, v, stk, sht, meta)
+            if cur < 0:
+                return cur
+    return cur
 
 
 @numba.njit(cache=True)
@@ -207,13 +253,15 @@ def _local(q0, e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta):
 
 
 @numba.njit(cache=True)
-def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_start, stk, sht, meta):
-    """Append the closure of (t0, st0) to keys (configurations with byte edges) and escs (escape states).
-    Returns (status, nk, ne, accepting): status 0, NEED_PYTHON (a counter operation or too large) or NO_ROOM."""
+def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_start, loops, stk, sht, meta):
+    """Append the closure of (t0, st0) to keys (configurations with byte edges) and escs (escape states), as
+    Automaton._closure_loop. Returns (status, nk, ne, accepting): status 0, COUNTED (a counter operation ran),
+    NEED_PYTHON (too large, or a case left to Python) or NO_ROOM."""
     seen = set()
     seen.add(_key(t0, st0))
     work = [(np.int64(t0), np.int64(st0))]
     acc = False
+    counted = False
     while len(work):
         q, st = work.pop()
         f = qinfo[q, 0]
@@ -226,13 +274,52 @@ def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_sta
                 work.append((np.int64(eps_t[k]), st))
         r = qinfo[q, 1]
         if r >= 0:
-            st2 = _push(qinfo[q, 2], st, stk, sht, meta)
+            st2 = _push(qinfo[q, 2], st, 0, stk, sht, meta)
             if st2 < 0:
                 return NO_ROOM, nk, ne, acc
             x = _key(rule_start[r], st2)
             if x not in seen:
                 seen.add(x)
                 work.append((np.int64(rule_start[r]), np.int64(st2)))
+        if f & Q_CTR:
+            counted = True
+            tq = np.int64(qinfo[q, 5])
+            lid = qinfo[q, 6]
+            nq = -1
+            ns = np.int64(-1)
+            if f & Q_CPUSH:
+                ns = _push(-1 - lid, st, 0, stk, sht, meta)
+                if ns < 0:
+                    return NO_ROOM, nk, ne, acc
+                nq = tq
+            elif st == BOT:
+                if ne == escs.shape[0]:
+                    return NEED_PYTHON, nk, ne, acc
+                escs[ne] = q
+                ne += 1
+            elif st == 0:
+                return NEED_PYTHON, nk, ne, acc
+            elif f & Q_CINC:
+                v = stk[st, 2] + 1
+                if loops[lid, 1] < 0:
+                    v = min(v, loops[lid, 0])
+                if loops[lid, 1] < 0 or v <= loops[lid, 1]:
+                    ns = _push(-1 - lid, stk[st, 1], v, stk, sht, meta)
+                    if ns < 0:
+                        return NO_ROOM, nk, ne, acc
+                    nq = tq
+            elif f & Q_CGUARD:
+                if loops[lid, 1] < 0 or stk[st, 2] < loops[lid, 1]:
+                    nq = tq
+                    ns = st
+            elif stk[st, 2] >= loops[lid, 0]:  # Q_CEXIT: pop the counter frame
+                nq = tq
+                ns = stk[st, 1]
+            if nq >= 0:
+                x = _key(nq, ns)
+                if x not in seen:
+                    seen.add(x)
+                    work.append((nq, ns))
         r = qinfo[q, 3]
         if r >= 0:
             if st == 0:
@@ -257,7 +344,7 @@ def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_sta
             nk += 1
         if len(seen) > CLOSURE_LIMIT:
             return NEED_PYTHON, nk, ne, acc
-    return 0, nk, ne, acc
+    return COUNTED if counted else 0, nk, ne, acc
 
 
 @numba.njit(cache=True)
@@ -316,7 +403,7 @@ def _uniq(a, n):
 
 
 @numba.njit(cache=True)
-def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loop_hi, loc,
+def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops, loc,
           loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta):
     """The successor of state s on byte class c, written to trans for the run of classes around c that every
     edge treats alike; NEED_PYTHON when Python must build it, NO_ROOM when an array is full."""
@@ -360,6 +447,7 @@ def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, q
     nk = 0
     ne = 0
     acc = False
+    counted = False
     for k in range(nm):
         t = mt[k]
         r = _local(t, e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta)
@@ -377,7 +465,7 @@ def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, q
             continue
         while True:
             status, nk2, ne2, a2 = _closure(t, ms[k], keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_start,
-                                            stk, sht, meta)
+                                            loops, stk, sht, meta)
             if status == NEED_PYTHON and (nk2 == keys.shape[0] or ne2 == escs.shape[0]):
                 # out of scratch space: retry with more
                 grown = np.empty(2 * keys.shape[0], np.int64)
@@ -390,11 +478,18 @@ def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, q
                     return NEED_PYTHON
                 continue
             break
-        if status != 0:
+        if status < 0:
             return status
+        counted = counted or status == COUNTED
         nk = nk2
         ne = ne2
         acc = acc or a2
+    if counted:  # counter values moved: clamp them (canonical rows hold canonical states)
+        for k in range(nk):
+            st = _canon(keys[k] & 0xFFFFFFFF, loops, stk, sht, meta)
+            if st < 0:
+                return st
+            keys[k] = _key(keys[k] >> 32, st)
     u = _uniq(keys, nk)
     ue = _uniq(escs, ne)
     if u == 0 and not acc and ue == 0:
@@ -431,7 +526,7 @@ def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, q
                 room = UNBOUNDED
             lid = qinfo[q, 4]
             if lid >= 0 and st > BOT and stk[st, 0] == -1 - lid:
-                room = UNBOUNDED if loop_hi[lid] < 0 else max(room, loop_hi[lid] - stk[st, 2])
+                room = UNBOUNDED if loops[lid, 1] < 0 else max(room, loops[lid, 1] - stk[st, 2])
         room = min(room, UNBOUNDED)
         for k in range(ue):
             escp[oe + k] = escs[k]
@@ -468,7 +563,7 @@ def _record_escapes(flags, states, depth, i, rec, r):
 
 @numba.njit(cache=True)
 def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec,
-             accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loop_hi, loc, loc_pool, mark, cfg, soff, escp,
+             accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops, loc, loc_pool, mark, cfg, soff, escp,
              ht, stk, sht, meta):
     """Walk the byte-sorted tokens from local state states[0]: tokens the local automaton takes whole go to
     `out`; for every other token, each depth whose state escapes (needs the frames below BOT) is recorded as
@@ -530,7 +625,7 @@ def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_
             nx = trans[st, byte_class[data[o + d]]]
             if nx == -2:
                 nx = build(st, byte_class[data[o + d]], trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t,
-                           qinfo, rule_start, loop_hi, loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta)
+                           qinfo, rule_start, loops, loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta)
             if nx < 0:
                 break
             d += 1
@@ -583,7 +678,8 @@ def _grown(a: np.ndarray, rows: int) -> np.ndarray:
 class LocalBuilder:
     """The numba-side view of an automaton's NFA, states and stacks (see the module docstring)."""
 
-    def __init__(self, nfa, byte_class: np.ndarray, special: set[int], max_states: int) -> None:
+    def __init__(self, nfa, byte_class: np.ndarray, special: set[int], max_states: int,
+                 loop_reach: list[int]) -> None:
         n = nfa.size
         self.meta = np.zeros(N_META, dtype=np.int64)
         self.meta[M_MAX_STATES] = max_states
@@ -594,14 +690,19 @@ class LocalBuilder:
         self.ht = np.zeros(4 * k, dtype=np.int32)
         self.stk = np.zeros((k, 3), dtype=np.int64)
         self.sht = np.zeros(4 * k, dtype=np.int32)
-        qinfo = np.full((n, 5), -1, dtype=np.int32)
+        qinfo = np.full((n, 7), -1, dtype=np.int32)
         qinfo[:, 0] = 0
 
         def ids(keys) -> np.ndarray:
             return np.fromiter(keys, dtype=np.int64, count=len(keys))
 
         qinfo[ids(special), 0] |= Q_STACK
-        qinfo[ids(set().union(nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)), 0] |= Q_COUNTER
+        for flag, ops in ((Q_CPUSH, nfa.cpush), (Q_CINC, nfa.cinc), (Q_CGUARD, nfa.cguard), (Q_CEXIT, nfa.cexit)):
+            if ops:
+                at = ids(ops)
+                qinfo[at[(qinfo[at, 0] & Q_CTR) != 0], 0] |= Q_COUNTER  # two operations on one state
+                qinfo[at, 0] |= flag
+                qinfo[at, 5:7] = np.asarray(list(ops.values()), dtype=np.int32)
         qinfo[ids(nfa.universal), 0] |= Q_UNIV
         if nfa.call:
             qinfo[ids(nfa.call), 1:3] = np.asarray(list(nfa.call.values()), dtype=np.int32)
@@ -609,7 +710,9 @@ class LocalBuilder:
         qinfo[ids(nfa.counted_body), 4] = ids(nfa.counted_body.values())
         self.qinfo = qinfo
         self.rule_start = np.asarray(nfa.rule_start, dtype=np.int32)
-        self.loop_hi = np.asarray([-1 if hi is None else hi for _, hi in nfa.loops] or [0], dtype=np.int64)
+        self.loops = np.asarray([(lo, -1 if hi is None else hi, reach, nfa.loop_slack.get(lid, 0))
+                                 for lid, ((lo, hi), reach) in enumerate(zip(nfa.loops, loop_reach, strict=True))]
+                                or [(0, 0, 0, 0)], dtype=np.int64)
         # The NFA's rows are flat since Automaton._prepare (nfa.FlatRows).
         edge_rows = nfa.edges.data
         self.e_off = nfa.edges.off
@@ -624,7 +727,7 @@ class LocalBuilder:
     def arrays(self) -> tuple:
         """The builder's arrays, in the order `build` and `walk_esc` take them after `accepting` (read anew for
         each call: growing replaces them)."""
-        return (self.e_off, self.nfa_e, self.eps_off, self.eps_t, self.qinfo, self.rule_start, self.loop_hi,
+        return (self.e_off, self.nfa_e, self.eps_off, self.eps_t, self.qinfo, self.rule_start, self.loops,
                 self.loc, self.loc_pool, self.mark, self.cfg, self.soff, self.escp, self.ht, self.stk, self.sht,
                 self.meta)
 
