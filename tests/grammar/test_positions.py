@@ -436,24 +436,38 @@ def test_compiling_leaves_no_reference_cycles(compiler, smollm2_vocab):
             gc.enable()
 
 
-def test_commits_build_states_in_the_walks_builder(smollm2_vocab):
-    """A commit that meets a transition no mask has built builds it with localbuild.build (automata without
-    counters), and reaches the same positions as when Python builds every state."""
+@pytest.mark.parametrize("grammar,text", [
+    ('root ::= "[" item ("," item)* "]"\nitem ::= root | [a-z]+\n', "[ab,[c,[d]],e]"),
+    # counters: commits build the real successors (values not clamped), masks the canonical ones
+    ('root ::= "[" item ("," item){0,20} "]"\nitem ::= root | [a-z]{1,30}\n', "[ab,[c,[d,x,y]],abcdefghijklmnopq,e]"),
+])
+def test_commits_build_states_in_the_walks_builder(smollm2_vocab, grammar, text):
+    """A commit that meets a transition no mask has built builds it with localbuild.build, and reaches the
+    same positions as when Python builds every state."""
     from tokenseam.grammar import GrammarCompiler
 
     def run(python_only: bool):
-        g = GrammarCompiler(smollm2_vocab).compile_gbnf('root ::= "[" item ("," item)* "]"\nitem ::= root | [a-z]+\n')
+        g = GrammarCompiler(smollm2_vocab).compile_gbnf(grammar)
         if python_only:
             _python_builds_states(g)
         m = GrammarMatcher(g)
         trace = []
-        for ch in "[ab,[c,[d]],e]":  # no mask is asked for: every transition is built by a commit
+        auto = g.automaton
+
+        def frames(st):  # stack ids may be numbered apart: compare the frames (return state, counter value)
+            out = []
+            while st > 1:
+                ret, st, value = auto.stacks[st]
+                out.append((ret, value))
+            return tuple(out), st
+
+        for ch in text:  # no mask is asked for: every transition is built by a commit
             assert m.accept_bytes(ch.encode())
-            local = g.automaton._configs(g.automaton.pairs[m._state][0])
-            trace.append((sorted({q for q, _ in local}), m.is_accepting()))  # stack ids may be numbered apart
-        return g.automaton, trace
+            k, p, acc, _ = auto.pairs[m._state]
+            trace.append((sorted((q, frames(st)) for q, st in auto._configs(k)), frames(p), acc))
+        return auto, trace
 
     fast, ta = run(False)
     slow, tb = run(True)
     assert fast._numba_states and not slow._numba_states
-    assert ta == tb and ta[-1][1]
+    assert ta == tb and ta[-1][2]

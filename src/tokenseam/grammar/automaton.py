@@ -698,9 +698,10 @@ class Automaton:
             setattr(self, name, grown)
         self._fast.grow_states(cap)
 
-    def _sync(self) -> None:
-        """Take in the stacks and states the numba walk made (localbuild.build). A state's configurations are
-        read from the numba side when first needed (`_configs`); until then `_state` finds it there."""
+    def _sync(self, canonical: bool = True) -> None:
+        """Take in the stacks and states the numba builder made (localbuild.build): canonical ones for a walk,
+        real ones for a commit. A state's configurations are read from the numba side when first needed
+        (`_configs`); until then `_state` finds it there."""
         fast = self._fast
         if fast.meta[M_STATES] <= len(self.state_configs) and fast.meta[M_STACKS] <= len(self.stacks):
             return
@@ -713,7 +714,7 @@ class Automaton:
         n0 = len(self.state_configs)
         k = int(fast.meta[M_STATES]) - n0
         if k > 0:
-            if self.has_counters:  # built on canonical rows from canonical states: canonical (localbuild)
+            if self.has_counters and canonical:  # made canonical by the walk's builder (localbuild)
                 self.canon.update((sid, sid) for sid in range(n0, n0 + k))
             self.state_configs.extend([None] * k)
             self.state_esc.extend([None] * k)
@@ -869,22 +870,20 @@ class Automaton:
         c = self._cls_of[byte]
         v = self.trans[sid, c]
         if v == UNKNOWN:
-            if self.ctrans is None:
-                v = self._build(sid, c)
+            v = self._build(sid, c)
             if v == UNKNOWN:
                 self.fill(sid, c)
                 v = self.trans[sid, c]
         return int(v)
 
     def _build(self, sid: int, c: int) -> int:
-        """The successor of sid on class c built by the walk's builder (localbuild.build), as a mask walk
-        would; UNKNOWN when it must be built in Python. Only for automata without counters: with counters,
-        the builder's states are canonical (see `_sync`), and commits need the real ones."""
+        """The real successor of sid on class c built by the walk's builder (localbuild.build, counters not
+        clamped); UNKNOWN when it must be built in Python."""
         fast = self._fast
         while True:
             fast.index(self)
-            v = build(sid, c, self.trans, self.flags, self.budget, self.accepting, *fast.arrays())
-            self._sync()
+            v = build(sid, c, False, self.trans, self.flags, self.budget, self.accepting, *fast.arrays())
+            self._sync(canonical=False)
             if v != NO_ROOM:
                 return int(v)
             fast.grow(self)

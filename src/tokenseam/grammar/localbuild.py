@@ -17,7 +17,7 @@ code in another thread must not see half-made.
 With counters, the walk reads canonical rows (`Automaton.ctrans`) and starts at canonical states. A successor
 built here is made canonical (`_canon`, as `Automaton.canonical`) when its closure ran a counter operation; else
 its new frames are calls on canonical stacks, so it is canonical already. Either way it goes straight into the
-canonical row. Commits need the real successors, so they build with counters in Python.
+canonical row. Commits need the real successors: they call `build` with canon False, on the real rows.
 
 Arrays (owned by `LocalBuilder`; a call that runs out of room returns NO_ROOM and Python grows meta[M_GROW]):
 - nfa_e (edges, 3): first byte class, last byte class, target; e_off[q] .. e_off[q + 1] are q's edges;
@@ -403,10 +403,11 @@ def _uniq(a, n):
 
 
 @numba.njit(cache=True)
-def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops, loc,
+def build(s, c, canon, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops, loc,
           loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta):
     """The successor of state s on byte class c, written to trans for the run of classes around c that every
-    edge treats alike; NEED_PYTHON when Python must build it, NO_ROOM when an array is full."""
+    edge treats alike; NEED_PYTHON when Python must build it, NO_ROOM when an array is full. `canon`: the
+    successor made canonical (walks on canonical rows) rather than the real one (commits)."""
     ncls = trans.shape[1]
     a = soff[s, 0]
     m = soff[s, 1]
@@ -484,7 +485,7 @@ def build(s, c, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, q
         nk = nk2
         ne = ne2
         acc = acc or a2
-    if counted:  # counter values moved: clamp them (canonical rows hold canonical states)
+    if canon and counted:  # counter values moved: clamp them (canonical rows hold canonical states)
         for k in range(nk):
             st = _canon(keys[k] & 0xFFFFFFFF, loops, stk, sht, meta)
             if st < 0:
@@ -624,8 +625,8 @@ def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_
                     break
             nx = trans[st, byte_class[data[o + d]]]
             if nx == -2:
-                nx = build(st, byte_class[data[o + d]], trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t,
-                           qinfo, rule_start, loops, loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta)
+                nx = build(st, byte_class[data[o + d]], True, trans, flags, budget, accepting, e_off, nfa_e, eps_off,
+                           eps_t, qinfo, rule_start, loops, loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta)
             if nx < 0:
                 break
             d += 1
