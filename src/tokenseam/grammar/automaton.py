@@ -1143,10 +1143,14 @@ class Automaton:
         """Escaping tokens grouped by the local state they escape from: [(state, group id)]."""
         if not len(rec):
             return []
-        rec = rec[np.argsort(rec[:, 2], kind="stable")]
-        cuts = np.flatnonzero(np.diff(rec[:, 2])) + 1
+        st = rec[:, 2]
+        if (st == st[0]).all():  # the usual case: one group, in walk order already
+            chunks = [rec]
+        else:
+            rec = rec[np.argsort(st, kind="stable")]
+            chunks = np.split(rec, np.flatnonzero(np.diff(rec[:, 2])) + 1)
         groups = []
-        for chunk in np.split(rec, cuts):
+        for chunk in chunks:
             idx = chunk[:, 0]
             gid = len(self._groups_tab)
             self._groups_tab.append(SubTable.suffixes(tab, idx, chunk[:, 1]))
