@@ -313,6 +313,31 @@ def test_mask_walks_build_counter_states_in_numba(monkeypatch, smollm2_vocab):
 
 
 @pytest.mark.parametrize("schema,doc", [
+    ({}, DOC),  # recursion: positions in several call frames
+    # counter frames in the parts' local stacks
+    ({"type": "object", "patternProperties": {"^[0-9a-zA-Z_-]{1,255}$": {
+        "type": "object", "properties": {"a": {"type": "string", "maxLength": 300}, "b": {"type": "number"}}}}},
+     json.dumps({"key1": {"a": "x y é", "b": 123}, "key_2": {"b": -1.5}, "k": {}}, ensure_ascii=False)),
+])
+def test_split_in_numba_matches_python(smollm2_vocab, schema, doc):
+    """A position whose configurations sit in several call frames is split into one mask key per frame by
+    localbuild.split; every split made along a document equals Automaton._split_py's, state for state."""
+    from tokenseam.grammar import GrammarCompiler
+
+    g = GrammarCompiler(smollm2_vocab).compile_json_schema(schema)
+    m = GrammarMatcher(g)
+    out = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
+    for ch in doc:
+        m.fill_next_token_bitmask(out)
+        assert m.accept_bytes(ch.encode())
+    auto = g.automaton
+    made = {k: v for k, v in auto._split_memo.items() if v is not None}
+    assert len(made) >= 3
+    for (kc, p), parts in made.items():
+        assert sorted(auto._split_py(kc, p)) == sorted(parts)
+
+
+@pytest.mark.parametrize("schema,doc", [
     ({}, DOC),
     ({"type": "array", "maxItems": 6, "items": {"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 30}, "n": {"type": "integer"}}}},

@@ -14,7 +14,19 @@ import numba
 import numpy as np
 
 from .errors import GrammarError
-from .localbuild import BOT, M_STACKS, M_STATES, NO_ROOM, UNBOUNDED, UNKNOWN, LocalBuilder, build, walk_esc
+from .localbuild import (
+    BOT,
+    M_STACKS,
+    M_STATES,
+    NEED_PYTHON,
+    NO_ROOM,
+    UNBOUNDED,
+    UNKNOWN,
+    LocalBuilder,
+    build,
+    split,
+    walk_esc,
+)
 from .nfa import ByteNFA
 
 DEAD = -1
@@ -359,6 +371,7 @@ class Automaton:
         self.pair_index: dict[tuple[int, int, bool, int], int] = {}
         self._rebase_memo: dict[tuple[int, int], int] = {}
         self._split_memo: dict[tuple[int, int], list[tuple] | None] = {}
+        self._split_out = np.empty((64, 2), dtype=np.int64)
         self._mat_memo: dict[tuple[int, int], int] = {}
         self._cont_memo: dict[tuple[int, int], tuple[tuple, bool, int]] = {}
         # (position, bytes) -> position after them: requests revisit positions (every item of an array, every
@@ -1262,6 +1275,24 @@ class Automaton:
         hit = self._split_memo.get((kc, p), 0)
         if hit != 0:
             return hit
+        fast = self._fast
+        out = self._split_out
+        while True:
+            fast.index(self)
+            n = split(kc, p, self.has_counters, out, self.trans, self.flags, self.budget, self.accepting,
+                      *fast.arrays())
+            self._sync()  # the parts' states are canonical
+            if n != NO_ROOM:
+                break
+            fast.grow(self)
+        if n != NEED_PYTHON:
+            res = [(int(k), int(q), False) for k, q in out[:n].tolist()] if n else None
+            self._split_memo[(kc, p)] = res
+            return res
+        return self._split_py(kc, p)
+
+    def _split_py(self, kc: int, p: int) -> list[tuple] | None:
+        """_split in Python, for what the numba one hands back."""
         groups: dict[int, list] = {}
         stacks = self.stacks
         for q, lst in self._configs(kc):

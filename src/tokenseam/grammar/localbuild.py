@@ -403,6 +403,62 @@ def _uniq(a, n):
 
 
 @numba.njit(cache=True)
+def _intern(keys, acc, escs, trans, flags, budget, accepting, qinfo, loops, cfg, soff, escp, ht, stk, meta):
+    """The state with these configuration keys (sorted, unique), acceptance and escapes, made if new (flags and
+    safe-text budget as Automaton._state); NEED_PYTHON or NO_ROOM."""
+    u = keys.shape[0]
+    ue = escs.shape[0]
+    h = _keys_hash(keys, acc, escs)
+    found = _find(h, keys, acc, escs, ht, cfg, soff, escp, accepting)
+    if found >= 0:
+        return found
+    sid = meta[M_STATES]
+    if sid >= meta[M_MAX_STATES]:
+        return NEED_PYTHON  # Python raises the state-budget error
+    if sid >= trans.shape[0] or sid >= soff.shape[0]:
+        meta[M_GROW] = G_STATES
+        return NO_ROOM
+    o = meta[M_CFG_USED]
+    if o + u > cfg.shape[0]:
+        meta[M_GROW] = G_CFG
+        return NO_ROOM
+    oe = meta[M_ESC_USED]
+    if oe + ue > escp.shape[0]:
+        meta[M_GROW] = G_ESC
+        return NO_ROOM
+    if 2 * (sid + 1) > ht.shape[0]:
+        meta[M_GROW] = G_HT
+        return NO_ROOM
+    room = -1  # as Automaton._safe_budget
+    for k in range(u):
+        q = keys[k] >> 32
+        st = keys[k] & 0xFFFFFFFF
+        cfg[o + k, 0] = q
+        cfg[o + k, 1] = st
+        if qinfo[q, 0] & Q_UNIV:
+            room = UNBOUNDED
+        lid = qinfo[q, 4]
+        if lid >= 0 and st > BOT and stk[st, 0] == -1 - lid:
+            room = UNBOUNDED if loops[lid, 1] < 0 else max(room, loops[lid, 1] - stk[st, 2])
+    room = min(room, UNBOUNDED)
+    for k in range(ue):
+        escp[oe + k] = escs[k]
+    meta[M_CFG_USED] = o + u
+    meta[M_ESC_USED] = oe + ue
+    soff[sid, 0] = o
+    soff[sid, 1] = u
+    soff[sid, 2] = oe
+    soff[sid, 3] = ue
+    accepting[sid] = acc
+    flags[sid] = (1 if u or acc else 0) | (2 if ue else 0) | (4 if room > 0 else 0)
+    budget[sid] = max(room, 0)
+    _put(ht, h, sid)
+    meta[M_STATES] = sid + 1
+    meta[M_INDEXED] = sid + 1
+    return sid
+
+
+@numba.njit(cache=True)
 def build(s, c, canon, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops, loc,
           loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta):
     """The successor of state s on byte class c, written to trans for the run of classes around c that every
@@ -497,56 +553,137 @@ def build(s, c, canon, trans, flags, budget, accepting, e_off, nfa_e, eps_off, e
         for j in range(c0, c1 + 1):
             trans[s, j] = -1
         return -1
-    h = _keys_hash(keys[:u], acc, escs[:ue])
-    found = _find(h, keys[:u], acc, escs[:ue], ht, cfg, soff, escp, accepting)
+    found = _intern(keys[:u], acc, escs[:ue], trans, flags, budget, accepting, qinfo, loops, cfg, soff, escp, ht,
+                    stk, meta)
     if found < 0:
-        sid = meta[M_STATES]
-        if sid >= meta[M_MAX_STATES]:
-            return NEED_PYTHON  # Python raises the state-budget error
-        if sid >= trans.shape[0] or sid >= soff.shape[0]:
-            meta[M_GROW] = G_STATES
-            return NO_ROOM
-        o = meta[M_CFG_USED]
-        if o + u > cfg.shape[0]:
-            meta[M_GROW] = G_CFG
-            return NO_ROOM
-        oe = meta[M_ESC_USED]
-        if oe + ue > escp.shape[0]:
-            meta[M_GROW] = G_ESC
-            return NO_ROOM
-        if 2 * (sid + 1) > ht.shape[0]:
-            meta[M_GROW] = G_HT
-            return NO_ROOM
-        room = -1  # as Automaton._safe_budget
-        for k in range(u):
-            q = keys[k] >> 32
-            st = keys[k] & 0xFFFFFFFF
-            cfg[o + k, 0] = q
-            cfg[o + k, 1] = st
-            if qinfo[q, 0] & Q_UNIV:
-                room = UNBOUNDED
-            lid = qinfo[q, 4]
-            if lid >= 0 and st > BOT and stk[st, 0] == -1 - lid:
-                room = UNBOUNDED if loops[lid, 1] < 0 else max(room, loops[lid, 1] - stk[st, 2])
-        room = min(room, UNBOUNDED)
-        for k in range(ue):
-            escp[oe + k] = escs[k]
-        meta[M_CFG_USED] = o + u
-        meta[M_ESC_USED] = oe + ue
-        soff[sid, 0] = o
-        soff[sid, 1] = u
-        soff[sid, 2] = oe
-        soff[sid, 3] = ue
-        accepting[sid] = acc
-        flags[sid] = (1 if u or acc else 0) | (2 if ue else 0) | (4 if room > 0 else 0)
-        budget[sid] = max(room, 0)
-        _put(ht, h, sid)
-        meta[M_STATES] = sid + 1
-        meta[M_INDEXED] = sid + 1
-        found = sid
+        return found
     for j in range(c0, c1 + 1):
         trans[s, j] = found
     return found
+
+
+@numba.njit(cache=True)
+def _reroot(st, until, base, stk, sht, meta):
+    """The frames of stack st above `until` (an ancestor of st) pushed in order onto `base` (NO_ROOM when full):
+    Automaton._rebase with base BOT, Automaton._materialize with until BOT."""
+    if st == until:
+        return base
+    chain = np.empty(16, np.int64)
+    n = 0
+    x = st
+    while x != until:
+        if n == chain.shape[0]:
+            grown = np.empty(2 * n, np.int64)
+            grown[:n] = chain
+            chain = grown
+        chain[n] = x
+        n += 1
+        x = stk[x, 1]
+    cur = base
+    for k in range(n - 1, -1, -1):
+        f = chain[k]
+        cur = _push(stk[f, 0], cur, stk[f, 2], stk, sht, meta)
+        if cur < 0:
+            return cur
+    return cur
+
+
+@numba.njit(cache=True)
+def _common(sts, stk):
+    """The deepest stack that every (real) stack in sts has below or at its top (Automaton._common)."""
+    n = sts.shape[0]
+    depth = np.empty(n, np.int64)
+    cur = sts.copy()
+    low = 1 << 62
+    for k in range(n):
+        d = 0
+        x = cur[k]
+        while x != 0:
+            x = stk[x, 1]
+            d += 1
+        depth[k] = d
+        low = min(low, d)
+    for k in range(n):
+        while depth[k] > low:
+            cur[k] = stk[cur[k], 1]
+            depth[k] -= 1
+    while True:
+        same = True
+        for k in range(1, n):
+            if cur[k] != cur[0]:
+                same = False
+                break
+        if same:
+            return cur[0]
+        for k in range(n):
+            cur[k] = stk[cur[k], 1]
+
+
+@numba.njit(cache=True)
+def split(kc, p, canon, out, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops,
+          loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta):
+    """Automaton._split in numba: local state kc's configurations grouped by the call frame right above the
+    bottom (counter frames stay with the rest). With more than one group, each group's position on the real
+    parent stack p, as (local state, parent stack) rows of `out`, the local state canonical when `canon`;
+    returns the number of groups, 0 when there is nothing to split, NEED_PYTHON or NO_ROOM."""
+    a = soff[kc, 0]
+    m = soff[kc, 1]
+    tops = np.empty(m, np.int64)
+    gtop = np.empty(m, np.int64)
+    ng = 0
+    for k in range(m):
+        f = cfg[a + k, 1]
+        if f < BOT:
+            return NEED_PYTHON
+        while f != BOT and stk[f, 1] != BOT:
+            f = stk[f, 1]
+        if f != BOT and stk[f, 0] < 0:
+            f = BOT  # a counter frame's configurations stay with the rest
+        tops[k] = f
+        known = False
+        for g in range(ng):
+            if gtop[g] == f:
+                known = True
+                break
+        if not known:
+            gtop[ng] = f
+            ng += 1
+    if ng <= 1:
+        return 0
+    if ng > out.shape[0]:
+        return NEED_PYTHON
+    qs = np.empty(m, np.int64)
+    sts = np.empty(m, np.int64)
+    keys = np.empty(m, np.int64)
+    escs = np.empty(0, np.int64)
+    for g in range(ng):
+        n = 0
+        for k in range(m):
+            if tops[k] == gtop[g]:
+                st = _reroot(cfg[a + k, 1], BOT, p, stk, sht, meta)  # materialized on p
+                if st < 0:
+                    return st
+                qs[n] = cfg[a + k, 0]
+                sts[n] = st
+                n += 1
+        c = _common(sts[:n], stk)
+        while c != 0 and stk[c, 0] < 0:  # Automaton._cut
+            c = stk[c, 1]
+        for k in range(n):
+            st = _reroot(sts[k], c, BOT, stk, sht, meta)  # rebased on c
+            if st >= 0 and canon:
+                st = _canon(st, loops, stk, sht, meta)
+            if st < 0:
+                return st
+            keys[k] = _key(qs[k], st)
+        u = _uniq(keys, n)
+        sid = _intern(keys[:u], False, escs, trans, flags, budget, accepting, qinfo, loops, cfg, soff, escp, ht, stk,
+                      meta)
+        if sid < 0:
+            return sid
+        out[g, 0] = sid
+        out[g, 1] = c
+    return ng
 
 
 @numba.njit(cache=True, inline="always")
