@@ -319,9 +319,10 @@ def test_mask_walks_build_counter_states_in_numba(monkeypatch, smollm2_vocab):
         "type": "object", "properties": {"a": {"type": "string", "maxLength": 300}, "b": {"type": "number"}}}}},
      json.dumps({"key1": {"a": "x y é", "b": 123}, "key_2": {"b": -1.5}, "k": {}}, ensure_ascii=False)),
 ])
-def test_split_in_numba_matches_python(smollm2_vocab, schema, doc):
+def test_split_and_escapes_in_numba_match_python(smollm2_vocab, schema, doc):
     """A position whose configurations sit in several call frames is split into one mask key per frame by
-    localbuild.split; every split made along a document equals Automaton._split_py's, state for state."""
+    localbuild.split, and where a local state's escapes lead on a real stack is found by localbuild.cont; along
+    a document, every split equals Automaton._split_py's and every escape target `_cont`'s, state for state."""
     from tokenseam.grammar import GrammarCompiler
 
     g = GrammarCompiler(smollm2_vocab).compile_json_schema(schema)
@@ -335,6 +336,10 @@ def test_split_in_numba_matches_python(smollm2_vocab, schema, doc):
     assert len(made) >= 3
     for (kc, p), parts in made.items():
         assert sorted(auto._split_py(kc, p)) == sorted(parts)
+    assert len(auto._escape_memo) >= 3
+    for (s, p, canonical), (k2, p2, acc2) in auto._escape_memo.items():
+        k, q, acc, _ = auto.pairs[auto._cont(s, p)[2]]
+        assert (auto.canonical(k) if k >= 0 and canonical else k, q, acc) == (k2, p2, acc2)
 
 
 @pytest.mark.parametrize("schema,doc", [

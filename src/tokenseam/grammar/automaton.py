@@ -24,6 +24,7 @@ from .localbuild import (
     UNKNOWN,
     LocalBuilder,
     build,
+    cont,
     split,
     walk_esc,
 )
@@ -372,6 +373,8 @@ class Automaton:
         self._rebase_memo: dict[tuple[int, int], int] = {}
         self._split_memo: dict[tuple[int, int], list[tuple] | None] = {}
         self._split_out = np.empty((64, 2), dtype=np.int64)
+        self._escape_memo: dict[tuple[int, int, bool], tuple[int, int, bool]] = {}
+        self._cont_out = np.empty(3, dtype=np.int64)
         self._mat_memo: dict[tuple[int, int], int] = {}
         self._cont_memo: dict[tuple[int, int], tuple[tuple, bool, int]] = {}
         # (position, bytes) -> position after them: requests revisit positions (every item of an array, every
@@ -892,13 +895,19 @@ class Automaton:
     def _build(self, sid: int, c: int) -> int:
         """The real successor of sid on class c built by the walk's builder (localbuild.build, counters not
         clamped); UNKNOWN when it must be built in Python."""
+        return int(self._fast_call(build, sid, c, False, canonical=False))
+
+    def _fast_call(self, fn, *head, canonical: bool = True):
+        """fn(*head, trans, flags, budget, accepting, builder arrays...), one of localbuild's state builders, with
+        Python's new states and stacks indexed first, what it made taken in after (canonical states, unless
+        told), and arrays grown until it has room."""
         fast = self._fast
         while True:
             fast.index(self)
-            v = build(sid, c, False, self.trans, self.flags, self.budget, self.accepting, *fast.arrays())
-            self._sync(canonical=False)
-            if v != NO_ROOM:
-                return int(v)
+            r = fn(*head, self.trans, self.flags, self.budget, self.accepting, *fast.arrays())
+            self._sync(canonical)
+            if r != NO_ROOM:
+                return r
             fast.grow(self)
 
     def canonical(self, sid: int) -> int:
@@ -1024,8 +1033,7 @@ class Automaton:
         flags = self.flags
         for i, b in enumerate(data):
             if flags[s] & 2:
-                _, _, cp = self._cont(s, p)
-                k2, p2, _, _ = self.pairs[cp]
+                k2, p2, _ = self._escape_to(s, p, False)
                 if k2 >= 0:
                     c2, a2 = self._run(k2, p2, data[i:])
                     res |= c2
@@ -1035,8 +1043,9 @@ class Automaton:
                 return res, acc
             flags = self.flags
         if flags[s] & 2:
-            cs, a, _ = self._cont(s, p)
-            res.update(cs)
+            k2, p2, a = self._escape_to(s, p, False)
+            if k2 >= 0:
+                res.update((q, self._materialize(lst, p2)) for q, lst in self._configs(k2))
             acc = acc or a
         for q, lst in self._configs(s):
             res.add((q, self._materialize(lst, p)))
@@ -1216,16 +1225,33 @@ class Automaton:
             hit = self._suffix_info[key] = (idx, out[idx], self._groups_of(tab, rec))
         return hit
 
+    def _escape_to(self, s: int, p: int, canonical: bool) -> tuple[int, int, bool]:
+        """Where local state s's escapes lead on the real parent stack p: (local state or -1 for none, parent
+        stack, accepting), the local state canonical if asked (a mask key) or real (a commit's position). Built by
+        localbuild.cont, else from `_cont`."""
+        canonical = canonical and self.has_counters
+        key = (s, p, canonical)
+        hit = self._escape_memo.get(key)
+        if hit is None:
+            out = self._cont_out
+            if self._fast_call(cont, s, p, canonical, out, canonical=canonical) != NEED_PYTHON:
+                k2, p2, acc2 = out.tolist()
+            else:
+                k2, p2, acc2, _ = self.pairs[self._cont(s, p)[2]]
+                if k2 >= 0 and canonical:
+                    k2 = self.canonical(k2)
+            hit = self._escape_memo[key] = (k2, p2, bool(acc2))
+        return hit
+
     def _resolve(self, s: int, p: int, gid: int, out: np.ndarray) -> None:
         """OR into `out` the tokens of group gid (escaping at local state s) that the real stack p accepts."""
-        _, _, cp = self._cont(s, p)
-        k2, p2, acc2, _ = self.pairs[cp]
+        k2, p2, acc2 = self._escape_to(s, p, True)
         if k2 < 0:
             if acc2:
                 w, b = self._groups_tab[gid].empty
                 out[w] |= b
             return
-        idx, bits, subs = self.suffix_info(self.canonical(k2), gid)
+        idx, bits, subs = self.suffix_info(k2, gid)
         out[idx] |= bits
         for s2, g2 in subs:
             self._resolve(s2, p2, g2, out)
@@ -1275,16 +1301,8 @@ class Automaton:
         hit = self._split_memo.get((kc, p), 0)
         if hit != 0:
             return hit
-        fast = self._fast
         out = self._split_out
-        while True:
-            fast.index(self)
-            n = split(kc, p, self.has_counters, out, self.trans, self.flags, self.budget, self.accepting,
-                      *fast.arrays())
-            self._sync()  # the parts' states are canonical
-            if n != NO_ROOM:
-                break
-            fast.grow(self)
+        n = self._fast_call(split, kc, p, self.has_counters, out)
         if n != NEED_PYTHON:
             res = [(int(k), int(q), False) for k, q in out[:n].tolist()] if n else None
             self._split_memo[(kc, p)] = res

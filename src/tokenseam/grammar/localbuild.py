@@ -655,7 +655,6 @@ def split(kc, p, canon, out, trans, flags, budget, accepting, e_off, nfa_e, eps_
     qs = np.empty(m, np.int64)
     sts = np.empty(m, np.int64)
     keys = np.empty(m, np.int64)
-    escs = np.empty(0, np.int64)
     for g in range(ng):
         n = 0
         for k in range(m):
@@ -666,24 +665,78 @@ def split(kc, p, canon, out, trans, flags, budget, accepting, e_off, nfa_e, eps_
                 qs[n] = cfg[a + k, 0]
                 sts[n] = st
                 n += 1
-        c = _common(sts[:n], stk)
-        while c != 0 and stk[c, 0] < 0:  # Automaton._cut
-            c = stk[c, 1]
-        for k in range(n):
-            st = _reroot(sts[k], c, BOT, stk, sht, meta)  # rebased on c
-            if st >= 0 and canon:
-                st = _canon(st, loops, stk, sht, meta)
-            if st < 0:
-                return st
-            keys[k] = _key(qs[k], st)
-        u = _uniq(keys, n)
-        sid = _intern(keys[:u], False, escs, trans, flags, budget, accepting, qinfo, loops, cfg, soff, escp, ht, stk,
-                      meta)
+        sid, c = _position(qs[:n], sts[:n], keys, canon, trans, flags, budget, accepting, qinfo, loops, cfg, soff,
+                           escp, ht, stk, sht, meta)
         if sid < 0:
             return sid
         out[g, 0] = sid
         out[g, 1] = c
     return ng
+
+
+@numba.njit(cache=True)
+def _position(qs, sts, keys, canon, trans, flags, budget, accepting, qinfo, loops, cfg, soff, escp, ht, stk, sht,
+              meta):
+    """Automaton._pair for real configurations (qs[k], sts[k]): (local state, parent stack), the local state
+    canonical when `canon`; (NEED_PYTHON or NO_ROOM, 0) when it cannot. `keys`: scratch, at least as long."""
+    n = qs.shape[0]
+    c = _common(sts, stk)
+    while c != 0 and stk[c, 0] < 0:  # Automaton._cut
+        c = stk[c, 1]
+    for k in range(n):
+        st = _reroot(sts[k], c, BOT, stk, sht, meta)  # rebased on c
+        if st >= 0 and canon:
+            st = _canon(st, loops, stk, sht, meta)
+        if st < 0:
+            return st, 0
+        keys[k] = _key(qs[k], st)
+    u = _uniq(keys, n)
+    sid = _intern(keys[:u], False, np.empty(0, np.int64), trans, flags, budget, accepting, qinfo, loops, cfg, soff,
+                  escp, ht, stk, meta)
+    return sid, c
+
+
+@numba.njit(cache=True)
+def cont(s, p, canon, out, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops,
+         loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta):
+    """Where local state s's escapes lead on the real parent stack p (Automaton._cont): out = (local state, parent
+    stack, accepting), the local state -1 when no configuration is left, canonical when `canon`. Returns 0,
+    NEED_PYTHON or NO_ROOM."""
+    keys = np.empty(64, np.int64)
+    escs = np.empty(1, np.int64)
+    nk = 0
+    acc = False
+    for x in range(soff[s, 2], soff[s, 2] + soff[s, 3]):
+        while True:
+            status, nk2, ne, a2 = _closure(escp[x], p, keys, nk, escs, 0, e_off, eps_off, eps_t, qinfo, rule_start,
+                                           loops, stk, sht, meta)
+            if status == NEED_PYTHON and nk2 == keys.shape[0] and keys.shape[0] <= 8 * CLOSURE_LIMIT:
+                grown = np.empty(2 * keys.shape[0], np.int64)
+                grown[:nk] = keys[:nk]
+                keys = grown
+                continue
+            break
+        if status < 0:
+            return status
+        if ne:
+            return NEED_PYTHON  # a real stack has no local bottom
+        nk = nk2
+        acc = acc or a2
+    out[2] = 1 if acc else 0
+    if nk == 0:
+        out[0] = -1
+        out[1] = 0
+        return 0
+    u = _uniq(keys, nk)
+    qs = keys[:u] >> 32
+    sts = keys[:u] & 0xFFFFFFFF
+    sid, c = _position(qs, sts, np.empty(u, np.int64), canon, trans, flags, budget, accepting, qinfo, loops, cfg,
+                       soff, escp, ht, stk, sht, meta)
+    if sid < 0:
+        return sid
+    out[0] = sid
+    out[1] = c
+    return 0
 
 
 @numba.njit(cache=True, inline="always")
