@@ -1012,7 +1012,8 @@ class Automaton:
         return pid
 
     def _cont(self, s: int, p: int) -> tuple[tuple, bool, int]:
-        """Where local state s's escapes lead on the real parent stack p: (configs, accepting, position)."""
+        """Where local state s's escapes lead on the real parent stack p: (configs, accepting, position). The
+        reference for localbuild.cont (`_escape_to`), which builds the same in numba."""
         key = (s, p)
         hit = self._cont_memo.get(key)
         if hit is None:

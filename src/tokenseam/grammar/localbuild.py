@@ -11,6 +11,12 @@ Python (`Automaton.fill`). Both sides make the same state for the same (configur
 Python writes every state and stack it makes into the arrays here, numba reads them through hash indexes, and
 `Automaton._sync` takes in what numba made.
 
+The first visit of a position does more than walk: `split` groups its configurations by call frame (the mask
+keys of its parts, as `Automaton._split`), and `cont` finds where a local state's escapes lead on a real stack
+(`Automaton._cont`, for tokens that run past the end of a called rule). Both rebuild stacks and make states
+with the same helpers as `build` (`_position` is `Automaton._pair`). What they cannot do (a set too large, a
+state budget reached) they hand back to the Python versions, which stay the reference.
+
 These functions (and the walk calling them) hold the GIL: they change the automaton's arrays, which Python
 code in another thread must not see half-made.
 
