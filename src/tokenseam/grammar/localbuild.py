@@ -578,6 +578,8 @@ def _reroot(st, until, base, stk, sht, meta):
     n = 0
     x = st
     while x != until:
+        if x <= BOT:
+            return NEED_PYTHON  # `until` is not below st: not a case these functions make
         if n == chain.shape[0]:
             grown = np.empty(2 * n, np.int64)
             grown[:n] = chain
@@ -596,7 +598,8 @@ def _reroot(st, until, base, stk, sht, meta):
 
 @numba.njit(cache=True)
 def _common(sts, stk):
-    """The deepest stack that every (real) stack in sts has below or at its top (Automaton._common)."""
+    """The deepest stack that every (real) stack in sts has below or at its top (Automaton._common); NEED_PYTHON
+    if they do not share a root."""
     n = sts.shape[0]
     depth = np.empty(n, np.int64)
     cur = sts.copy()
@@ -604,7 +607,7 @@ def _common(sts, stk):
     for k in range(n):
         d = 0
         x = cur[k]
-        while x != 0:
+        while x > BOT:
             x = stk[x, 1]
             d += 1
         depth[k] = d
@@ -622,6 +625,8 @@ def _common(sts, stk):
         if same:
             return cur[0]
         for k in range(n):
+            if cur[k] <= BOT:
+                return NEED_PYTHON
             cur[k] = stk[cur[k], 1]
 
 
@@ -687,7 +692,9 @@ def _position(qs, sts, keys, canon, trans, flags, budget, accepting, qinfo, loop
     canonical when `canon`; (NEED_PYTHON or NO_ROOM, 0) when it cannot. `keys`: scratch, at least as long."""
     n = qs.shape[0]
     c = _common(sts, stk)
-    while c != 0 and stk[c, 0] < 0:  # Automaton._cut
+    if c < 0:
+        return c, 0
+    while c > BOT and stk[c, 0] < 0:  # Automaton._cut
         c = stk[c, 1]
     for k in range(n):
         st = _reroot(sts[k], c, BOT, stk, sht, meta)  # rebased on c
