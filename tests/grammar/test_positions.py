@@ -501,3 +501,27 @@ def test_commits_build_states_in_the_walks_builder(smollm2_vocab, grammar, text)
     slow, tb = run(True)
     assert fast._numba_states and not slow._numba_states
     assert ta == tb and ta[-1][2]
+
+
+def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
+    """GrammarCompiler.warm_up (run by `tokenseam serve` at startup and by the benchmark before timing) reaches
+    the walk, the state builder for masks and for commits, with and without counters, the split by call frame
+    and the escape targets: each numba function is loaded before a request needs it. It caches nothing."""
+    from tokenseam.grammar import GrammarCompiler
+    from tokenseam.grammar import automaton as A
+
+    calls = []
+
+    def counting(name, fn):
+        def call(*args):
+            calls.append((name, args[2] if name in ("build", "split", "cont") else None))
+            return fn(*args)
+        return call
+
+    for name in ("walk_esc", "build", "split", "cont"):
+        monkeypatch.setattr(A, name, counting(name, getattr(A, name)))
+    compiler = GrammarCompiler(smollm2_vocab)
+    compiler.warm_up()
+    assert {name for name, _ in calls} == {"walk_esc", "build", "split", "cont"}
+    assert ("cont", True) in calls and ("cont", False) in calls  # canonical (masks, counters) and real
+    assert len(compiler._cache) == 0

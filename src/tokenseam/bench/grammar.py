@@ -36,6 +36,7 @@ class TokenseamEngine:
 
         self.vocab = vocab
         self.compiler = GrammarCompiler(vocab, cache_size=1)
+        self.compiler.warm_up()  # numba code loaded before timing starts, as `tokenseam serve` does at startup
         self._matcher_cls = GrammarMatcher
         self.compile_errors = (GrammarError,)
         self.mask = np.zeros(vocab.mask_words, dtype=np.int32)

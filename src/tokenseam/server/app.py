@@ -116,6 +116,7 @@ class ServerState:
             return
         compiled = self.compile_request_grammar({"guided_regex": "[a-z]{1,4}"}, "/v1/completions")
         GrammarMatcher(compiled).fill_next_token_bitmask(np.zeros(self.vocab.mask_words, dtype=np.int32))
+        self._grammar_compiler.warm_up()  # the rest of the numba code JSON schemas need
 
     def compile_request_grammar(self, body: dict, route: str):
         """The request's grammar (response_format, guided_*, grammar, json_schema, tools) or None."""
