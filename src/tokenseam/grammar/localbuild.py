@@ -157,12 +157,13 @@ def _push(ret, parent, value, stk, sht, meta):
 
 
 @numba.njit(cache=True)
-def _canon(st, loops, stk, sht, meta):
-    """Stack st with every counter frame's value clamped as Automaton.canonical does (NO_ROOM when full)."""
+def _chain(st, until, stk):
+    """The frames of stack st from its top down to `until` or a root (0, BOT), top first: (frames, how many,
+    the stack where it stopped)."""
     chain = np.empty(16, np.int64)
     n = 0
     x = st
-    while x > BOT:
+    while x != until and x > BOT:
         if n == chain.shape[0]:
             grown = np.empty(2 * n, np.int64)
             grown[:n] = chain
@@ -170,7 +171,13 @@ def _canon(st, loops, stk, sht, meta):
         chain[n] = x
         n += 1
         x = stk[x, 1]
-    cur = x
+    return chain, n, x
+
+
+@numba.njit(cache=True)
+def _canon(st, loops, stk, sht, meta):
+    """Stack st with every counter frame's value clamped as Automaton.canonical does (NO_ROOM when full)."""
+    chain, n, cur = _chain(st, -1, stk)
     for k in range(n - 1, -1, -1):
         f = chain[k]
         ret = stk[f, 0]
@@ -574,19 +581,9 @@ def _reroot(st, until, base, stk, sht, meta):
     Automaton._rebase with base BOT, Automaton._materialize with until BOT."""
     if st == until:
         return base
-    chain = np.empty(16, np.int64)
-    n = 0
-    x = st
-    while x != until:
-        if x <= BOT:
-            return NEED_PYTHON  # `until` is not below st: not a case these functions make
-        if n == chain.shape[0]:
-            grown = np.empty(2 * n, np.int64)
-            grown[:n] = chain
-            chain = grown
-        chain[n] = x
-        n += 1
-        x = stk[x, 1]
+    chain, n, x = _chain(st, until, stk)
+    if x != until:
+        return NEED_PYTHON  # `until` is not below st: not a case these functions make
     cur = base
     for k in range(n - 1, -1, -1):
         f = chain[k]
