@@ -505,8 +505,9 @@ def test_commits_build_states_in_the_walks_builder(smollm2_vocab, grammar, text)
 
 def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
     """GrammarCompiler.warm_up (run by `tokenseam serve` at startup and by the benchmark before timing) reaches
-    the walk, the state builder for masks and for commits, with and without counters, the split by call frame
-    and the escape targets: each numba function is loaded before a request needs it. It caches nothing."""
+    the walk (which builds states inside), the commits' builder, the split by call frame and the escape
+    targets, canonical (an automaton with counters) and real: each numba function is loaded before a request
+    needs it. It caches nothing."""
     from tokenseam.grammar import GrammarCompiler
     from tokenseam.grammar import automaton as A
 
