@@ -526,3 +526,39 @@ def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
     assert {name for name, _ in calls} == {"walk_esc", "build", "split", "cont"}
     assert ("cont", True) in calls and ("cont", False) in calls  # canonical (masks, counters) and real
     assert len(compiler._cache) == 0
+
+
+@pytest.mark.parametrize("max_ws", [40, 0])
+def test_layout_lowering_matches_the_general_one(monkeypatch, smollm2_vocab, max_ws):
+    """JSON layout whitespace (ir.LAYOUT, LAYOUT_NO_INDENT) is lowered by nfa._Builder.layout, not by walking
+    its tree: masks equal the general lowering's at every byte of documents laid out in every allowed way,
+    and the same layouts are accepted and refused."""
+    from tokenseam.grammar import GrammarCompiler, nfa
+
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}},
+                                               "b": {"type": "string"}}, "required": ["a"]}
+    fast = GrammarCompiler(smollm2_vocab).compile_json_schema(schema, max_ws=max_ws)
+    monkeypatch.setattr(nfa, "LAYOUT", object())  # no node is these any more: the general lowering
+    monkeypatch.setattr(nfa, "LAYOUT_NO_INDENT", object())
+    slow = GrammarCompiler(smollm2_vocab).compile_json_schema(schema, max_ws=max_ws)
+    assert fast.automaton.nfa.size + (1 if max_ws else 0) <= slow.automaton.nfa.size  # one state fewer per layout with indentation
+    value = {"a": [1, 22], "b": "x y"}
+    docs = [json.dumps(value), json.dumps(value, indent=2), json.dumps(value, separators=(",", ":")),
+            '{\t"a" :[1 ,\r\n22],\r\n"b":  "x y"}', '{"a": [1,   2]}', '{"a":\n\t\t[]}']
+    oa = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
+    ob = oa.copy()
+    for doc in docs:
+        ma, mb = GrammarMatcher(fast), GrammarMatcher(slow)
+        for ch in doc:
+            ma.fill_next_token_bitmask(oa)
+            mb.fill_next_token_bitmask(ob)
+            assert np.array_equal(oa, ob), doc
+            ta, tb = ma.accept_bytes(ch.encode()), mb.accept_bytes(ch.encode())
+            assert ta == tb, doc
+            if not ta:
+                break
+        else:
+            assert ma.is_accepting() == mb.is_accepting()
+    # three blanks in a row are not layout; an indented line only when indentation is on
+    assert not GrammarMatcher(fast).accept_bytes(b'{"a": [1,   2]}')
+    assert GrammarMatcher(fast).accept_bytes(b'{"a":\n\t\t[]}') == bool(max_ws)

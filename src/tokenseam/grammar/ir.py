@@ -243,3 +243,11 @@ class Members(Node):
     sep: Node
     min: int = 0
     max: int | None = None
+
+
+# JSON layout whitespace between tokens: up to two spaces or tabs, or a line break and then an indentation run
+# (without it when indentation is off). Every separator uses one of these two nodes, thousands of times in a
+# large schema: the NFA builder recognises them by identity and lowers them straight to their few states
+# (nfa._Builder.layout) instead of walking the tree each time.
+LAYOUT = alt(Repeat(cls(" \t"), 0, 2), seq(opt(lit("\r")), lit("\n"), star(cls(" \t"))))
+LAYOUT_NO_INDENT = alt(Repeat(cls(" \t"), 0, 2), seq(opt(lit("\r")), lit("\n")))

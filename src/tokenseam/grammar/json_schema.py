@@ -17,6 +17,8 @@ from .errors import GrammarError
 from .ir import (
     ANY_RANGES,
     EMPTY,
+    LAYOUT,
+    LAYOUT_NO_INDENT,
     NOTHING,
     Auto,
     Chars,
@@ -294,8 +296,7 @@ class _Compiler:
         else:
             # After a newline the indentation is unbounded here; the automaton caps it at max_ws
             # (Grammar.indent_limit), which keeps one automaton state per run instead of one per column.
-            self.ws = alt(Repeat(cls(" \t"), 0, 2),
-                          seq(opt(lit("\r")), lit("\n"), star(cls(" \t")) if max_ws else EMPTY))
+            self.ws = LAYOUT if max_ws else LAYOUT_NO_INDENT
         self.indent_limit = max_ws if not compact and max_ws else None
         self.shared: set[str] = set()
         self.extra_rules = 0
