@@ -655,10 +655,10 @@ class _Builder:
         raise GrammarError(f"internal: unknown IR node {type(node).__name__}")
 
     def layout(self, indent: bool, s: int, end: int | None) -> int:
-        """ir.LAYOUT (or LAYOUT_NO_INDENT) from s: [ \\t]{0,2} | \\r?\\n[ \\t]*, as the general lowering would
-        make it but with one state fewer (the indentation run loops on the state after the newline) and no
-        walk of the tree: after one blank a, after a carriage return r, after the newline n (the end without
-        indentation)."""
+        """ir.LAYOUT (or LAYOUT_NO_INDENT) from s: [ \\t]{0,2} | \\r?\\n[ \\t]*, the language of the general
+        lowering without its walk of the tree, and with indentation one state fewer (the run loops on the state
+        after the newline). States: after one blank a, after a carriage return r, after the newline n (the end
+        without indentation)."""
         nfa = self.nfa
         e = nfa.add() if end is None else end
         a, r = nfa.add(), nfa.add()
