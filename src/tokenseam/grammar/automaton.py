@@ -1046,11 +1046,13 @@ class Automaton:
         if flags[s] & 2:
             k2, p2, a = self._escape_to(s, p, False)
             if k2 >= 0:
-                res.update((q, self._materialize(lst, p2)) for q, lst in self._configs(k2))
+                res |= self._real_configs(k2, p2)
             acc = acc or a
-        for q, lst in self._configs(s):
-            res.add((q, self._materialize(lst, p)))
-        return res, acc
+        return res | self._real_configs(s, p), acc
+
+    def _real_configs(self, k: int, p: int) -> set:
+        """The real configurations of position (local state k, parent stack p)."""
+        return {(q, self._materialize(lst, p)) for q, lst in self._configs(k)}
 
     def step_bytes(self, pid: int, data: bytes) -> int:
         """The position after `data` from position pid, or DEAD."""
