@@ -1,6 +1,9 @@
 """`tokenseam gateway --upstream URL`: the response cache in front of any OpenAI-compatible server.
 
 Flags choose the store (`sqlite:PATH`, `redis://...`, `memory`) and the policy (`off`, `deterministic`, `always`).
+Keys come from environment variables only (`--upstream-key-env`, `--api-key-env`): a command line is visible to
+every local user through `ps`. A gateway holding an upstream key refuses to start without client keys unless told
+`--no-client-auth`, since it would otherwise spend that key for anyone who can reach it.
 """
 
 from __future__ import annotations
@@ -8,6 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+
+from ..httpkit.cli import add_guard_arguments, allowed_hosts, check_guard_arguments, client_keys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-truncated", action="store_true", help="also cache finish_reason=length answers")
     p.add_argument("--timeout", type=float, default=120.0, help="upstream read timeout in seconds (-> 504)")
     p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
+    p.add_argument("--no-client-auth", action="store_true",
+                   help="serve with --upstream-key-env but without client keys: anyone who can reach the gateway "
+                        "spends the upstream key")
+    add_guard_arguments(p, "gateway")
     p.set_defaults(func=run)
 
 
@@ -42,6 +51,15 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--max-body-bytes must be positive"
     if args.upstream_key_env and not os.environ.get(args.upstream_key_env):
         return f"--upstream-key-env {args.upstream_key_env}: that environment variable is not set or empty"
+    problem = check_guard_arguments(args)
+    if problem:
+        return problem
+    if args.api_key_env and args.no_client_auth:
+        return "--api-key-env and --no-client-auth contradict each other; pass one"
+    if args.upstream_key_env and not args.api_key_env and not args.no_client_auth:
+        return ("--upstream-key-env makes the gateway call the upstream with that key for every client, so "
+                "clients must authenticate: set --api-key-env VAR (VAR holding comma-separated client keys), or "
+                "pass --no-client-auth to accept that anyone who can reach the gateway uses the key")
     return None
 
 
@@ -55,10 +73,12 @@ def build_app(args: argparse.Namespace):
     cache = ResponseCache(store, mode=args.cache, ttl_seconds=args.cache_ttl, cache_truncated=args.cache_truncated)
     key = os.environ.get(args.upstream_key_env) if args.upstream_key_env else None
     return create_gateway_app(args.upstream, cache=cache, api_key=key, timeout=args.timeout,
-                              max_body_bytes=args.max_body_bytes)
+                              max_body_bytes=args.max_body_bytes, client_api_keys=client_keys(args),
+                              allowed_hosts=allowed_hosts(args), cors_origins=args.cors_origin)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..httpkit import redact_text, url_secrets
     from .errors import ResponseCacheError
 
     problem = _check(args)
@@ -68,11 +88,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         app = build_app(args)
     except ResponseCacheError as e:
-        print(f"error: {e}", file=sys.stderr)
+        # The message can quote the upstream URL or a store URL (redis://:password@...).
+        print(f"error: {redact_text(str(e), url_secrets(args.upstream))}", file=sys.stderr)
         return 2
     import uvicorn
 
+    hosts = allowed_hosts(args)
     print(f"tokenseam gateway on http://{args.host}:{args.port} -> {app.state.upstream} "
-          f"(cache {args.cache}, store {app.state.cache.store.description})", file=sys.stderr)
+          f"(cache {args.cache}, store {app.state.redact(app.state.cache.store.description)}, client auth "
+          f"{'on' if app.state.client_auth else 'OFF'}, hosts {', '.join(hosts) if hosts else 'any'}, "
+          f"CORS {', '.join(args.cors_origin) if args.cors_origin else 'off'})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -1,6 +1,9 @@
 """The gateway: tokenseam's response cache in front of any OpenAI-compatible server (vLLM, SGLang, llama-server, hosted).
 
 It forwards the canonical request (streams relayed event by event with httpx), maps upstream failures to 502/504.
+Bodies are read by `tokenseam.httpkit` (strict JSON, rejected before anything is forwarded), requests pass its
+`Guard` (Host allow-list, CORS, client API keys), and every credential (upstream URL userinfo and secret query
+values, the upstream key) is redacted from health, error bodies and logs.
 """
 
 from __future__ import annotations
@@ -8,15 +11,29 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..httpkit import (
+    CatchErrors,
+    Guard,
+    HTTPError,
+    error_body,
+    read_json_body,
+    redact_text,
+    redact_url,
+    redacting_logs,
+    url_secrets,
+)
 from .canonical import ROUTE_CHAT, ROUTE_COMPLETIONS, tenant_from_api_key
 from .entry import IncompleteStreamError, SSEParser
 from .errors import CacheRequestError, ResponseCacheError
@@ -25,10 +42,8 @@ from .policy import CacheStream, ResponseCache
 log = logging.getLogger("tokenseam.gateway")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
-
-
-def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+REDACTED_LOGGERS = ("httpx", "httpcore", "tokenseam.gateway", "tokenseam.respcache.policy",
+                    "tokenseam.respcache.stores")
 
 
 class UpstreamError(ResponseCacheError):
@@ -55,29 +70,75 @@ def _bad(status: int, message: str, code: str, param: str | None = None) -> JSON
     return JSONResponse(error_body(message, "invalid_request_error", code, param), status_code=status)
 
 
+def split_upstream(upstream_url: str) -> tuple[str, str]:
+    """(base without a trailing `/v1`, query string) of an upstream URL; the query is sent with every request
+    (hosted endpoints put `api-version` or a key there)."""
+    try:
+        parts = urlsplit(upstream_url.strip())
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ResponseCacheError(f"upstream URL {redact_url(upstream_url)!r} must start with http:// or https:// "
+                                 "and name a host")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", "")), parts.query
+
+
+def _redact_tree(value: Any, hide: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return hide(value)
+    if isinstance(value, dict):
+        return {k: _redact_tree(v, hide) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_tree(v, hide) for v in value]
+    return value
+
+
 def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None, api_key: str | None = None,
                        timeout: float = 120.0, connect_timeout: float = 5.0,
                        max_body_bytes: int = DEFAULT_MAX_BODY, registry: Any = None,
-                       max_connections: int = 256) -> Starlette:
+                       max_connections: int = 256, client_api_keys: Iterable[str] | None = None,
+                       allowed_hosts: Iterable[str] | None = None,
+                       cors_origins: Iterable[str] | None = None) -> Starlette:
     """A Starlette app serving `/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/health`, `/metrics`.
 
     `cache=None` builds a memory-backed `ResponseCache`; `api_key` replaces the client's Authorization
-    upstream (otherwise the client's header is forwarded). Entries are scoped by the hash of the client's
-    key and by the upstream URL."""
+    upstream. `client_api_keys` makes every route but `/health` require `Authorization: Bearer <one of them>`;
+    without them the client's header is forwarded when there is no `api_key` (with them it never is: it holds
+    a gateway key, not an upstream one). `allowed_hosts` / `cors_origins` configure the `Guard` (None: no Host
+    check, no CORS). Entries are scoped by the hash of the client's key and by the (redacted) upstream URL."""
     from prometheus_client import REGISTRY, generate_latest
 
-    base = upstream_url.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[:-3]
-    if not base.startswith(("http://", "https://")):
-        raise ResponseCacheError(f"upstream URL {upstream_url!r} must start with http:// or https://")
+    base, query = split_upstream(upstream_url)
+    client_keys = [k for k in client_api_keys or () if k]
+    secrets = [api_key, *url_secrets(upstream_url), *client_keys]
+
+    def hide(text: str) -> str:
+        return redact_text(text, secrets)
+
+    def scrub(body: bytes) -> bytes:
+        # An upstream error body may quote the key it was sent (a hosted API's "invalid key sk-..."): the
+        # gateway's key must not reach its clients that way.
+        for s in secrets:
+            if s:
+                body = body.replace(s.encode(), b"***")
+        return body
+
+    shown = redact_url(base + ("?" + query if query else ""))
     registry = registry if registry is not None else REGISTRY
+    # The namespace is hashed into fingerprints; the redacted URL keeps entries valid across credential rotation.
     if cache is None:
         from .stores import MemoryStore
 
-        cache = ResponseCache(MemoryStore(), namespace=base, registry=registry)
+        cache = ResponseCache(MemoryStore(), namespace=shown, registry=registry)
     if not cache.namespace:
-        cache.namespace = base
+        cache.namespace = shown
+
+    def upstream(route: str) -> str:
+        return base + route + ("?" + query if query else "")
+
     holder: dict[str, httpx.AsyncClient] = {}
 
     @asynccontextmanager
@@ -85,8 +146,11 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         holder["client"] = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
+        # httpx logs every request's full URL (password and query) at INFO; the store loggers can quote a
+        # store URL. Redact what those loggers emit while this gateway runs.
         try:
-            yield
+            with redacting_logs(hide, *REDACTED_LOGGERS):
+                yield
         finally:
             await holder["client"].aclose()
 
@@ -94,51 +158,30 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         h = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
         if api_key:
             h["authorization"] = f"Bearer {api_key}"
-        elif request.headers.get("authorization"):
+        elif not client_keys and request.headers.get("authorization"):
             h["authorization"] = request.headers["authorization"]
         return h
 
-    async def read_body(request: Request) -> dict[str, Any] | Response:
-        cl = request.headers.get("content-length")
-        if cl is not None and cl.isdigit() and int(cl) > max_body_bytes:
-            return _bad(413, f"request body is {cl} bytes; the limit is {max_body_bytes}", "request_too_large")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body_bytes:
-                return _bad(413, f"request body exceeds the limit of {max_body_bytes} bytes", "request_too_large")
-            chunks.append(chunk)
-        raw = b"".join(chunks)
-        if not raw.strip():
-            return _bad(400, "the request body is empty; send a JSON object", "invalid_json")
-        try:
-            body = json.loads(raw)
-        except RecursionError:
-            return _bad(400, "the request body is nested too deeply", "invalid_json")
-        except (UnicodeDecodeError, ValueError) as e:
-            return _bad(400, f"the request body is not valid JSON: {e}", "invalid_json")
-        if not isinstance(body, dict):
-            return _bad(400, f"the request body must be a JSON object, not {type(body).__name__}", "invalid_request")
-        return body
-
     def map_transport(e: httpx.HTTPError) -> UpstreamError:
+        # httpx messages can quote the URL (userinfo included): only the redacted form leaves the gateway.
         if isinstance(e, httpx.TimeoutException):
-            return UpstreamError.gateway(504, f"the upstream {base} did not answer within the timeout "
+            return UpstreamError.gateway(504, f"the upstream {shown} did not answer within the timeout "
                                          f"({type(e).__name__})", "upstream_timeout")
-        return UpstreamError.gateway(502, f"cannot reach the upstream {base}: {type(e).__name__}: {e}",
+        return UpstreamError.gateway(502, f"cannot reach the upstream {shown}: {type(e).__name__}: {hide(str(e))}",
                                      "upstream_unreachable")
 
     async def generation(request: Request) -> Response:
         route = request.url.path
-        body = await read_body(request)
-        if isinstance(body, Response):
-            return body
+        try:
+            body = await read_json_body(request, max_body_bytes)
+        except HTTPError as e:
+            return e.response()
         try:
             plan = cache.plan(route, body, request.headers,
                               tenant=tenant_from_api_key(request.headers.get("authorization")))
         except CacheRequestError as e:
             return _bad(400, str(e), "invalid_request", e.param)
-        url = base + route
+        url = upstream(route)
         headers = upstream_headers(request)
         client = holder["client"]
 
@@ -148,11 +191,11 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
             except httpx.HTTPError as e:
                 raise map_transport(e) from e
             if r.status_code != 200:
-                raise UpstreamError(r.status_code, r.content, r.headers.get("content-type", "application/json"))
+                raise UpstreamError(r.status_code, scrub(r.content), r.headers.get("content-type", "application/json"))
             try:
                 data = r.json()
             except ValueError:
-                raise UpstreamError.gateway(502, f"the upstream {base} returned a body that is not JSON",
+                raise UpstreamError.gateway(502, f"the upstream {shown} returned a body that is not JSON",
                                             "upstream_bad_response") from None
             if not isinstance(data, dict):
                 raise UpstreamError.gateway(502, "the upstream returned JSON that is not an object",
@@ -163,7 +206,7 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
             try:
                 async with client.stream("POST", url, json=req, headers=headers) as r:
                     if r.status_code != 200:
-                        raise UpstreamError(r.status_code, await r.aread(),
+                        raise UpstreamError(r.status_code, scrub(await r.aread()),
                                             r.headers.get("content-type", "application/json"))
                     parser = SSEParser()
                     async for data in r.aiter_bytes():
@@ -179,7 +222,7 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
             except ResponseCacheError as e:
                 if isinstance(e, UpstreamError):
                     raise
-                raise UpstreamError.gateway(502, f"the upstream stream is malformed: {e}",
+                raise UpstreamError.gateway(502, f"the upstream stream is malformed: {hide(str(e))}",
                                             "upstream_bad_response") from e
 
         try:
@@ -190,8 +233,9 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         except UpstreamError as e:
             return e.response()
         except IncompleteStreamError as e:
-            return JSONResponse(error_body(f"the upstream {base} answered a stream request without any stream "
-                                           f"event ({e})", "upstream_error", "upstream_bad_response"), status_code=502)
+            return JSONResponse(error_body(f"the upstream {shown} answered a stream request without any stream "
+                                           f"event ({hide(str(e))})", "upstream_error", "upstream_bad_response"),
+                                status_code=502)
         if isinstance(result, CacheStream):
             return StreamingResponse(result.events, media_type="text/event-stream",
                                      headers={**result.headers, "cache-control": "no-cache", "x-accel-buffering": "no"})
@@ -199,23 +243,19 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
 
     async def models(request: Request) -> Response:
         try:
-            r = await holder["client"].get(base + "/v1/models", headers=upstream_headers(request))
+            r = await holder["client"].get(upstream("/v1/models"), headers=upstream_headers(request))
         except httpx.HTTPError as e:
             return map_transport(e).response()
-        return Response(r.content, status_code=r.status_code,
+        return Response(scrub(r.content), status_code=r.status_code,
                         media_type=r.headers.get("content-type", "application/json"))
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "upstream": base, "cache_mode": cache.mode, "cache": cache.health(),
-                             "time": time.time()})
+        # Unauthenticated: everything shown goes through the redaction (store errors can quote a Redis URL).
+        return JSONResponse({"status": "ok", "upstream": shown, "cache_mode": cache.mode,
+                             "cache": _redact_tree(cache.health(), hide), "time": time.time()})
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
-
-    async def internal(request: Request, exc: Exception) -> Response:
-        log.exception("gateway error on %s", request.url.path)
-        return JSONResponse(error_body(f"gateway internal error: {type(exc).__name__}: {exc}", "server_error",
-                                       "internal_error"), status_code=500)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return JSONResponse(error_body(f"no route {request.method} {request.url.path}", "invalid_request_error",
@@ -231,7 +271,15 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-    ], lifespan=lifespan, exception_handlers={404: not_found, 405: not_allowed, Exception: internal})
+    ], lifespan=lifespan, exception_handlers={404: not_found, 405: not_allowed}, middleware=[
+        # Guard outside, so its 401s and the 500s below carry CORS headers for allowed origins; no `Exception`
+        # handler, since Starlette re-raises after it and the keep-alive connection is dropped (see CatchErrors).
+        Middleware(Guard, allowed_hosts=allowed_hosts, cors_origins=cors_origins, api_keys=client_keys,
+                   public_paths=("/health",), expose_headers=("x-tokenseam-cache", "x-request-id")),
+        Middleware(CatchErrors, logger=log, redact=hide, what="gateway"),
+    ])
     app.state.cache = cache
-    app.state.upstream = base
+    app.state.upstream = shown
+    app.state.redact = hide
+    app.state.client_auth = bool(client_keys)
     return app
