@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tokenseam.respcache import CacheStoreError, MemoryStore, RedisStore, SQLiteStore, open_store
-from tokenseam.respcache.stores import decode_value
+from tokenseam.respcache.stores import decode_value, encode_value
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
@@ -106,18 +106,20 @@ def test_memory_lru_and_byte_budget():
     s.get("a")  # a is now most recent
     s.put("c", {"v": 3})
     assert s.get("b") is None and s.get("a") == {"v": 1}
-    m = MemoryStore(max_entries=None, max_bytes=40)
+    one = len(encode_value({"payload": "x" * 10}))  # stored size, seal included
+    m = MemoryStore(max_entries=None, max_bytes=3 * one)
     for i in range(5):
         m.put(f"k{i}", {"payload": "x" * 10})
-    assert m.count() < 5 and m.get("k4") is not None
+    assert m.count() == 3 and m.get("k4") is not None and m.get("k1") is None
 
 
 def test_sqlite_byte_budget(tmp_path):
-    s = SQLiteStore(tmp_path / "b.sqlite", max_bytes=100)
+    one = len(encode_value({"payload": "y" * 30}))
+    s = SQLiteStore(tmp_path / "b.sqlite", max_bytes=3 * one + 10)
     for i in range(10):
         s.put(f"k{i}", {"payload": "y" * 30})
         time.sleep(0.002)
-    assert 1 <= s.count() <= 3 and s.get("k9") is not None
+    assert s.count() == 3 and s.get("k9") is not None and s.get("k6") is None
 
 
 def test_sqlite_is_wal_and_shared_between_instances(tmp_path):
@@ -161,10 +163,15 @@ def test_sqlite_unusable_path_raises_store_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(CacheStoreError, match="SQLite cache"):
         SQLiteStore(blocker / "sub" / "c.sqlite")
-    garbage = tmp_path / "garbage.sqlite"
-    garbage.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(CacheStoreError, match="garbage.sqlite"):
-        SQLiteStore(garbage)
+    # Someone else's database at the path is refused, never moved aside (a corrupt one is: test_integrity_sqlite).
+    foreign = tmp_path / "foreign.sqlite"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE entries (id INTEGER, name TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(CacheStoreError, match="not a tokenseam response cache"):
+        SQLiteStore(foreign)
+    assert foreign.exists() and not list(tmp_path.glob("foreign.sqlite.corrupt-*"))
 
 
 def test_redis_down_raises_store_error_quickly():
@@ -189,6 +196,9 @@ def test_open_store_specs(tmp_path, redis_url):
             open_store(bad)
 
 
-def test_decode_value_rejects_non_objects():
-    assert decode_value(b"{\"a\":1}") == {"a": 1}
+def test_decode_value_accepts_only_sealed_objects():
+    assert decode_value(encode_value({"a": 1})) == {"a": 1}
+    assert decode_value(encode_value({"a": 1}).encode()) == {"a": 1}
+    # Plain JSON (what earlier versions stored) is not trusted: nothing shows it is what was written.
+    assert decode_value(b"{\"a\":1}") is None
     assert decode_value(b"[1]") is None and decode_value(b"\xff\xfe") is None and decode_value("") is None

@@ -380,12 +380,157 @@ def entry_from_response(route: str, response: Mapping[str, Any],
 
 # ---------------------------------------------------------------- serving entries
 
-def validate_entry(entry: Any) -> bool:
+def _int_list(x: Any) -> bool:
+    return isinstance(x, list) and all(type(t) is int for t in x)
+
+
+def _usage_problem(usage: Any, where: str) -> str | None:
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        return f"{where} is not an object"
+    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        v = usage.get(k)
+        if v is not None and not (type(v) is int and v >= 0):
+            return f"{where}.{k} is not a count"
+    return None
+
+
+def _common_problem(d: dict[str, Any], where: str) -> str | None:
+    """Checks on a choice or an event of the OpenAI routes; `where` names it in the message."""
+    if type(d.get("index", 0)) is not int:
+        return f"{where}.index is not an int"
+    for k in ("token_ids", "all_token_ids"):
+        if k in d and not _int_list(d[k]):
+            return f"{where}.{k} is not a list of ints"
+    if d.get("logprobs") is not None and not isinstance(d["logprobs"], dict):
+        return f"{where}.logprobs is not an object"
+    return None
+
+
+def _message_problem(m: Any, where: str) -> str | None:
+    """A chat `message` or `delta`: the text fields strings (content may be null), tool calls objects."""
+    if not isinstance(m, dict):
+        return f"{where} is not an object"
+    if "role" in m and not isinstance(m["role"], str):
+        return f"{where}.role is not a string"
+    for k in ("content", "reasoning_content", "refusal"):
+        if m.get(k) is not None and not isinstance(m[k], str):
+            return f"{where}.{k} is not a string"
+    if "tool_calls" in m and not (isinstance(m["tool_calls"], list)
+                                  and all(isinstance(c, dict) for c in m["tool_calls"])):
+        return f"{where}.tool_calls is not a list of objects"
+    return None
+
+
+def _openai_problem(route: str, resp: dict[str, Any], events: list[dict[str, Any]]) -> str | None:
+    chat = route == ROUTE_CHAT
+    choices = resp.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return "response.choices is not a non-empty list"
+    indices: set[int] = set()
+    for n, c in enumerate(choices):
+        where = f"response.choices[{n}]"
+        if not isinstance(c, dict):
+            return f"{where} is not an object"
+        problem = _common_problem(c, where)
+        if problem:
+            return problem
+        if not isinstance(c.get("finish_reason"), str):
+            return f"{where}.finish_reason is not a string"
+        problem = _message_problem(c.get("message"), where + ".message") if chat else (
+            None if isinstance(c.get("text"), str) else f"{where}.text is not a string")
+        if problem:
+            return problem
+        i = c.get("index", 0)
+        if i in indices:
+            return f"{where}.index {i} is repeated"
+        indices.add(i)
+    problem = _usage_problem(resp.get("usage"), "response.usage")
+    if problem:
+        return problem
+    finished: set[int] = set()
+    for n, ev in enumerate(events):
+        where = f"events[{n}]"
+        problem = _common_problem(ev, where)
+        if problem:
+            return problem
+        fr = ev.get("finish_reason")
+        if fr is not None and not isinstance(fr, str):
+            return f"{where}.finish_reason is not a string"
+        if chat:
+            problem = _message_problem(ev.get("delta"), where + ".delta")
+            if problem:
+                return problem
+        elif "text" in ev and not isinstance(ev["text"], str):
+            return f"{where}.text is not a string"
+        i = ev.get("index", 0)
+        if i not in indices:
+            return f"{where}.index {i} has no choice in the response"
+        if fr is not None:
+            finished.add(i)
+    if finished != indices:
+        return "the events do not finish every choice"
+    return None
+
+
+def _llama_problem(resp: dict[str, Any], events: list[dict[str, Any]]) -> str | None:
+    if not isinstance(resp.get("content"), str):
+        return "response.content is not a string"
+    if "tokens" in resp and not _int_list(resp["tokens"]):
+        return "response.tokens is not a list of ints"
+    if resp.get("stop", True) is not True:
+        return "response.stop is not true"
+    for n, ev in enumerate(events):
+        where = f"events[{n}]"
+        if "content" in ev and not isinstance(ev["content"], str):
+            return f"{where}.content is not a string"
+        for k in ("tokens", "all_tokens", "all_token_ids"):
+            if k in ev and not _int_list(ev[k]):
+                return f"{where}.{k} is not a list of ints"
+        if not isinstance(ev.get("stop", False), bool):
+            return f"{where}.stop is not a boolean"
+    if events[-1].get("stop") is not True:
+        return "the last event is not `stop: true`"
+    return None
+
+
+def entry_problem(entry: Any, route: str | None = None) -> str | None:
+    """What makes a stored object unusable as an entry (None: nothing), checking every field the response and
+    replay functions rely on, so a value of the wrong shape is a miss instead of a broken answer. `route`,
+    when given, must be the entry's route. The cache checks entries before storing them too, so this never
+    rejects what it wrote itself."""
+    if not isinstance(entry, dict):
+        return "not an object"
+    if entry.get("format") != ENTRY_FORMAT:
+        return f"format is not {ENTRY_FORMAT}"
+    r = entry.get("route")
+    if r not in (ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_LLAMA):
+        return "unknown route"
+    if route is not None and r != route:
+        return f"route {r} is not the request's {route}"
+    if entry.get("source") not in ("stream", "response"):
+        return "source is not stream or response"
+    created = entry.get("created")
+    if type(created) not in (int, float):
+        return "created is not a number"
+    for k in ("model", "system_fingerprint"):
+        if entry.get(k) is not None and not isinstance(entry[k], str):
+            return f"{k} is not a string"
+    problem = _usage_problem(entry.get("usage"), "usage")
+    if problem:
+        return problem
+    resp, events = entry.get("response"), entry.get("events")
+    if not isinstance(resp, dict):
+        return "response is not an object"
+    if not isinstance(events, list) or not events or not all(isinstance(e, dict) for e in events):
+        return "events is not a non-empty list of objects"
+    return _llama_problem(resp, events) if r == ROUTE_LLAMA else _openai_problem(r, resp, events)
+
+
+def validate_entry(entry: Any, route: str | None = None) -> bool:
     """Whether a stored object is a usable entry (a corrupt or foreign value is treated as a miss)."""
-    return (isinstance(entry, dict) and entry.get("format") == ENTRY_FORMAT
-            and entry.get("route") in (ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_LLAMA)
-            and isinstance(entry.get("response"), dict) and isinstance(entry.get("events"), list)
-            and all(isinstance(e, dict) for e in entry["events"]))
+    return entry_problem(entry, route) is None
 
 
 def uncacheable_reason(entry: Mapping[str, Any], *, cache_empty: bool = False,

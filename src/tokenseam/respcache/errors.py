@@ -1,6 +1,7 @@
-"""The response cache's exception types: one base, two causes a caller handles differently.
+"""The response cache's exception types: one base, and causes a caller handles differently.
 
-`CacheStoreError` means the store failed (requests pass through); `CacheRequestError` means the request body is malformed (HTTP 400).
+`CacheStoreError` means the store failed (requests pass through); `CacheValueError`, a kind of it, means one value
+could not be stored while the store is fine; `CacheRequestError` means the request body is malformed (HTTP 400).
 """
 
 from __future__ import annotations
@@ -12,6 +13,13 @@ class ResponseCacheError(Exception):
 
 class CacheStoreError(ResponseCacheError):
     """A cache store (SQLite, Redis, memory) could not be read or written; the request can still be served."""
+
+
+class CacheValueError(CacheStoreError):
+    """One value cannot be stored (not a JSON object, too large, nested too deeply); the store itself works.
+
+    A subclass of `CacheStoreError` so callers that only know that one still pass the request through, but the
+    policy does not take it as a sign the store is down."""
 
 
 class CacheRequestError(ResponseCacheError):

@@ -13,6 +13,10 @@ Decisions worth knowing:
   of them becomes the new leader. Across processes there is no coalescing (each may generate once).
 - A store failure logs a warning, counts `store_errors`, opens a short circuit (`store_retry_seconds`) during
   which requests pass straight through, then the store is tried again.
+- Every stored value is checked on read: the store verifies its seal (format and SHA-256), then `entry_problem`
+  checks every field replay relies on, and that the entry is for the request's route. A value that fails is
+  counted (`corrupt_entries{reason}`), deleted and treated as a miss: the request is generated, never served
+  from it. Entries are checked the same way before they are stored, so the cache never rejects its own writes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import Counter as _Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -37,14 +42,14 @@ from .entry import (
     SSEParser,
     entry_from_response,
     entry_from_stream_events,
+    entry_problem,
     replay_as_sse,
     response_from_entry,
     sse,
     uncacheable_reason,
-    validate_entry,
 )
-from .errors import CacheStoreError, ResponseCacheError
-from .stores import CacheStore
+from .errors import CacheValueError, ResponseCacheError
+from .stores import CORRUPT_REASONS, CacheStore
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +129,7 @@ class CacheStream:
 
 class _Metrics:
     def __init__(self, registry: Any) -> None:
-        from prometheus_client import Counter, Histogram
+        from prometheus_client import Counter, Gauge, Histogram
 
         buckets = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
         self.requests = Counter("tokenseam_respcache_requests", "Cacheable-route requests by cache result",
@@ -135,8 +140,14 @@ class _Metrics:
                                     "through)", ["op"], registry=registry)
         self.not_stored = Counter("tokenseam_respcache_not_stored", "Answers not stored, by reason", ["reason"],
                                   registry=registry)
-        self.corrupt = Counter("tokenseam_respcache_corrupt_entries", "Stored values that were not valid entries",
-                               registry=registry)
+        self.corrupt = Counter("tokenseam_respcache_corrupt_entries", "Stored values rejected on read (deleted, "
+                               "answered as a miss), by reason", ["reason"], registry=registry)
+        for reason in (*CORRUPT_REASONS, "shape"):
+            self.corrupt.labels(reason)  # exported as 0 from the start, so an alert can use rate()
+        self.store_recoveries = Counter("tokenseam_respcache_store_recoveries", "Corrupt store files moved aside "
+                                        "and replaced by an empty cache", registry=registry)
+        self.store_degraded = Gauge("tokenseam_respcache_store_degraded", "1 while the last store operation "
+                                    "failed (requests pass through), else 0", registry=registry)
         self.lookup = Histogram("tokenseam_respcache_lookup_seconds", "Store lookup time", buckets=buckets,
                                 registry=registry)
         self.hit = Histogram("tokenseam_respcache_hit_seconds", "Hit time: lookup plus building the response",
@@ -204,9 +215,23 @@ class ResponseCache:
         self.replay_event_delay = replay_event_delay
         self.wait_timeout = wait_timeout
         self.metrics = _metrics_for(registry)
+        self.health_count_seconds = 30.0
         self.stats: _Counter[str] = _Counter()
+        # Store threads (corrupt values, recoveries) and the event loop both update `stats`.
+        self._stats_lock = threading.Lock()
         self._inflight: dict[str, _Flight] = {}
         self._store_down_until = 0.0
+        self._store_failing = False
+        self._last_store_error: str | None = None
+        self._entries: tuple[float, int] | None = None
+        add_listener = getattr(store, "add_listener", None)
+        if callable(add_listener):
+            add_listener(self._on_store_event)
+            # Recoveries made while the store opened (a corrupt file at start) happened before we listened.
+            done = self._store_status().get("recoveries", 0)
+            if isinstance(done, int) and done > 0:
+                self.metrics.store_recoveries.inc(done)
+                self.stats["store_recoveries"] += done
 
     # ------------------------------------------------------------ planning
 
@@ -235,35 +260,75 @@ class ResponseCache:
 
     def _store_failed(self, op: str, exc: BaseException) -> None:
         self.metrics.store_errors.labels(op).inc()
-        self.stats["store_errors"] += 1
+        self.metrics.store_degraded.set(1)
+        with self._stats_lock:
+            self.stats["store_errors"] += 1
+        self._store_failing = True
+        # Our stores' errors say what failed; anything else (a custom store's bug) gets its type named.
+        self._last_store_error = str(exc) if isinstance(exc, ResponseCacheError) else f"{type(exc).__name__}: {exc}"
         if time.monotonic() >= self._store_down_until:
             log.warning("response cache store %s failed on %s (%s); passing requests through for %.1fs",
-                        getattr(self.store, "description", "?"), op, exc, self.store_retry_seconds)
+                        getattr(self.store, "description", "?"), op, self._last_store_error, self.store_retry_seconds)
         self._store_down_until = time.monotonic() + self.store_retry_seconds
+
+    def _store_ok(self) -> None:
+        if self._store_failing:
+            self._store_failing = False
+            self.metrics.store_degraded.set(0)
+            log.info("response cache store %s works again", getattr(self.store, "description", "?"))
+
+    def _note_corrupt(self, reason: str) -> None:
+        self.metrics.corrupt.labels(reason).inc()
+        with self._stats_lock:
+            self.stats["corrupt"] += 1
+
+    def _on_store_event(self, event: str, detail: str) -> None:
+        """Called by the store, from its thread: a corrupt value removed, or a corrupt file replaced."""
+        if event == "corrupt":
+            self._note_corrupt(detail if detail in CORRUPT_REASONS else "undecodable")
+        elif event == "recovered":
+            self._entries = None  # the count was of the old file
+            self.metrics.store_recoveries.inc()
+            with self._stats_lock:
+                self.stats["store_recoveries"] += 1
+
+    def _store_status(self) -> dict[str, Any]:
+        status = getattr(self.store, "status", None)
+        if not callable(status):
+            return {}
+        try:
+            got = status()
+        except Exception as e:  # health must answer even when a custom store's status() is broken
+            log.warning("response cache store status failed: %s: %s", type(e).__name__, e)
+            return {}
+        return got if isinstance(got, dict) else {}
 
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         if getattr(self.store, "blocking", True):
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
-    async def _get(self, fp: str) -> tuple[bool, dict[str, Any] | None]:
-        """(store ok, entry or None)."""
+    async def _get(self, fp: str, route: str) -> tuple[bool, dict[str, Any] | None]:
+        """(store ok, entry or None). A value that is not an entry for `route` is deleted and reads as None."""
         if not self.store_available():
             return False, None
         t0 = time.perf_counter()
         try:
             value = await self._call(self.store.get, fp)
-        except (CacheStoreError, OSError) as e:
+        except Exception as e:  # the store never causes a 500: any failure passes the request through
             self._store_failed("get", e)
             return False, None
+        self._store_ok()
         self.metrics.lookup.observe(time.perf_counter() - t0)
-        if value is not None and not validate_entry(value):
-            self.metrics.corrupt.inc()
-            self.stats["corrupt"] += 1
-            log.warning("response cache entry %s is not a valid entry; removed", fp[:16])
-            with contextlib.suppress(CacheStoreError, OSError):
-                await self._call(self.store.delete, fp)
-            return True, None
+        if value is not None:
+            problem = entry_problem(value, route)
+            if problem is not None:
+                self._note_corrupt("shape")
+                log.warning("response cache entry %s is not a valid entry (%s): removed, answered as a miss",
+                            fp[:16], problem)
+                with contextlib.suppress(Exception):
+                    await self._call(self.store.delete, fp)
+                return True, None
         return True, value
 
     async def _put(self, fp: str, entry: dict[str, Any]) -> None:
@@ -271,9 +336,16 @@ class ResponseCache:
             return
         try:
             await self._call(self.store.put, fp, entry, self.ttl_seconds)
-            self.stats["stored"] += 1
-        except (CacheStoreError, OSError) as e:
+        except CacheValueError as e:  # this value cannot be stored; the store is fine
+            self.metrics.not_stored.labels("unstorable").inc()
+            self.stats["not_stored_unstorable"] += 1
+            log.warning("response cache entry %s not stored: %s", fp[:16], e)
+            return
+        except Exception as e:
             self._store_failed("put", e)
+            return
+        self._store_ok()
+        self.stats["stored"] += 1
 
     # ------------------------------------------------------------ lookup or lead
 
@@ -284,7 +356,7 @@ class ResponseCache:
         while True:
             flight = self._inflight.get(fp)
             if flight is None:
-                ok, entry = await self._get(fp)
+                ok, entry = await self._get(fp, plan.route)
                 if not ok:
                     return "down", None
                 if entry is not None:
@@ -294,7 +366,7 @@ class ResponseCache:
                     flight = _Flight()
                     self._inflight[fp] = flight
                     # A leader that finished between our read and our registration has stored its entry.
-                    ok, entry = await self._get(fp)
+                    ok, entry = await self._get(fp, plan.route)
                     if ok and entry is not None:
                         self._inflight.pop(fp, None)
                         flight.resolve(entry)
@@ -313,7 +385,16 @@ class ResponseCache:
     async def _finish(self, plan: CachePlan, flight: _Flight, entry: dict[str, Any]) -> None:
         fp = plan.fingerprint
         try:
-            reason = uncacheable_reason(entry, cache_empty=self.cache_empty, cache_truncated=self.cache_truncated)
+            try:
+                reason = uncacheable_reason(entry, cache_empty=self.cache_empty, cache_truncated=self.cache_truncated)
+            except (AttributeError, TypeError, ValueError):
+                reason = "malformed"  # e.g. `choices` that are not objects: nothing to check it by
+            if reason is None:
+                # The check a read applies: an entry it would reject is never written (nor counted corrupt later).
+                problem = entry_problem(entry, plan.route)
+                if problem is not None:
+                    log.warning("answer for %s not stored: %s", plan.route, problem)
+                    reason = "malformed"
             if reason is None:
                 await self._put(fp, entry)
             else:
@@ -505,12 +586,40 @@ class ResponseCache:
             return await self.respond_stream(plan, generate_stream)
         return await self.respond(plan, generate)
 
+    def _entry_count(self) -> int | None:
+        """The store's entry count, re-read at most every `health_count_seconds` (counting may scan)."""
+        now = time.monotonic()
+        if self._entries is None or now - self._entries[0] >= self.health_count_seconds:
+            try:
+                n = int(self.store.count())
+            except Exception:
+                self._entries = None  # not cached: ask again on the next health check
+                return None
+            self._entries = (now, n)
+        return self._entries[1]
+
     def health(self) -> dict[str, Any]:
-        """Store status for a health endpoint (does not raise)."""
+        """Store status for a health endpoint (does not raise). Runs the store's ping (and, at most every
+        `health_count_seconds`, its count) in the calling thread.
+
+        `ok`: the store answers and nothing is wrong. `degraded`: requests pass through (the last store call
+        failed, or the retry circuit is open), or the store reports corruption it has not repaired yet.
+        `error`: why, if not ok. Counters since start: `corrupt_entries` (values rejected on read),
+        `store_errors` (failed store calls), `store_recoveries` (corrupt files replaced)."""
+        counts = {"corrupt_entries": self.stats["corrupt"], "store_errors": self.stats["store_errors"]}
         if self.store is None:
-            return {"store": None, "ok": True}
+            return {"store": None, "ok": True, "degraded": False, "error": None, "entries": None, **counts,
+                    "store_recoveries": 0, "moved_aside": None}
+        error = None
         try:
             self.store.ping()
-            return {"store": self.store.description, "ok": True}
-        except (CacheStoreError, OSError) as e:
-            return {"store": self.store.description, "ok": False, "error": str(e)}
+        except Exception as e:
+            error = str(e) if isinstance(e, ResponseCacheError) else f"{type(e).__name__}: {e}"
+        status = self._store_status()
+        circuit_open = time.monotonic() < self._store_down_until
+        degraded = error is not None or self._store_failing or circuit_open or bool(status.get("degraded"))
+        if degraded and error is None:
+            error = self._last_store_error or status.get("last_error") or "the store reported a problem"
+        return {"store": getattr(self.store, "description", "?"), "ok": not degraded, "degraded": degraded,
+                "error": error, "entries": self._entry_count(), **counts,
+                "store_recoveries": int(status.get("recoveries") or 0), "moved_aside": status.get("moved_aside")}
