@@ -129,8 +129,12 @@ class Sampler:
             cand = np.argpartition(x, -k)[-k:]
         else:
             cand = np.flatnonzero(np.isfinite(x))
-        z = x[cand].astype(np.float64) / p.temperature
+        z = x[cand].astype(np.float64)
+        # Shift before scaling: dividing first overflows to inf for a tiny temperature (5e-324), and inf - inf
+        # is NaN. Shifted, the best logit is exactly 0 and the rest are <= 0 at any temperature.
         z -= z.max()
+        with np.errstate(over="ignore"):  # -inf for the unlikely ones is the right answer
+            z /= p.temperature
         prob = np.exp(z)
         prob /= prob.sum()
         if p.min_p > 0:
