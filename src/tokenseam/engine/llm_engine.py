@@ -48,6 +48,9 @@ class Engine:
         self._stop = False
         self._mask = np.zeros(self.vocab.mask_words, dtype=np.int32)
         self.stats = EngineStats()
+        # When the engine thread last finished a loop turn (monotonic): /health reads it to tell a busy engine
+        # from a stuck one.
+        self.last_progress = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="tokenseam-engine", daemon=True)
         self._thread.start()
 
@@ -75,6 +78,8 @@ class Engine:
         with self._cv:
             if len(self._waiting) >= self.max_queue:
                 raise QueueFullError(f"the request queue is full ({self.max_queue} waiting); retry shortly")
+            if not self._waiting and not self._running:
+                self.last_progress = time.monotonic()  # idle until now: the stall clock starts here
             self._waiting.append(state)
             self._cv.notify()
         return state
@@ -93,6 +98,14 @@ class Engine:
     def running_count(self) -> int:
         return len(self._running)
 
+    def stalled_seconds(self) -> float:
+        """How long the engine has had work without finishing a step (0 when idle or progressing); a dead
+        engine thread counts as stalled since its last step."""
+        busy = bool(self._waiting or self._running)
+        if not self._thread.is_alive() and not self._stop:
+            busy = True
+        return time.monotonic() - self.last_progress if busy else 0.0
+
     def shutdown(self) -> None:
         with self._cv:
             self._stop = True
@@ -108,6 +121,7 @@ class Engine:
                 if self._stop:
                     break
                 cancels, self._cancel = self._cancel, set()
+            self.last_progress = time.monotonic()
             self._apply_cancels(cancels)
             self._admit()
             if not self._running:
@@ -125,6 +139,7 @@ class Engine:
                 log.exception("engine step failed")
                 for st in list(self._running):
                     self._abort(st, f"internal error: {e}")
+            self.last_progress = time.monotonic()
 
     def _apply_cancels(self, ids: set[int]) -> None:
         if not ids:

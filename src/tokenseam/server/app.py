@@ -22,14 +22,18 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..engine import ChoiceEvent, Engine, GenerationRequest, RequestDone
 from ..engine.chat_template import ChatTemplate
+from ..httpkit import CatchErrors, Guard, HTTPError, read_json_body, redact_text
 from . import formatting as fmt
 from .errors import APIError, from_exception
 from .metrics import EngineCollector, ServerMetrics
+from .pool import WorkPool
 from .protocol import ParsedRequest, bad, parse_llama_completion, parse_openai
 
 log = logging.getLogger("tokenseam.server")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_TOKENIZE_CHARS = 1 << 20
+MAX_DETOKENIZE_IDS = 1 << 18
 _GRAMMAR_FIELDS = ("response_format", "tools", "guided_json", "guided_regex", "guided_grammar", "guided_choice",
                    "grammar", "json_schema", "json_schema_options")
 
@@ -84,8 +88,16 @@ class EventRelay:
 
 class ServerState:
     def __init__(self, engine: Engine, model_id: str, aliases: tuple[str, ...] = (),
-                 max_body_bytes: int = MAX_BODY_BYTES, response_cache=None) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, response_cache=None, prepare_workers: int = 4,
+                 prepare_queue: int = 256, grammar_workers: int = 2, grammar_queue: int = 16,
+                 stall_seconds: float = 30.0, max_memory_mb: int | None = None) -> None:
         self.engine = engine
+        self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
+        # Requests are prepared off the event loop in two pools: grammar compiles (seconds at worst, bounded by
+        # the compiler's budget) cannot take the threads that tokenize plain prompts.
+        self.prepare_pool = WorkPool("prepare", prepare_workers, prepare_queue)
+        self.grammar_pool = WorkPool("grammar", grammar_workers, grammar_queue)
+        self.stall_seconds = stall_seconds
         self.backend = engine.backend
         self.vocab = engine.vocab
         self.tokenizer = engine.backend.tokenizer
@@ -98,7 +110,7 @@ class ServerState:
         self.chat = ChatTemplate(engine.backend.chat_template, self.vocab, self.tokenizer)
         self.started = int(time.time())
         # Extra per-request constraint source (an embedding application's own rules; tests use it to force
-        # exact outputs): (parsed request, body) -> constraint factory or None.
+        # exact outputs): (parsed request, body as the client sent it) -> constraint factory or None.
         self.constraint_hook: Callable[[ParsedRequest, dict], Callable | None] | None = None
         self.response_cache = response_cache  # tokenseam.respcache.ResponseCache or None
         from ..healing import prepare_vocabulary
@@ -106,6 +118,41 @@ class ServerState:
         prepare_vocabulary(self.vocab)  # healing's lookup tables, built once here rather than by a request
         self._grammar_compiler = None
         self._grammar_lock = threading.Lock()
+
+    def health(self) -> tuple[dict, int]:
+        """The /health body and status: 503 when the engine is stuck (a load balancer should stop sending),
+        200 "degraded" when a preparation pool is full or a job in it runs past the compile budget."""
+        problems = []
+        stalled = self.engine.stalled_seconds()
+        if stalled > self.stall_seconds:
+            problems.append(f"the engine has made no progress for {stalled:.0f} s")
+        pools = {p.name: p.health() for p in (self.prepare_pool, self.grammar_pool)}
+        for name, h in pools.items():
+            if h["running"] + h["waiting"] >= h["workers"] + h["max_waiting"]:
+                problems.append(f"the {name} pool is full")
+            if h["oldest_job_seconds"] > self.stall_seconds:
+                problems.append(f"a {name} job has run for {h['oldest_job_seconds']:.0f} s")
+        cache = self.response_cache.health() if self.response_cache is not None else None
+        if cache is not None and (not cache.get("ok", True) or cache.get("degraded")):
+            problems.append("the response cache store is unavailable (requests are generated)")
+        engine_stuck = stalled > self.stall_seconds
+        body = {"status": "error" if engine_stuck else "degraded" if problems else "ok", "model": self.model_id,
+                "queue_depth": self.engine.queue_depth, "running": self.engine.running_count,
+                "engine_stalled_seconds": round(stalled, 3), "pools": pools}
+        if cache is not None:
+            body["cache"] = cache
+        if problems:
+            body["problems"] = problems
+        return body, 503 if engine_stuck else 200
+
+    def shutdown(self) -> None:
+        """Stop the engine and the preparation pools (jobs already running finish in their threads)."""
+        for pool in (self.prepare_pool, self.grammar_pool):
+            pool.shutdown()
+        self.engine.shutdown()
+
+    def busy_threads(self) -> int:
+        return self.prepare_pool.in_flight + self.grammar_pool.in_flight
 
     def warm_up(self) -> None:
         """Load what the first request would otherwise wait for: the grammar engine's numba code and vocabulary
@@ -138,24 +185,31 @@ class ServerState:
             raise from_exception(e) from e
 
 
-def create_app(state: ServerState) -> FastAPI:
+def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed_hosts: list[str] | None = None,
+               cors_origins: list[str] | None = None) -> FastAPI:
+    """The app. `api_keys`: bearer keys every route but /health requires (None: no auth); `allowed_hosts`: Host
+    header allow-list against DNS rebinding (None: no check); `cors_origins`: origins allowed cross-origin
+    (None: no CORS headers at all)."""
+    from ..respcache import LeaderAbortedError
+
     app = FastAPI(title="tokenseam", version="0.1.0", docs_url=None, redoc_url=None)
     app.state.ts = state
+    secrets = [k for k in api_keys or [] if k]
+    # Outermost the Guard (its 401s and 400s get CORS headers); inside it CatchErrors, which turns any exception
+    # into a JSON 500 without re-raising, so the keep-alive connection survives and the log line is redacted.
+    app.add_middleware(CatchErrors, logger=log, redact=lambda text: redact_text(text, secrets), what="server")
+    app.add_middleware(Guard, allowed_hosts=allowed_hosts, cors_origins=cors_origins, api_keys=secrets or None)
 
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, e: APIError):
+    @app.exception_handler(HTTPError)
+    async def _api_error(request: Request, e: HTTPError):
         state.metrics.requests.labels(request.url.path, str(e.status)).inc()
         return e.response()
 
-    @app.exception_handler(Exception)
-    async def _any_error(request: Request, e: Exception):
-        err = from_exception(e)
-        if type(e).__name__ == "LeaderAbortedError":
-            err = APIError(499, "the client closed the request", code="client_closed")
-        else:
-            log.exception("unhandled error on %s", request.url.path)
-        state.metrics.requests.labels(request.url.path, str(err.status)).inc()
-        return err.response()
+    @app.exception_handler(LeaderAbortedError)
+    async def _client_left(request: Request, e: LeaderAbortedError):
+        # nobody reads this answer: the client (or the request this one waited on) went away
+        state.metrics.requests.labels(request.url.path, "499").inc()
+        return APIError(499, "the client closed the request", code="client_closed").response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, e: RequestValidationError):
@@ -171,8 +225,8 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": state.model_id, "queue_depth": state.engine.queue_depth,
-                "running": state.engine.running_count}
+        body, status = await asyncio.to_thread(state.health)  # the cache store's ping may block
+        return JSONResponse(body, status_code=status)
 
     @app.get("/v1/models")
     async def models():
@@ -199,11 +253,19 @@ def create_app(state: ServerState) -> FastAPI:
         content = body.get("content")
         if not isinstance(content, str):
             raise bad("content must be a string", "content")
-        ids = state.tokenizer.encode(content, add_special=bool(body.get("add_special", False)),
-                                     parse_special=bool(body.get("parse_special", False)))
-        if body.get("with_pieces"):
-            return {"tokens": [{"id": t, "piece": _piece(state, t)} for t in ids]}
-        return {"tokens": ids}
+        if len(content) > MAX_TOKENIZE_CHARS:
+            raise APIError(413, f"content is {len(content)} characters; /tokenize takes at most {MAX_TOKENIZE_CHARS}",
+                           param="content", code="request_too_large")
+        flags = {name: _flag(body, name) for name in ("add_special", "parse_special", "with_pieces")}
+
+        def work() -> dict:
+            ids = state.tokenizer.encode(content, add_special=flags["add_special"],
+                                         parse_special=flags["parse_special"])
+            if flags["with_pieces"]:
+                return {"tokens": [{"id": t, "piece": _piece(state, t)} for t in ids]}
+            return {"tokens": ids}
+
+        return await state.prepare_pool.run(work)  # a long text must not stall the loop that streams tokens
 
     @app.post("/detokenize")
     async def detokenize(request: Request):
@@ -211,9 +273,13 @@ def create_app(state: ServerState) -> FastAPI:
         toks = body.get("tokens")
         if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
             raise bad("tokens must be a list of integers", "tokens")
+        if len(toks) > MAX_DETOKENIZE_IDS:
+            raise APIError(413, f"{len(toks)} tokens; /detokenize takes at most {MAX_DETOKENIZE_IDS}",
+                           param="tokens", code="request_too_large")
         if any(not 0 <= t < state.vocab.size for t in toks):
             raise bad(f"token ids must be in 0..{state.vocab.size - 1}", "tokens")
-        return {"content": state.vocab.decode_bytes(toks).decode("utf-8", errors="replace")}
+        text = await state.prepare_pool.run(lambda: state.vocab.decode_bytes(toks).decode("utf-8", errors="replace"))
+        return {"content": text}
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -230,6 +296,15 @@ def create_app(state: ServerState) -> FastAPI:
     return app
 
 
+def _flag(body: dict, name: str) -> bool:
+    v = body.get(name, False)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise bad(f"{name} must be true or false, got {v!r}", name)
+    return v
+
+
 def _piece(state: ServerState, t: int) -> str | list[int]:
     b = state.vocab.token_bytes[t]
     try:
@@ -239,31 +314,13 @@ def _piece(state: ServerState, t: int) -> str | list[int]:
 
 
 async def read_json(request: Request, state: ServerState) -> dict:
-    cl = request.headers.get("content-length")
-    if cl is not None and cl.isdigit() and int(cl) > state.max_body_bytes:
-        raise APIError(413, f"request body is {cl} bytes; the limit is {state.max_body_bytes}",
-                       code="request_too_large")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > state.max_body_bytes:
-            raise APIError(413, f"request body exceeds the limit of {state.max_body_bytes} bytes",
-                           code="request_too_large")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    if not raw.strip():
-        raise bad("the request body is empty; send a JSON object")
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise bad(f"the request body is not valid JSON: {e}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise bad("the request body must be a JSON object")
-    return body
+    """The body as a JSON object: application/json only, size and depth limits, no lone surrogates or NaN
+    (httpkit's one reader, shared with the gateway); otherwise a 4xx."""
+    return await read_json_body(request, state.max_body_bytes)
 
 
 # ---------------------------------------------------------------------------------------------- generation
-def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
+def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | None = None) -> Prepared:
     """Tokenize the prompt and build the engine request: grammar constraint, token healing, test hooks."""
     if parsed.model is not None and parsed.model not in state.model_names:
         raise APIError(404, f"the model {parsed.model!r} does not exist; this server serves {state.model_id!r}",
@@ -276,7 +333,8 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict) -> Prepared:
             raise bad(f"prompt token ids must be in 0..{state.vocab.size - 1}", "prompt")
     else:
         ids = state.tokenizer.encode(parsed.prompt_text or "", add_special=True, parse_special=False)
-    hooked = state.constraint_hook(parsed, body) if state.constraint_hook is not None else None
+    # the hook sees the body as sent: the canonical one has no `_`-prefixed fields
+    hooked = state.constraint_hook(parsed, sent or body) if state.constraint_hook is not None else None
     if hooked is not None:  # an embedder's own constraint replaces grammar and healing
         gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, constraint_factory=hooked)
         return Prepared(gen=gen, prompt_tokens=len(ids))
@@ -345,18 +403,33 @@ class _Opaque:
         self.is_finished = inner.is_finished
 
 
+def _wants_grammar(body: dict) -> bool:
+    return any(body.get(k) not in (None, "", [], {}) for k in _GRAMMAR_FIELDS)
+
+
+def _parse(route: str, body: dict) -> ParsedRequest:
+    return parse_llama_completion(body) if route == "/completion" else parse_openai(body, route)
+
+
 async def _generate(request: Request, state: ServerState, route: str):
     t0 = time.perf_counter()
     body = await read_json(request, state)
+    # One validation step before the cache: a malformed request gets the same 4xx with the cache on or off.
+    parsed = _parse(route, body)
+    from ..respcache import CacheRequestError, canonicalize_request, tenant_from_api_key
+
     cache = state.response_cache
     if cache is None:
-        if body.get("stream") is True:
+        try:  # the cache's canonicaliser checks what it keys on; without a cache it still decides 400 or not
+            canonicalize_request(route, body)
+        except CacheRequestError as e:
+            raise APIError(400, str(e), param=e.param) from e
+        if parsed.stream:
             stream = _stream_body(request, state, route, body, t0)
             # Take the first chunk now: a bad request fails here, before a 200 status line is sent.
             first = await anext(stream, b"")  # b"": the client left before anything was generated
             return StreamingResponse(_prepend(first, stream), media_type="text/event-stream", headers=_SSE_HEADERS)
         return JSONResponse(await _collect_body(request, state, route, body, t0))
-    from ..respcache import CacheRequestError, tenant_from_api_key
 
     try:
         plan = cache.plan(route, body, request.headers, tenant=tenant_from_api_key(request.headers.get("authorization")))
@@ -365,9 +438,9 @@ async def _generate(request: Request, state: ServerState, route: str):
 
     # Generation always runs on the canonical request, so a hit returns what a miss would have computed.
     if plan.stream:
-        r = await cache.respond_stream(plan, lambda req: _stream_body(request, state, route, req, t0))
+        r = await cache.respond_stream(plan, lambda req: _stream_body(request, state, route, req, t0, body))
         return StreamingResponse(r.events, media_type="text/event-stream", headers={**_SSE_HEADERS, **r.headers})
-    r = await cache.respond(plan, lambda req: _collect_body(request, state, route, req, t0))
+    r = await cache.respond(plan, lambda req: _collect_body(request, state, route, req, t0, body))
     return JSONResponse(r.body, headers=r.headers)
 
 
@@ -380,14 +453,15 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
         yield chunk
 
 
-async def _start(state: ServerState, route: str, body: dict):
+async def _start(state: ServerState, route: str, body: dict, sent: dict | None = None):
     """Parse, prepare and submit one request; returns (handle, queue, formatter). Raises APIError.
 
     Tokenizing, rendering the chat template and compiling a grammar run in a worker thread, so a long prompt or
     a large schema does not hold up the event loop that streams every other request's tokens."""
-    parsed = parse_llama_completion(body) if route == "/completion" else parse_openai(body, route)
+    parsed = _parse(route, body)
+    pool = state.grammar_pool if _wants_grammar(body) else state.prepare_pool
     try:
-        prep = await asyncio.to_thread(prepare, state, parsed, body)
+        prep = await pool.run(prepare, state, parsed, body, sent)
     except APIError:
         raise
     except Exception as e:
@@ -407,10 +481,11 @@ async def _start(state: ServerState, route: str, body: dict):
     return handle, queue, Formatter(state, parsed, prep, rid, route)
 
 
-async def _collect_body(request: Request, state: ServerState, route: str, body: dict, t0: float) -> dict:
-    handle, queue, f = await _start(state, route, body)
+async def _collect_body(request: Request, state: ServerState, route: str, body: dict, t0: float,
+                        sent: dict | None = None) -> dict:
+    handle, queue, f = await _start(state, route, body, sent)
     first = True
-    async for evs in _events(request, state, handle, queue):
+    async for evs in _events(request, state, handle, queue, watch=True):
         if first:
             state.metrics.ttft.labels(f.route).observe(time.perf_counter() - t0)
             first = False
@@ -425,9 +500,9 @@ async def _collect_body(request: Request, state: ServerState, route: str, body: 
     return f.final_response()
 
 
-async def _stream_body(request: Request, state: ServerState, route: str, body: dict, t0: float
+async def _stream_body(request: Request, state: ServerState, route: str, body: dict, t0: float, sent: dict | None = None
                        ) -> AsyncIterator[bytes]:
-    handle, queue, f = await _start(state, route, body)
+    handle, queue, f = await _start(state, route, body, sent)
     first = True
     for chunk in f.opening_chunks():
         yield chunk
@@ -448,9 +523,28 @@ async def _stream_body(request: Request, state: ServerState, route: str, body: d
             yield chunk
 
 
-async def _events(request: Request, state: ServerState, handle, queue: asyncio.Queue) -> AsyncIterator[list]:
-    """Engine events for one request, drained in batches; cancels the request if the client goes away."""
+_GONE: list = []  # put on a request's queue when its client disconnects (compared by identity)
+
+
+async def _watch_disconnect(request: Request, queue: asyncio.Queue) -> None:
+    """Wait for the client to leave (the body is read, so the next ASGI message is the disconnect) and wake the
+    request's event loop at once, not at its next timer."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            queue.put_nowait(_GONE)
+            return
+
+
+async def _events(request: Request, state: ServerState, handle, queue: asyncio.Queue,
+                  watch: bool = False) -> AsyncIterator[list]:
+    """Engine events for one request, drained in batches; cancels the request if the client goes away.
+
+    `watch`: listen for the disconnect (non-streamed responses, where nothing is written that would fail).
+    A streamed response learns it from its writes and from Starlette, which cancels the stream; the timer
+    below also covers a request still waiting in the engine's queue."""
     done = False
+    watcher = asyncio.create_task(_watch_disconnect(request, queue)) if watch else None
     try:
         while True:
             if queue.empty():
@@ -458,18 +552,25 @@ async def _events(request: Request, state: ServerState, handle, queue: asyncio.Q
                     async with asyncio.timeout(0.5):  # a timer, not a task per event as wait_for would be
                         evs = await queue.get()
                 except TimeoutError:
-                    if await request.is_disconnected():
+                    if watcher is None and await request.is_disconnected():
                         return
                     continue
             else:
                 evs = queue.get_nowait()
+            if evs is _GONE:
+                return
             while not queue.empty():  # everything the engine produced meanwhile goes out in one write
-                evs = evs + queue.get_nowait()
+                more = queue.get_nowait()
+                if more is _GONE:
+                    return
+                evs = evs + more
             yield evs
             if any(isinstance(e, RequestDone) for e in evs):
                 done = True
                 return
     finally:
+        if watcher is not None:
+            watcher.cancel()
         if not done:
             state.engine.cancel(handle)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..httpkit.cli import add_guard_arguments, allowed_hosts, check_guard_arguments, client_keys
+
 
 def _positive(name: str, lo: int = 1, hi: int = 1 << 20):
     from ..cli import int_in_range
@@ -32,6 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-store", default="sqlite",
                    help="sqlite (default file), sqlite:PATH, redis://HOST:PORT/DB or memory")
     p.add_argument("--cache-ttl", type=float, default=None, help="seconds an entry lives (default: no expiry)")
+    p.add_argument("--max-memory-mb", type=_positive("--max-memory-mb", 64, 1 << 22), default=None, metavar="MB",
+                   help="resident memory the process may reach before grammar compiles are refused or stopped "
+                        "(503 + Retry-After; default: no cap beyond each compile's own size budget)")
+    add_guard_arguments(p, "server")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT: seconds to let running requests finish before they are cut off")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)
 
@@ -39,33 +47,58 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import gc
     import logging
+    import os
     import sys
 
     import uvicorn
 
     from ..engine.errors import BackendError
+    from ..httpkit import redact_text, url_secrets
     from ..models import ModelNotFoundError
     from ..respcache import ResponseCacheError
     from ..vocab import VocabularyError
     from .runtime import build_server
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    problem = check_guard_arguments(args)
+    if problem is None and not 0 <= args.shutdown_timeout <= 3600:
+        problem = "--shutdown-timeout must be between 0 and 3600 seconds"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    keys, hosts = client_keys(args), allowed_hosts(args)
     try:
         app, state = build_server(args.model, n_ctx=args.ctx_size, parallel=args.parallel, threads=args.threads,
                                   max_queue=args.max_queue, prefix_cache_tokens=args.prefix_cache_tokens,
                                   prefix_block=args.prefix_block, cache_mode=args.cache,
-                                  cache_store=args.cache_store, cache_ttl=args.cache_ttl)
+                                  cache_store=args.cache_store, cache_ttl=args.cache_ttl, api_keys=keys or None,
+                                  allowed_hosts=hosts, cors_origins=args.cors_origin,
+                                  max_memory_mb=args.max_memory_mb)
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)
         return 2
     # The model, vocabulary tables and grammar engine are loaded for good: move them out of the garbage
     # collector's reach, so a full collection during decoding (70-200 ms measured) does not walk them.
     gc.collect()
     gc.freeze()
     print(f"tokenseam: serving {state.model_id} on http://{args.host}:{args.port} "
-          f"(ctx {args.ctx_size} x {args.parallel} sequences)", file=sys.stderr, flush=True)
+          f"(ctx {args.ctx_size} x {args.parallel} sequences; API keys {'on' if keys else 'off'}, hosts "
+          f"{', '.join(hosts) if hosts else 'any'}, CORS {', '.join(args.cors_origin) if args.cors_origin else 'off'})",
+          file=sys.stderr, flush=True)
+    if not keys and not hosts:
+        print("tokenseam: warning: bound to a non-loopback address without --api-key-env: anyone who can reach "
+              "this port can use it", file=sys.stderr, flush=True)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        # On SIGTERM uvicorn stops accepting, waits up to the timeout for open requests, then cancels them.
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                    timeout_graceful_shutdown=args.shutdown_timeout)
     finally:
-        state.engine.shutdown()
+        state.shutdown()
+    if state.busy_threads():
+        # A grammar compile cannot be interrupted from outside its thread; it ends at its budget, but the
+        # process must not wait for it once the drain is over.
+        logging.getLogger("tokenseam.server").warning("exiting with %d preparation jobs still running",
+                                                      state.busy_threads())
+        sys.stderr.flush()
+        os._exit(0)
     return 0

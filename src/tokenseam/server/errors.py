@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-from starlette.responses import JSONResponse
+from ..httpkit import HTTPError
 
 
-class APIError(Exception):
-    """An error to return to the client as `{"error": {"message", "type", "param", "code"}}`."""
+class APIError(HTTPError):
+    """An error to return to the client as `{"error": {"message", "type", "param", "code"}}` (httpkit's error
+    object, with the argument order the server's call sites use)."""
 
     def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
                  code: str | None = None, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type_
-        self.param = param
-        self.code = code
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+        super().__init__(status, message, code, param=param, headers=headers, type_=type_)
 
 
 def from_exception(e: Exception) -> APIError:
@@ -31,6 +20,8 @@ def from_exception(e: Exception) -> APIError:
 
     if isinstance(e, APIError):
         return e
+    if isinstance(e, HTTPError):
+        return APIError(e.status, e.message, e.type, e.param, e.code, e.headers)
     if isinstance(e, ContextLengthError):
         return APIError(400, str(e), param=e.param, code="context_length_exceeded")
     if isinstance(e, InvalidRequestError):
