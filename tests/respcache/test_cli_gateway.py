@@ -23,6 +23,7 @@ def parse(*argv):
     (["--upstream", "http://127.0.0.1:9", "--upstream-key-env", "TS_SURELY_UNSET_VAR"], "TS_SURELY_UNSET_VAR"),
     (["--upstream", "http://127.0.0.1:9", "--cache-store", "mysql://x"], "unknown cache store"),
     (["--upstream", "ftp://example", "--cache-store", "memory"], "must start with http"),
+    (["--upstream", "http://127.0.0.1:9", "--shutdown-timeout", "-1"], "--shutdown-timeout"),
 ])
 def test_bad_flags_exit_2_with_a_message(argv, needle, capsys, monkeypatch):
     monkeypatch.delenv("TS_SURELY_UNSET_VAR", raising=False)

@@ -35,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="serve with --upstream-key-env but without client keys: anyone who can reach the gateway "
                         "spends the upstream key")
     add_guard_arguments(p, "gateway")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT: seconds to let running requests finish before they are cut off")
     p.set_defaults(func=run)
 
 
@@ -51,6 +53,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--max-body-bytes must be positive"
     if args.upstream_key_env and not os.environ.get(args.upstream_key_env):
         return f"--upstream-key-env {args.upstream_key_env}: that environment variable is not set or empty"
+    if not 0 <= args.shutdown_timeout <= 3600:
+        return "--shutdown-timeout must be between 0 and 3600 seconds"
     problem = check_guard_arguments(args)
     if problem:
         return problem
@@ -98,5 +102,6 @@ def run(args: argparse.Namespace) -> int:
           f"(cache {args.cache}, store {app.state.redact(app.state.cache.store.description)}, client auth "
           f"{'on' if app.state.client_auth else 'OFF'}, hosts {', '.join(hosts) if hosts else 'any'}, "
           f"CORS {', '.join(args.cors_origin) if args.cors_origin else 'off'})", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                timeout_graceful_shutdown=args.shutdown_timeout)
     return 0
