@@ -6,7 +6,7 @@ Public API: GrammarCompiler -> CompiledGrammar, GrammarMatcher per request, Gram
 from __future__ import annotations
 
 from .compiler import CompiledGrammar, GrammarCompiler
-from .errors import GrammarError
+from .errors import GrammarError, GrammarResourceError
 from .matcher import GrammarMatcher
 
-__all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarError", "GrammarMatcher"]
+__all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarError", "GrammarMatcher", "GrammarResourceError"]

@@ -13,6 +13,7 @@ from collections import OrderedDict
 import numba
 import numpy as np
 
+from .budget import compile_budget, current
 from .errors import GrammarError
 from .localbuild import (
     BOT,
@@ -330,10 +331,74 @@ def _suffix_arrays(ids, base, offs, data, idx, depth):
     return s_ids, s_base, s_offs, s_data, lcp, skip, lens, words[:u], bits[:u]
 
 
+def _on_cycle(succ: list[list[int]]) -> list[bool]:
+    """For each node of the graph (node -> successors), whether it lies on a cycle (Tarjan's strongly
+    connected components, iterative)."""
+    n = len(succ)
+    index = [-1] * n
+    low = [0] * n
+    on = [False] * n
+    out = [False] * n
+    stack: list[int] = []
+    counter = 0
+    b = current()
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on[root] = True
+        work = [(root, iter(succ[root]))]
+        while work:
+            v, it = work[-1]
+            b.tick()
+            advanced = False
+            for w in it:
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on[w] = True
+                    work.append((w, iter(succ[w])))
+                    advanced = True
+                    break
+                if on[w]:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on[w] = False
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in succ[v]:
+                    for w in comp:
+                        out[w] = True
+    return out
+
+
 class Automaton:
     """Lazy DFA over (NFA state, stack) configuration sets, with an LRU of packed token masks."""
 
     def __init__(self, nfa: ByteNFA, table: TokenTable) -> None:
+        # The eager part (checks, trimming, the start state) runs inside the compile's budget; states built
+        # later, as requests reach them, have their own limits (MAX_DFA_STATES, MAX_CLOSURE).
+        with compile_budget() as b:
+            stage, b.stage = b.stage, "preparing the automaton"
+            try:
+                self._init(nfa, table)
+            finally:
+                b.stage = stage
+
+    def _init(self, nfa: ByteNFA, table: TokenTable) -> None:
         self.nfa = nfa
         self.table = table
         self._prepare()
@@ -385,6 +450,7 @@ class Automaton:
         self._groups_tab: list[SubTable] = []
         self._special = set().union(nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
         # Successors built inside the walk (localbuild).
+        current().spend(nfa.size)  # its arrays: about 60 bytes per NFA state
         self._fast = LocalBuilder(nfa, self.byte_class, self._special, MAX_DFA_STATES, self._loop_reach)
         for sid, (ret, parent, value) in enumerate(self.stacks):
             self._fast.add_stack(sid, ret, parent, value)
@@ -416,17 +482,26 @@ class Automaton:
         self._pending: dict[int, tuple[list, list]] = {}
 
     def _nullable_rules(self) -> set[int]:
+        """The rules that can finish without reading a byte (least fixed point). After a first look at every
+        rule, a rule is looked at again only when a rule it calls on its way has been found nullable:
+        sweeping every rule until nothing changed cost one sweep per link of a chain of such rules."""
         nfa = self.nfa
         nullable: set[int] = set()
-        changed = True
-        while changed:
-            changed = False
-            for r in range(len(nfa.rule_start)):
+        callers: dict[int, set[int]] = {}
+        todo = list(range(len(nfa.rule_start)))
+        while todo:
+            found = []
+            for r in todo:
                 if r in nullable:
                     continue
-                if nfa.rule_end[r] in self._eps_reach(nfa.rule_start[r], nullable, None):
+                calls: list[int] = []
+                if nfa.rule_end[r] in self._eps_reach(nfa.rule_start[r], nullable, calls):
                     nullable.add(r)
-                    changed = True
+                    found.append(r)
+                else:
+                    for c in calls:
+                        callers.setdefault(c, set()).add(r)
+            todo = sorted({y for x in found for y in callers.get(x, ()) if y not in nullable})
         return nullable
 
     def _eps_reach(self, s: int, nullable: set[int], calls: list | None) -> set[int]:
@@ -449,6 +524,7 @@ class Automaton:
                 if t not in seen:
                     seen.add(t)
                     stack.append(t)
+        current().tick(len(seen))
         return seen
 
     def _check_left_recursion(self) -> None:
@@ -456,27 +532,23 @@ class Automaton:
         if not nfa.call:
             return
         nullable = self._nullable_rules()
-        first: dict[int, set[int]] = {}
+        first: list[list[int]] = []
         for r in range(len(nfa.rule_start)):
             calls: list[int] = []
             self._eps_reach(nfa.rule_start[r], nullable, calls)
-            first[r] = set(calls)
-        for r in first:
-            seen = set()
-            stack = list(first[r])
-            while stack:
-                x = stack.pop()
-                if x == r:
-                    raise GrammarError(f"rule {nfa.rule_names[r]!r} is left-recursive (it can call itself "
-                                       "without consuming input); rewrite it with repetition")
-                if x not in seen:
-                    seen.add(x)
-                    stack.extend(first[x])
+            first.append(sorted(set(calls)))
+        # A rule is left-recursive when it lies on a cycle of "calls at its start". The first such rule (by
+        # index) is named, as a search from every rule in turn named it, but in time linear in the calls.
+        for r, cyclic in enumerate(_on_cycle(first)):
+            if cyclic:
+                raise GrammarError(f"rule {nfa.rule_names[r]!r} is left-recursive (it can call itself "
+                                   "without consuming input); rewrite it with repetition")
 
     def _trim(self) -> None:
         """Remove NFA states that cannot complete their rule, so every allowed token keeps a way to finish."""
         nfa = self.nfa
         n = nfa.size
+        current().spend(2 * n)  # the reversed rows, and three passes over the states
         rev: list[list[int]] = [[] for _ in range(n)]
         for q in range(n):
             for _, _, t in nfa.edges[q]:
@@ -601,7 +673,11 @@ class Automaton:
             self._closing.discard(key)
 
     def _closure_loop(self, key, nfa, out, esc, acc, seen, stack, pops):
+        steps = 0
         while stack:
+            steps += 1
+            if not steps & 4095:
+                current().tick(4096)  # a compile's start state can take MAX_CLOSURE steps
             q, st = stack.pop()
             nxt = [(t, st) for t in nfa.eps[q]]
             c = nfa.call.get(q)
@@ -959,11 +1035,21 @@ class Automaton:
             return next(iter(cur))
         stacks, depth = self.stacks, self.depth
         d = min(depth[s] for s in cur)
+        # Each stack is walked down to depth d only as far as a frame an earlier walk passed (its frame at
+        # depth d is then known): every frame is passed once, where walking each stack to the end cost
+        # depth x stacks (10,000 nested calls of a rule chain: 50 million steps).
+        below: dict[int, int] = {}
         level = set()
         for s in cur:
-            while depth[s] > d:
+            path = []
+            while depth[s] > d and s not in below:
+                path.append(s)
                 s = stacks[s][1]
+            s = below.get(s, s)
+            for x in path:
+                below[x] = s
             level.add(s)
+        current().tick(len(below) + len(level))
         while len(level) > 1:
             level = {stacks[s][1] for s in level}
         return next(iter(level))

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from .automaton import Automaton, TokenTable
+from .budget import compile_budget
 from .errors import GrammarError
 from .ir import Grammar, alt, lit
 from .nfa import build_nfa
@@ -61,12 +62,21 @@ class CompiledGrammar:
 
 
 class GrammarCompiler:
-    """Compile JSON Schema, regex, GBNF and choice lists for one vocabulary (results cached, LRU)."""
+    """Compile JSON Schema, regex, GBNF and choice lists for one vocabulary (results cached, LRU).
 
-    def __init__(self, vocab, cache_size: int = 128) -> None:
+    Each compile has one budget (budget.py): `time_budget` seconds of wall clock and `size_budget` units of
+    data (None: the module defaults, budget.COMPILE_SECONDS and COMPILE_SIZE). Past either, the compile
+    stops with a GrammarError naming the limit and where it ran out. `rss_limit`: bytes of resident memory the
+    process may reach; past it a compile stops (or does not start) with GrammarResourceError."""
+
+    def __init__(self, vocab, cache_size: int = 128, time_budget: float | None = None,
+                 size_budget: int | None = None, rss_limit: int | None = None) -> None:
         self.vocab = vocab
         self.table = token_table(vocab)
         self.cache_size = cache_size
+        self.time_budget = time_budget
+        self.size_budget = size_budget
+        self.rss_limit = rss_limit  # the process's resident-memory cap in bytes (None: none)
         self._cache: OrderedDict[tuple, CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -84,11 +94,12 @@ class GrammarCompiler:
         gc_was = gc.isenabled()
         gc.disable()
         try:
-            grammar, kind, source = build()
-            warnings = list(grammar.warnings)
-            nfa = build_nfa(grammar)
-            del grammar  # the IR is freed here, before the collector can see it
-            auto = Automaton(nfa, self.table)
+            with compile_budget(self.time_budget, self.size_budget, self.rss_limit):
+                grammar, kind, source = build()
+                warnings = list(grammar.warnings)
+                nfa = build_nfa(grammar)
+                del grammar  # the IR is freed here, before the collector can see it
+                auto = Automaton(nfa, self.table)
         except RecursionError as exc:
             raise GrammarError("grammar nesting too deep") from exc
         finally:
@@ -179,5 +190,7 @@ class GrammarCompiler:
 
     def compile_grammar(self, grammar: Grammar, kind: str = "ir") -> CompiledGrammar:
         """Compile an IR grammar built by hand (not cached)."""
-        nfa = build_nfa(grammar)
-        return CompiledGrammar(kind, "", Automaton(nfa, self.table), self.vocab, list(grammar.warnings))
+        with compile_budget(self.time_budget, self.size_budget, self.rss_limit):
+            nfa = build_nfa(grammar)
+            auto = Automaton(nfa, self.table)
+        return CompiledGrammar(kind, "", auto, self.vocab, list(grammar.warnings))

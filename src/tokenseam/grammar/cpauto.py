@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import collections
 
+from .budget import current
 from .errors import GrammarError
 from .ir import ANY_RANGES, Alt, Auto, Chars, Escaped, Node, Repeat, Seq, covers_safe, norm
 
 MAX_DFA_STATES = 4000
 MAX_NFA_STATES = 200_000
+# Automata report their size to the compile budget (budget.py): about two units per state (its two rows),
+# and the functions below add the edges they append, about two units each (a tuple and its ints).
 
 
 class CPNFA:
@@ -25,8 +28,10 @@ class CPNFA:
         self.universal_states: set[int] | None = None  # `universal`, kept once the automaton is embedded
 
     def add(self) -> int:
-        if len(self.edges) >= MAX_NFA_STATES:
+        n = len(self.edges)
+        if n >= MAX_NFA_STATES:
             raise GrammarError("pattern automaton too large")
+        current().spend(2)  # per state (not in blocks as in nfa.py): most of these automata are small
         self.edges.append([])
         self.eps.append([])
         return len(self.edges) - 1
@@ -39,48 +44,50 @@ class CPNFA:
 def from_ir(node: Node) -> CPNFA:
     nfa = CPNFA()
     s = nfa.add()
-    e = _build(nfa, node, s)
+    e = _build(nfa, node, s, current())
     nfa.start = s
     nfa.finals = {e}
     return nfa
 
 
-def _build(nfa: CPNFA, node: Node, s: int) -> int:
+def _build(nfa: CPNFA, node: Node, s: int, budget) -> int:
     if isinstance(node, Chars):
         e = nfa.add()
+        budget.spend(2 * len(node.ranges))  # a class of many ranges, repeated, is many edges on few states
         for a, b in node.ranges:
             nfa.edges[s].append((a, b, e))
         return e
     if isinstance(node, Seq):
         for it in node.items:
-            s = _build(nfa, it, s)
+            s = _build(nfa, it, s, budget)
         return s
     if isinstance(node, Alt):
         e = nfa.add()
         for it in node.items:
             b = nfa.add()
             nfa.eps[s].append(b)
-            nfa.eps[_build(nfa, it, b)].append(e)
+            nfa.eps[_build(nfa, it, b, budget)].append(e)
         return e
     if isinstance(node, Repeat):
         for _ in range(node.min):
-            s = _build(nfa, node.item, s)
+            s = _build(nfa, node.item, s, budget)
         if node.max is None:
             loop = nfa.add()
             nfa.eps[s].append(loop)
-            b = _build(nfa, node.item, loop)
+            b = _build(nfa, node.item, loop, budget)
             nfa.eps[b].append(loop)
             return loop
         e = nfa.add()
         nfa.eps[s].append(e)
         for _ in range(node.max - node.min):
-            s = _build(nfa, node.item, s)
+            s = _build(nfa, node.item, s, budget)
             nfa.eps[s].append(e)
         return e
     if isinstance(node, Escaped):
-        return _build(nfa, node.item, s)
+        return _build(nfa, node.item, s, budget)
     if isinstance(node, Auto) and not node.escape:
         a = node.auto
+        budget.spend(2 * sum(map(len, a.edges)))
         m = [nfa.add() for _ in range(a.size)]
         e = nfa.add()
         nfa.eps[s].append(m[a.start])
@@ -104,6 +111,7 @@ def _closure(nfa: CPNFA, states) -> frozenset[int]:
             if t not in out:
                 out.add(t)
                 stack.append(t)
+    current().tick(len(out))
     return frozenset(out)
 
 
@@ -114,6 +122,7 @@ def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
     start = _closure(nfa, [nfa.start])
     index = {start: dfa.add()}
     work = [start]
+    budget = current()
     while work:
         cur = work.pop()
         ds = index[cur]
@@ -126,6 +135,7 @@ def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
             for a, b, t in nfa.edges[s]:
                 events.append((a, 1, t))
                 events.append((b + 1, -1, t))
+        budget.tick(len(events) + len(cur))
         events.sort()
         active: dict[int, int] = {}
         i = 0
@@ -147,6 +157,7 @@ def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
             nxt = closures.get(tkey)
             if nxt is None:
                 nxt = closures[tkey] = _closure(nfa, tkey)
+                budget.spend(1 + (len(tkey) + len(nxt)) // 4)  # both are kept until the end
             if nxt not in index:
                 if len(index) >= max_states:
                     raise GrammarError(f"pattern needs more than {max_states} automaton states")
@@ -158,6 +169,7 @@ def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
                 row[-1] = (row[-1][0], hi, t)
             else:
                 row.append((lo, hi, t))
+        budget.spend(2 * len(dfa.edges[ds]))
     dfa.start = 0
     return dfa
 
@@ -168,7 +180,9 @@ def complement(dfa: CPNFA) -> CPNFA:
     for _ in range(dfa.size):
         out.add()
     sink = out.add()
+    budget = current()
     for s in range(dfa.size):
+        budget.spend(4 * len(dfa.edges[s]) + 2)  # its edges and at most one gap between two of them each
         covered = []
         for a, b, t in dfa.edges[s]:
             out.edges[s].append((a, b, t))
@@ -199,6 +213,7 @@ def product(a: CPNFA, b: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
     rows_b: dict[int, tuple[list, bool]] = {}
     index = {(a.start, b.start): out.add()}
     work = [(a.start, b.start)]
+    budget = current()
     while work:
         x, y = work.pop()
         s = index[(x, y)]
@@ -224,6 +239,7 @@ def product(a: CPNFA, b: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
         else:
             pairs = [(max(a1, a2), min(b1, b2), t1, t2) for a1, b1, t1 in ea for a2, b2, t2 in eb
                      if max(a1, a2) <= min(b1, b2)]
+        budget.spend(1 + 2 * len(pairs))
         for lo, hi, t1, t2 in pairs:
             key = (t1, t2)
             if key not in index:
@@ -254,9 +270,11 @@ def count(nfa: CPNFA, lo: int, hi: int | None) -> CPNFA:
 
     work: list[tuple[int, int]] = []
     out.start = get(nfa.start, 0)
+    budget = current()
     while work:
         s, c = work.pop()
         me = index[(s, c)]
+        budget.spend(1 + 2 * len(closures[s]))
         for q in closures[s]:
             if q in nfa.finals and c >= lo:
                 out.finals.add(me)
@@ -275,6 +293,7 @@ def count(nfa: CPNFA, lo: int, hi: int | None) -> CPNFA:
 
 def trim(nfa: CPNFA) -> CPNFA:
     """Drop states that cannot reach a final state (no dead ends for the sampler)."""
+    current().tick(2 * nfa.size)
     rev: list[list[int]] = [[] for _ in range(nfa.size)]
     for s in range(nfa.size):
         for _, _, t in nfa.edges[s]:
@@ -309,6 +328,7 @@ def is_empty(nfa: CPNFA) -> bool:
 def dist_to_final(nfa: CPNFA) -> list[int | None]:
     """Per state, the fewest code points on a path to a final state (None: no such path). Epsilon edges cost
     nothing (a 0-1 breadth-first search backwards from the finals)."""
+    current().tick(2 * nfa.size)
     rev_eps: list[list[int]] = [[] for _ in range(nfa.size)]
     rev: list[list[int]] = [[] for _ in range(nfa.size)]
     for s in range(nfa.size):
@@ -342,6 +362,8 @@ def universal(nfa: CPNFA) -> set[int]:
     whose edges into the set miss one; a drop rechecks the states with an edge (after epsilons) into it."""
     n = nfa.size
     edges, eps = nfa.edges, nfa.eps
+    budget = current()
+    budget.tick(2 * n)
 
     def closure(q: int) -> list[int]:
         if not eps[q]:
@@ -371,6 +393,7 @@ def universal(nfa: CPNFA) -> set[int]:
     work = [q for q in range(n) if ok[q]]
     while work:
         q = work.pop()
+        budget.tick(len(closures[q]))
         if not ok[q] or covers_safe([(lo, hi) for p in closures[q] for lo, hi, t in edges[p] if ok[t]]):
             continue
         ok[q] = False
@@ -439,6 +462,7 @@ def not_words(words: list[str]) -> CPNFA:
             s = t
         ends.add(s)
     sink = out.add()
+    budget = current()
     for s in range(sink):
         row = out.edges[s]
         prev = 0
@@ -448,6 +472,7 @@ def not_words(words: list[str]) -> CPNFA:
             row.append((c, c, children[s][c]))
             prev = c + 1
         row.extend((a, b, sink) for a, b in _cut_surrogates(prev, ANY_RANGES[-1][1]))
+        budget.spend(2 * len(row))
         if s not in ends:
             out.finals.add(s)
     for a, b in ANY_RANGES:
@@ -456,6 +481,7 @@ def not_words(words: list[str]) -> CPNFA:
     out.start = 0
     # Every state reaches the sink, which accepts: nothing to trim, and after any text a state is still alive.
     out.live_start = True
+    current().spend(out.size)
     out.universal_states = set(range(out.size))
     return out
 
@@ -471,6 +497,49 @@ def _cut_surrogates(lo: int, hi: int) -> list[tuple[int, int]]:
     if hi > 0xDFFF:
         out.append((0xE000, hi))
     return out
+
+
+class Searcher:
+    """Whether an automaton accepts a string, in time linear in the string: the subset construction is run
+    lazily, only for the sets and characters the strings met so far reach, and remembered (up to MEMO states
+    in all the sets kept, then started over). Built on a search pattern's automaton (`parse_regex(...,
+    search=True)`), it answers what `re.search` answers without backtracking, which is exponential in the
+    string on patterns such as `(a+)+$`."""
+
+    MEMO = 1 << 20
+
+    def __init__(self, nfa: CPNFA) -> None:
+        self.nfa = nfa
+        self.start = _closure(nfa, [nfa.start])
+        self._reset()
+
+    def _reset(self) -> None:
+        self.sets: dict[frozenset[int], frozenset[int]] = {self.start: self.start}
+        self.moves: dict[tuple[frozenset[int], int], frozenset[int]] = {}
+        self.kept = len(self.start)
+
+    def accepts(self, text: str) -> bool:
+        nfa, cur = self.nfa, self.start
+        moves = self.moves
+        for ch in text:
+            c = ord(ch)
+            nxt = moves.get((cur, c))
+            if nxt is None:
+                found = _closure(nfa, {t for s in cur for a, b, t in nfa.edges[s] if a <= c <= b})
+                current().tick(len(cur))
+                if self.kept > self.MEMO:
+                    self._reset()
+                    moves = self.moves
+                nxt = self.sets.get(found)
+                if nxt is None:
+                    nxt = self.sets[found] = found
+                    self.kept += len(found)
+                moves[(cur, c)] = nxt
+                self.kept += 1
+            if not nxt:
+                return False
+            cur = nxt
+        return not cur.isdisjoint(nfa.finals)
 
 
 def any_string() -> Node:

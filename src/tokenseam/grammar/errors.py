@@ -8,3 +8,8 @@ from __future__ import annotations
 
 class GrammarError(ValueError):
     """A grammar (schema, regex, GBNF, choice list or request option) that cannot be compiled exactly."""
+
+
+class GrammarResourceError(GrammarError):
+    """The process reached its memory cap while compiling: not the grammar's fault alone (other compiles may be
+    running), so the server answers 503 + Retry-After rather than 400."""

@@ -5,6 +5,7 @@ Matching is over Unicode code points encoded as UTF-8, as in llama.cpp; `root` i
 
 from __future__ import annotations
 
+from .budget import compile_budget, current
 from .errors import GrammarError
 from .ir import EMPTY, MAX_CP, Chars, Grammar, Node, Ref, Repeat, alt, complement, norm, seq
 from .nfa import productive
@@ -18,6 +19,7 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.s = text
         self.i = 0
+        self.budget = current()
 
     def err(self, msg: str) -> GrammarError:
         line = self.s.count("\n", 0, self.i) + 1
@@ -52,6 +54,7 @@ class _Parser:
         self.skip(True)
         while self.i < len(self.s):
             name = self.name()
+            self.budget.where = f"rule {name!r}"
             self.skip(False)
             if not self.s.startswith("::=", self.i):
                 raise self.err(f"expected '::=' after rule name {name!r}")
@@ -109,6 +112,7 @@ class _Parser:
                 item = Ref(self.name())
             else:
                 raise self.err(f"unexpected character {c!r}")
+            self.budget.spend(1)
             items.append(self.quantifiers(item))
         if not items:
             return EMPTY
@@ -188,6 +192,7 @@ class _Parser:
             cps.append(self.char())
         if not cps:
             return EMPTY
+        self.budget.spend(1 + len(cps) // 2)  # a node per character
         return seq(*[Chars(norm([(v, v)])) for v in cps])
 
     def char_class(self) -> Node:
@@ -217,11 +222,21 @@ class _Parser:
             rs = complement(rs)
         if not rs:
             raise self.err("empty character class")
+        self.budget.spend(len(rs))  # a range each, and each is lowered to edges
         return Chars(rs)
 
 
 def parse_gbnf(text: str, start: str = "root") -> Grammar:
     """Parse a GBNF grammar; undefined rules, a missing start rule and bad syntax raise GrammarError."""
+    with compile_budget() as b:
+        stage, b.stage = b.stage, "parsing the GBNF grammar"
+        try:
+            return _parse_gbnf(text, start)
+        finally:
+            b.stage = stage
+
+
+def _parse_gbnf(text: str, start: str) -> Grammar:
     rules = _Parser(text).parse()
     if not rules:
         raise GrammarError("GBNF: the grammar defines no rules")

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from decimal import Decimal, InvalidOperation
 from urllib.parse import unquote
 
 from . import cpauto
+from .budget import compile_budget, current
 from .errors import GrammarError
 from .ir import (
     ANY_RANGES,
@@ -38,6 +38,7 @@ from .ir import (
     star,
 )
 from .regex import parse_regex
+from .schema_safety import EnumValidator, check_keywords, refused_uri, searcher
 
 ANNOTATIONS = {
     "$schema", "$id", "id", "$comment", "$anchor", "$vocabulary", "title", "description", "default", "examples",
@@ -58,7 +59,6 @@ UNSUPPORTED = {
 }
 TYPES = ("null", "boolean", "object", "array", "number", "string")
 MAX_ENUM = 2000
-COMPILE_SECONDS = 10.0
 
 HEX = cls("0-9a-fA-F")
 DIG = cls("0-9")
@@ -306,12 +306,18 @@ class _Compiler:
         self.pattern_overlaps: dict[tuple[str, str], bool] = {}
         self.sep = seq(self.ws, lit(","), self.ws)
         self.colon = seq(self.ws, lit(":"), self.ws)
-        self._validator = None
-        self.deadline = time.monotonic() + COMPILE_SECONDS
+        self._validator: EnumValidator | None = None
+        self.budget = current()
+        self.scratch = 0  # budget units of memo keys and validator views, freed with this compiler
         self._depth = 0
         self._any_rule = None
 
     # -- helpers -----------------------------------------------------------------------------------------
+    def hold(self, n: int) -> None:
+        """Spend n units on data that lives only as long as this compiler (memo keys)."""
+        self.scratch += n
+        self.budget.spend(n)
+
     def unsupported(self, what: str, ptr: str) -> None:
         msg = f"unsupported JSON Schema {what} at {ptr or '#'}"
         if self.lenient:
@@ -350,27 +356,34 @@ class _Compiler:
             self.rules["any"] = alt(obj, arr, string, NUMBER, lit("true"), lit("false"), lit("null"))
         return Ref("any")
 
-    def validator(self):
+    def validator(self) -> EnumValidator:
         if self._validator is None:
-            import jsonschema
-
-            cls_ = jsonschema.validators.validator_for(self.root if isinstance(self.root, dict) else {},
-                                                       default=jsonschema.Draft202012Validator)
-            self._validator = cls_(self.root)
+            self._validator = EnumValidator(self.root)
         return self._validator
 
-    def valid_values(self, values: list, schema) -> list:
+    def valid_values(self, values: list, schema, ptr: str = "") -> list:
         """The values that `schema` accepts (one validator for them all: an enum may hold thousands)."""
+        b = self.budget
+        stage, b.stage = b.stage, "checking enum/const values against their schema"
         try:
-            check = self.validator().evolve(schema=schema)
-            return [v for v in values if check.is_valid(v)]
+            return self.validator().accepted(values, schema)
+        except GrammarError:
+            raise
         except Exception as exc:  # noqa: BLE001 - jsonschema raises many types for odd schemas
+            uri = refused_uri(exc)
+            if uri is not None:
+                raise GrammarError(f"$ref to {uri!r} (met while checking enum/const values at {ptr or '#'}) is "
+                                   "not resolved: only references inside the document are, and nothing is "
+                                   "fetched over the network or read from files") from None
             raise GrammarError(f"cannot evaluate enum/const against the schema: {exc}") from exc
+        finally:
+            b.stage = stage
 
     # -- schema -> IR ------------------------------------------------------------------------------------
     def compile(self, s, ptr: str) -> Node:
-        if time.monotonic() > self.deadline:
-            raise GrammarError(f"JSON schema compile exceeded its time budget (at {ptr or '#'}); simplify it")
+        b = self.budget
+        b.spend(2)  # the IR nodes this call builds around its parts
+        where, b.where = b.where, ptr or "#"
         self._depth += 1
         try:
             if self._depth > 60:
@@ -378,6 +391,7 @@ class _Compiler:
             return self._compile(s, ptr)
         finally:
             self._depth -= 1
+            b.where = where
 
     def _compile(self, s, ptr: str) -> Node:
         if s is True:
@@ -415,6 +429,8 @@ class _Compiler:
                 ikey = json.dumps(s, sort_keys=True)
             except (TypeError, ValueError):
                 ikey = None
+            else:
+                self.budget.tick(1 + len(ikey) // 64)
             seen = self.merge_inputs.get(ikey) if ikey is not None else None
             if seen is not None:
                 return Ref(seen)
@@ -424,13 +440,17 @@ class _Compiler:
                 key = json.dumps(merged, sort_keys=True)
             except (TypeError, ValueError):
                 key = None
+            else:
+                self.budget.tick(1 + len(key) // 64)
             if key is not None:
                 name = self.merge_rules.get(key)
                 fresh = name is None
                 if fresh:
                     name = self.merge_rules[key] = f"all{len(self.merge_rules)}"
+                    self.hold(1 + len(key) // 64)  # kept as a memo key
                 if ikey is not None:
                     self.merge_inputs[ikey] = name
+                    self.hold(1 + len(ikey) // 64)
                 if fresh:
                     self.rules[name] = NOTHING
                     self.rules[name] = self.compile(merged, ptr)
@@ -449,6 +469,7 @@ class _Compiler:
                     if has_rest:
                         b = {"allOf": [rest, b]}
                     subs.append((b, bp))
+                self.budget.spend(len(subs))
                 if key == "oneOf" and len(subs) > 1:
                     subs = self.exclusive_branches(subs, ptr)
                 return alt(*[self.compile(b, bp) for b, bp in subs])
@@ -535,10 +556,26 @@ class _Compiler:
 
     # -- allOf -------------------------------------------------------------------------------------------
     def merge_all(self, s: dict, ptr: str) -> dict | bool:
+        b = self.budget
+        stage, b.stage = b.stage, "merging allOf"
+        held = [0]
+        try:
+            return self._merge_all(s, ptr, b, held)
+        finally:
+            b.release(held[0])  # the parts are freed; the merged schema was charged by merge()
+            b.stage = stage
+
+    def _merge_all(self, s: dict, ptr: str, b, held: list[int]) -> dict | bool:
+        # A part in the list below is its dict, a pointer and a tuple: a few budget units each. Parts multiply
+        # when allOf branches refer to the same definitions again and again (d_i: allOf [d_i+1, d_i+1]).
         parts = []
         stack = [(s, ptr, 0)]
         while stack:
             cur, p, depth = stack.pop()
+            b.where = p or "#"
+            n = 4 + len(p) // 64
+            held[0] += n
+            b.spend(n)
             if depth > 50:
                 raise GrammarError(f"allOf/$ref nesting too deep at {p}")
             cur = self.deref(cur, p)
@@ -561,10 +598,12 @@ class _Compiler:
             parts.append((cur, p))
         out: dict = {}
         for cur, p in parts:
+            b.where = p or "#"
             out = self.merge(out, cur, p)
         return out
 
     def merge(self, a: dict, b: dict, ptr: str) -> dict:
+        self.budget.spend(1 + (len(a) + len(b)) // 4)
         out = dict(a)
         for k, v in b.items():
             if k in ANNOTATIONS:
@@ -597,6 +636,7 @@ class _Compiler:
                     raise GrammarError(f"cannot merge boolean {k} in allOf at {ptr}")
                 out[k] = min(u, v)
             elif k == "properties":
+                self.budget.spend(1 + (len(u) + len(v)) // 4)
                 props = dict(u)
                 for name, sub in v.items():
                     props[name] = {"allOf": [props[name], sub]} if name in props else sub
@@ -634,6 +674,7 @@ class _Compiler:
             if "patternProperties" in other:
                 raise GrammarError(f"allOf mixing properties with patternProperties at {ptr} is not supported")
             oprops = other.get("properties", {})
+            self.budget.spend(1 + len(out["properties"]) // 4)
             out["properties"] = dict(out["properties"])
             for name in side["properties"]:
                 if name not in oprops:
@@ -695,6 +736,7 @@ class _Compiler:
         return ts
 
     def disjoint(self, a, b, depth: int) -> bool:
+        self.budget.tick()
         if a is False or b is False:
             return True
         if depth > 8 or not isinstance(a, dict) or not isinstance(b, dict):
@@ -719,7 +761,7 @@ class _Compiler:
         for x, y in ((a, b), (b, a)):
             if "const" in x or "enum" in x:
                 vals = [x["const"]] if "const" in x else list(x.get("enum") or [])
-                if not self.valid_values(vals, y):
+                if not self.valid_values(vals, y, "a oneOf branch"):
                     return True
         if inter == {"object"}:
             pa, pb = a.get("properties", {}), b.get("properties", {})
@@ -749,7 +791,7 @@ class _Compiler:
         if excluded:
             vals = [v for v in vals if not (isinstance(v, str) and v in excluded)]
         if rest:
-            vals = self.valid_values(vals, rest)
+            vals = self.valid_values(vals, rest, ptr)
         alts = []
         for v in vals:
             alts.append(self.literal(v))
@@ -758,6 +800,7 @@ class _Compiler:
     def literal(self, v) -> Node:
         compact = json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         spaced = json.dumps(v, ensure_ascii=False, allow_nan=False)
+        self.budget.spend(1 + (len(compact) + len(spaced)) // 8)  # a node per character, 8 bytes each
         if self.ws == EMPTY or compact == spaced:
             return _lit_json(compact)
         return alt(_lit_json(compact), _lit_json(spaced))
@@ -951,6 +994,7 @@ class _Compiler:
         if not isinstance(prefix, list):
             raise GrammarError(f"prefixItems at {ptr} must be an array")
         P = len(prefix)
+        self.budget.spend(P)
         pnodes = [self.compile(x, f"{ptr}/prefixItems/{i}") for i, x in enumerate(prefix)]
         rnode = self.compile(rest, f"{ptr}/items")
         if mx is not None and mx < mn:
@@ -1038,14 +1082,23 @@ class _Compiler:
         pat_res = {}
         for p in pprops:
             try:
-                pat_res[p] = re.compile(p)
+                re.compile(p)
             except re.error as exc:
                 raise GrammarError(f"patternProperties key {p!r} at {ptr} is not a valid regex: {exc}") from exc
+            # Which declared names a pattern governs, as Python's re.search decides, without its backtracking.
+            # A pattern the regex parser refuses is refused again below, after the properties as it always was
+            # (the first error met stays the one reported).
+            try:
+                pat_res[p] = searcher(p, f"patternProperties at {ptr}")
+            except GrammarError as exc:
+                pat_res[p] = exc
         names = list(props) + [r for r in required if r not in props]
+        # Per name: its member's IR nodes, the key's characters, and its part of the key automata.
+        self.budget.spend(1 + 4 * len(names) + sum(map(len, names)) // 8)
         items = []
         for name in names:
             sp = f"{ptr}/properties/{_pointer_escape(name)}"
-            matching = [p for p in pprops if pat_res[p].search(name)]
+            matching = [p for p in pprops if not isinstance(pat_res[p], GrammarError) and pat_res[p].accepts(name)]
             if name in props:
                 sub = props[name]
                 if matching:
@@ -1066,6 +1119,8 @@ class _Compiler:
         pat_names = []
         for p, sub in pprops.items():
             d = self.pattern_dfa(p, ptr)
+            if isinstance(pat_res[p], GrammarError):
+                raise pat_res[p]
             pat_names.append(p)
             # Keys the pattern matches minus the declared ones (the product is skipped when none matches).
             key = cpauto.product(d, not_declared) if any(cpauto.accepts(d, n) for n in names) else d
@@ -1143,13 +1198,20 @@ def schema_to_grammar(schema, strict: bool = False, lenient: bool = False, compa
         raise GrammarError(f"JSON schema must be an object or boolean, got {type(schema).__name__}")
     if not isinstance(max_ws, int) or isinstance(max_ws, bool) or not 0 <= max_ws <= MAX_WS:
         raise GrammarError(f"max_ws must be an integer between 0 and {MAX_WS}")
-    c = _Compiler(schema, bool(strict), bool(lenient), bool(compact), max_ws)
-    root = c.compile(schema, "")
-    if root == NOTHING:
-        raise GrammarError("the JSON schema accepts no value")
-    c.rules["root"] = root
-    g = Grammar(c.rules, "root", c.warnings, frozenset(c.shared), c.indent_limit)
-    return g
+    with compile_budget() as b:
+        b.stage = "checking the JSON schema's keywords"
+        check_keywords(schema)
+        b.stage = "lowering the JSON schema"
+        c = _Compiler(schema, bool(strict), bool(lenient), bool(compact), max_ws)
+        root = c.compile(schema, "")
+        if root == NOTHING:
+            raise GrammarError("the JSON schema accepts no value")
+        c.rules["root"] = root
+        g = Grammar(c.rules, "root", c.warnings, frozenset(c.shared), c.indent_limit)
+        b.where = ""
+        # The compiler's memos and validator go with it; the grammar (its IR) is what the later stages hold.
+        b.release(c.scratch + (c._validator.charged if c._validator is not None else 0))
+        return g
 
 
 __all__ = ["schema_to_grammar", "int_range", "ANY_RANGES", "chars"]

@@ -8,12 +8,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
-import time
 from itertools import chain
 
 import numpy as np
 
 from . import cpauto
+from .budget import compile_budget, current
 from .cpauto import CPNFA
 from .errors import GrammarError
 from .ir import (
@@ -38,7 +38,9 @@ from .ir import (
 MAX_STATES = 300_000
 COUNTER_THRESHOLD = 12
 INLINE_LIMIT = 400
-COMPILE_SECONDS = 10.0
+# States are reported to the compile budget (budget.py) in blocks of this many, 4 units each: a state's two
+# rows and its edges.
+CHARGE_BLOCK = 64
 
 # json.dumps escapes for the code points that cannot appear raw inside a JSON string.
 _SHORT_ESC = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t", 0x08: b"\\b", 0x0C: b"\\f"}
@@ -165,7 +167,6 @@ class ByteNFA:
         self.rule_names: list[str] = []
         self.end_rule: dict[int, int] = {}
         # Counted loops: entering pushes a counter frame, `cinc` bumps it, `cexit` pops it (if >= min).
-        self.deadline = time.monotonic() + COMPILE_SECONDS
         self.may_dead_end = False  # set when some path can reach a state that cannot finish
         self.indent_limit: int | None = None  # Grammar.indent_limit
         self.loops: list[tuple[int, int | None]] = []
@@ -187,8 +188,8 @@ class ByteNFA:
         n = len(self.edges)
         if n >= MAX_STATES:
             raise GrammarError(f"grammar too large: more than {MAX_STATES} automaton states")
-        if not n & 4095 and time.monotonic() > self.deadline:
-            raise GrammarError("grammar compile exceeded its time budget; simplify the grammar")
+        if n % CHARGE_BLOCK == CHARGE_BLOCK - 1:
+            current().spend(4 * CHARGE_BLOCK)
         self.edges.append([])
         self.eps.append([])
         return len(self.edges) - 1
@@ -270,9 +271,14 @@ def _cyclic_rules(g: Grammar, refs: dict[str, set[str]]) -> set[str]:
 
 def _iter_refs(node: Node):
     """Names of the rule references under `node`, once per occurrence (a shared subtree once per parent)."""
+    b = current()
     stack = [node]
+    seen = 0
     while stack:
         n = stack.pop()
+        seen += 1
+        if not seen & 255:
+            b.tick(256)  # a tree of shared subtrees can be far larger than the grammar that holds it
         if isinstance(n, Ref):
             yield n.name
         elif isinstance(n, (Seq, Alt)):
@@ -287,10 +293,22 @@ def _iter_refs(node: Node):
 
 
 def productive(g: Grammar) -> dict[str, bool]:
-    """Which rules derive at least one string (least fixed point)."""
+    """Which rules derive at least one string (least fixed point).
+
+    Each round evaluates only the rules that refer to one found productive in the round before (the first
+    round: every rule, in order). Sweeping every rule until nothing changed took one sweep per link of a rule
+    chain whose rules come in the order they refer to each other: 10,000 rules cost 10,000 sweeps."""
+    b = current()
     ok: dict[str, bool] = {name: False for name in g.rules}
+    order = {name: i for i, name in enumerate(g.rules)}
+    referrers: dict[str, list[str]] = {}
+    for name, node in g.rules.items():
+        b.where = f"rule {name!r}"
+        for ref in set(_iter_refs(node)):
+            referrers.setdefault(ref, []).append(name)
 
     def prod(node: Node, depth: int = 0) -> bool:
+        b.tick()
         if depth > 500:
             return False
         if isinstance(node, (Chars, Auto)):
@@ -309,14 +327,19 @@ def productive(g: Grammar) -> dict[str, bool]:
             return all(prod(x, depth + 1) for x, req in node.items if req)
         return False
 
-    changed = True
-    while changed:
-        changed = False
-        for name, node in g.rules.items():
-            if not ok[name] and prod(node):
-                ok[name] = True
-                changed = True
+    todo = list(g.rules)
+    while todo:
+        found = []
+        for name in todo:
+            if not ok[name]:
+                b.where = f"rule {name!r}"
+                if prod(g.rules[name]):
+                    ok[name] = True
+                    found.append(name)
+        again = {y for x in found for y in referrers.get(x, ()) if not ok[y]}
+        todo = sorted(again, key=order.__getitem__)
     prod = None  # it refers to itself: without this the cycle keeps the grammar for the collector to find
+    b.where = ""
     return ok
 
 
@@ -325,17 +348,19 @@ def _prune(g: Grammar, ok: dict[str, bool]) -> Grammar:
     language, which removes the sequences holding them and the alternatives they are. Every path left in
     the automaton can then finish, so it needs no trimming pass."""
     memo: dict[int, Node] = {}
-    current = [""]
+    current_rule = [""]
+    b = current()
 
     def p(node: Node) -> Node:
         key = id(node)
         hit = memo.get(key)
         if hit is not None:
             return hit
+        b.spend(1)  # the memo entry, and perhaps a new node
         r: Node = node
         if isinstance(node, Ref):
             if node.name not in ok:
-                raise GrammarError(f"rule {current[0]!r} references undefined rule(s): {node.name}")
+                raise GrammarError(f"rule {current_rule[0]!r} references undefined rule(s): {node.name}")
             r = node if ok[node.name] else NOTHING
         elif isinstance(node, Seq):
             items = [p(x) for x in node.items]
@@ -382,7 +407,8 @@ def _prune(g: Grammar, ok: dict[str, bool]) -> Grammar:
     # Every rule is walked, the dropped ones too, so an undefined reference anywhere is still an error.
     rules = {}
     for name, node in g.rules.items():
-        current[0] = name
+        current_rule[0] = name
+        b.where = f"rule {name!r}"
         pruned = p(node)
         if ok[name]:
             rules[name] = pruned
@@ -417,6 +443,7 @@ class _Builder:
     def __init__(self, g: Grammar) -> None:
         self.g = g
         self.nfa = ByteNFA()
+        self.budget = current()
         refs, counts = _rule_refs(g)
         self.cyclic = _cyclic_rules(g, refs) | {name for name in g.shared if name in g.rules}
         self.est_memo: dict[int, int] = {}
@@ -425,6 +452,7 @@ class _Builder:
         # A big rule referenced from several places is called (shared) rather than copied at each use.
         # (Sizes are estimated as the calls stood when each was measured; `build` measures afresh.)
         for name, n in counts.items():
+            self.budget.where = f"rule {name!r}"
             if name not in self.cyclic and n > 1 and self.estimate(g.rules[name]) > INLINE_LIMIT:
                 self.cyclic.add(name)
         self.rule_index: dict[str, int] = {}
@@ -437,6 +465,7 @@ class _Builder:
         key = id(node)
         if key in self.est_memo:
             return self.est_memo[key]
+        self.budget.spend(1)  # the memo entry
         if depth > 200:
             raise GrammarError("grammar nesting too deep")
         if isinstance(node, Chars):
@@ -543,6 +572,7 @@ class _Builder:
         if self.g.start not in self.g.rules:
             raise GrammarError(f"start rule {self.g.start!r} is not defined")
         self.est_memo.clear()
+        self.budget.where = f"rule {self.g.start!r}"
         est = self.estimate(self.g.rules[self.g.start])
         if est > MAX_STATES:
             raise GrammarError(f"grammar too large (about {est} automaton states, limit {MAX_STATES}); "
@@ -551,6 +581,7 @@ class _Builder:
         self.rule(self.g.start)
         while self.pending:
             name, s, e = self.pending.pop()
+            self.budget.where = f"rule {name!r}"
             end = self.emit(self.g.rules[name], s, False)
             self.nfa.eps[end].append(e)
         return self.nfa
@@ -800,6 +831,7 @@ class _Builder:
 
     def embed(self, a: CPNFA, s: int, esc: bool, end: int | None) -> int:
         nfa = self.nfa
+        self.budget.spend(sum(map(len, a.edges)))  # lowered to at least as many byte edges
         m = [nfa.add() for _ in range(a.size)]
         e = nfa.add() if end is None else end
         nfa.eps[s].append(m[a.start])
@@ -956,6 +988,15 @@ class _Builder:
 
 
 def build_nfa(g: Grammar) -> ByteNFA:
+    with compile_budget() as b:
+        stage, b.stage = b.stage, "building the byte automaton"
+        try:
+            return _build_nfa(g)
+        finally:
+            b.stage = stage
+
+
+def _build_nfa(g: Grammar) -> ByteNFA:
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20000))
     try:

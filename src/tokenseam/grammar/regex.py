@@ -16,6 +16,7 @@ import re
 
 import numpy as np
 
+from .budget import current
 from .errors import GrammarError
 from .ir import (
     EMPTY,
@@ -98,6 +99,7 @@ class _Parser:
         self.i = 0
         self.where = where
         self.dialect = dialect
+        self.budget = current()
 
     def err(self, msg: str) -> GrammarError:
         return GrammarError(f"{self.where}: {msg} at position {self.i} in regex {self.p!r}")
@@ -123,6 +125,7 @@ class _Parser:
         while self.i < len(self.p) and self.p[self.i] not in "|)":
             atom = self.parse_atom()
             atom = self.parse_quant(atom)
+            self.budget.spend(2)  # the raw node and its IR node
             items.append(atom)
         return _SeqRaw(items)
 
@@ -304,6 +307,7 @@ class _Parser:
         rs = complement(norm(ranges + other)) if negate else intersect(norm(ranges), norm(other))
         if not rs:
             raise self.err("empty character class")
+        self.budget.spend(len(rs))  # a range each, and each is lowered to edges
         return Chars(rs)
 
     def _class_atom(self):
