@@ -90,9 +90,11 @@ class ServerState:
     def __init__(self, engine: Engine, model_id: str, aliases: tuple[str, ...] = (),
                  max_body_bytes: int = MAX_BODY_BYTES, response_cache=None, prepare_workers: int = 4,
                  prepare_queue: int = 256, grammar_workers: int = 2, grammar_queue: int = 16,
-                 stall_seconds: float = 30.0, max_memory_mb: int | None = None) -> None:
+                 stall_seconds: float = 30.0, max_memory_mb: int | None = None,
+                 grammar_seconds: float | None = None) -> None:
         self.engine = engine
         self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
+        self.grammar_seconds = grammar_seconds  # each compile's time budget (None: the grammar default)
         # Requests are prepared off the event loop in two pools: grammar compiles (seconds at worst, bounded by
         # the compiler's budget) cannot take the threads that tokenize plain prompts.
         self.prepare_pool = WorkPool("prepare", prepare_workers, prepare_queue)
@@ -178,7 +180,8 @@ class ServerState:
             return None
         with self._grammar_lock:  # requests are prepared in worker threads
             if self._grammar_compiler is None:
-                self._grammar_compiler = GrammarCompiler(self.vocab)
+                self._grammar_compiler = GrammarCompiler(self.vocab, time_budget=self.grammar_seconds,
+                                                         rss_limit=self.max_memory_bytes)
         try:
             return constraint_from_request(self._grammar_compiler, body, route)
         except Exception as e:

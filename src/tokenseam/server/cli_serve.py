@@ -37,6 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-memory-mb", type=_positive("--max-memory-mb", 64, 1 << 22), default=None, metavar="MB",
                    help="resident memory the process may reach before grammar compiles are refused or stopped "
                         "(503 + Retry-After; default: no cap beyond each compile's own size budget)")
+    p.add_argument("--grammar-timeout", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock budget of one grammar compile (default 20); past it the request gets a 400")
     add_guard_arguments(p, "server")
     p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT: seconds to let running requests finish before they are cut off")
@@ -61,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     problem = check_guard_arguments(args)
+    if problem is None and args.grammar_timeout is not None and not 0.1 <= args.grammar_timeout <= 600:
+        problem = "--grammar-timeout must be between 0.1 and 600 seconds"
     if problem is None and not 0 <= args.shutdown_timeout <= 3600:
         problem = "--shutdown-timeout must be between 0 and 3600 seconds"
     if problem:
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
                                   prefix_block=args.prefix_block, cache_mode=args.cache,
                                   cache_store=args.cache_store, cache_ttl=args.cache_ttl, api_keys=keys or None,
                                   allowed_hosts=hosts, cors_origins=args.cors_origin,
-                                  max_memory_mb=args.max_memory_mb)
+                                  max_memory_mb=args.max_memory_mb, grammar_seconds=args.grammar_timeout)
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)
         return 2

@@ -38,8 +38,10 @@ def from_exception(e: Exception) -> APIError:
     except ImportError:
         pass
     try:
-        from ..grammar import GrammarError
+        from ..grammar import GrammarError, GrammarResourceError
 
+        if isinstance(e, GrammarResourceError):
+            return APIError(503, str(e), "server_overloaded", code="memory_cap", headers={"Retry-After": "5"})
         if isinstance(e, GrammarError):
             return APIError(400, str(e), param=getattr(e, "param", None), code="invalid_grammar")
     except ImportError:
