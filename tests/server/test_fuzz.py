@@ -4,6 +4,7 @@ every 4xx, and the answer is the same with the response cache on or off."""
 from __future__ import annotations
 
 import http.client
+import json
 import time
 from urllib.parse import urlsplit
 
@@ -97,3 +98,38 @@ def test_hostile_grammar_is_answered_within_its_budget_and_plain_requests_go_on(
     assert took < 2 * GRAMMAR_SECONDS + 5  # the promised bound (2x the budget), not a timing
     ok = httpx.post(cached_server.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=60)
     assert ok.status_code == 200
+
+
+def _raw_post(url: str, body: dict):
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def test_streamed_client_that_leaves_while_queued_is_not_an_error(cached_server, caplog):
+    state = cached_server.state
+    long = {"prompt": "Tell a long story.", "max_tokens": 300, "ignore_eos": True, "temperature": 0.8}
+    busy = [_raw_post(cached_server.url, long) for _ in range(state.engine.n_slots)]
+    deadline = time.monotonic() + 30
+    while state.engine.running_count < state.engine.n_slots and time.monotonic() < deadline:
+        time.sleep(0.01)
+    caplog.clear()
+    queued = _raw_post(cached_server.url, {**long, "stream": True})
+    while state.engine.queue_depth == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert state.engine.queue_depth == 1
+    queued.close()
+    time.sleep(1.0)  # the queued request notices (it checks twice a second) while the slots are still taken
+    for s in busy:
+        s.close()
+    deadline = time.monotonic() + 30
+    while (state.engine.running_count or state.engine.queue_depth) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], [r.getMessage()[:200] for r in caplog.records]
+    metrics = httpx.get(cached_server.url + "/metrics").text
+    assert 'status="500"' not in metrics

@@ -193,7 +193,7 @@ def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed
     """The app. `api_keys`: bearer keys every route but /health requires (None: no auth); `allowed_hosts`: Host
     header allow-list against DNS rebinding (None: no check); `cors_origins`: origins allowed cross-origin
     (None: no CORS headers at all)."""
-    from ..respcache import LeaderAbortedError
+    from ..respcache import IncompleteStreamError, LeaderAbortedError
 
     app = FastAPI(title="tokenseam", version="0.1.0", docs_url=None, redoc_url=None)
     app.state.ts = state
@@ -209,7 +209,8 @@ def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed
         return e.response()
 
     @app.exception_handler(LeaderAbortedError)
-    async def _client_left(request: Request, e: LeaderAbortedError):
+    @app.exception_handler(IncompleteStreamError)  # a stream that ended before its first event: its client left
+    async def _client_left(request: Request, e: Exception):
         # nobody reads this answer: the client (or the request this one waited on) went away
         state.metrics.requests.labels(request.url.path, "499").inc()
         return APIError(499, "the client closed the request", code="client_closed").response()
