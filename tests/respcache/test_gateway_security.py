@@ -3,6 +3,7 @@ and a 500 that neither leaks exception text nor drops the keep-alive connection.
 
 from __future__ import annotations
 
+import base64
 import logging
 
 import httpx
@@ -115,10 +116,15 @@ def test_the_url_query_is_forwarded_and_upstream_bodies_quoting_the_key_are_scru
     ok = make_gateway(fake.url + f"/v1?api_key={SECRET}")
     with httpx.Client(timeout=20) as h:
         assert h.post(ok.url + CHAT, json={"messages": MSG, "temperature": 0}).status_code == 200
-        # a password in the URL: httpx logs it in the request line unless redacted
+        # a password in the URL is sent as Basic auth, never in a URL httpx could log; an upstream key wins over it
         userinfo = make_gateway(f"http://user:{SECRET}@127.0.0.1:{echo_upstream.port}/v1")
         assert h.get(userinfo.url + "/v1/models").status_code == 200
-    assert "api_key=***" in caplog.text and "user:***@" in caplog.text
+        keyed = make_gateway(f"http://user:{SECRET}@127.0.0.1:{echo_upstream.port}/v1", api_key=UP_KEY,
+                             client_api_keys=[CLIENT_KEY])
+        assert h.get(keyed.url + "/v1/models", headers=auth()).status_code == 200
+    basic = "Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode()
+    assert [s["authorization"] for s in echo_upstream.seen[-2:]] == [basic, f"Bearer {UP_KEY}"]
+    assert "api_key=***" in caplog.text
     assert_clean(caplog.text)
 
 

@@ -8,13 +8,14 @@ values, the upstream key) is redacted from health, error bodies and logs.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 from starlette.applications import Starlette
@@ -86,6 +87,17 @@ def split_upstream(upstream_url: str) -> tuple[str, str]:
     return urlunsplit((parts.scheme, parts.netloc, path, "", "")), parts.query
 
 
+def _without_userinfo(base: str) -> tuple[str, str | None]:
+    """(the URL without user:password@, a Basic Authorization value for them or None). Sent as an explicit
+    header, the URL's credentials give way to an upstream key; left in the URL, httpx would turn them into Basic
+    auth that silently replaces the key's Bearer header."""
+    parts = urlsplit(base)
+    if parts.username is None and parts.password is None:
+        return base, None
+    token = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])), "Basic " + base64.b64encode(token).decode()
+
+
 def _redact_tree(value: Any, hide: Callable[[str], str]) -> Any:
     if isinstance(value, str):
         return hide(value)
@@ -112,8 +124,9 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
     from prometheus_client import REGISTRY, generate_latest
 
     base, query = split_upstream(upstream_url)
+    target, basic = _without_userinfo(base)
     client_keys = [k for k in client_api_keys or () if k]
-    secrets = [api_key, *url_secrets(upstream_url), *client_keys]
+    secrets = [api_key, *url_secrets(upstream_url), *client_keys, basic and basic.split(" ", 1)[1]]
 
     def hide(text: str) -> str:
         return redact_text(text, secrets)
@@ -137,7 +150,7 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         cache.namespace = shown
 
     def upstream(route: str) -> str:
-        return base + route + ("?" + query if query else "")
+        return target + route + ("?" + query if query else "")
 
     holder: dict[str, httpx.AsyncClient] = {}
 
@@ -158,6 +171,8 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         h = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
         if api_key:
             h["authorization"] = f"Bearer {api_key}"
+        elif basic:
+            h["authorization"] = basic
         elif not client_keys and request.headers.get("authorization"):
             h["authorization"] = request.headers["authorization"]
         return h
