@@ -11,6 +11,7 @@ BENCHES = {
     "healing": ("tokenseam.bench.healing", "token healing cost and canonicality"),
     "prefix-cache": ("tokenseam.bench.prefix_cache", "prefix KV cache reuse and TTFT on a RAG workload"),
     "cache": ("tokenseam.bench.cache", "response cache fingerprint, hit latency and gateway load"),
+    "chaos": ("tokenseam.bench.chaos", "the fault set against a real server and gateway: 5xx, hangs, leaks"),
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,15 +20,26 @@ from .errors import APIError
 T = TypeVar("T")
 
 
+def _renice(nice: int) -> None:
+    """Lower this worker thread's CPU priority (Linux schedules threads one by one): the decode threads then
+    win the cores, and a compile runs on what they leave."""
+    if nice and hasattr(os, "setpriority"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        except OSError:
+            pass
+
+
 class WorkPool:
     """A thread pool with a hard limit on jobs in flight; jobs are counted until their thread finishes, even when
     the request that asked for them has gone (a thread cannot be stopped, so its slot stays taken)."""
 
-    def __init__(self, name: str, workers: int, max_queue: int) -> None:
+    def __init__(self, name: str, workers: int, max_queue: int, nice: int = 0) -> None:
         self.name = name
         self.workers = workers
         self.max_queue = max_queue
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix=f"tokenseam-{name}")
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix=f"tokenseam-{name}",
+                                            initializer=_renice, initargs=(nice,))
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._queued = 0
