@@ -211,7 +211,8 @@ def _hostile_beside_plain(url: str, n: int, headers: dict, rec: Recorder, attack
             body = json.dumps({"prompt": "x", "max_tokens": 2, **fields}).encode()
             status, _, _ = _post(url, "/v1/completions", body, headers=headers, timeout=60, rec=rec)
             hostile["sent"] += 1
-            key = "hangs" if status == -2 else "5xx" if status >= 500 or status < 0 else "4xx" if status >= 400 else "2xx"
+            key = ("hangs" if status == -2 else "503" if status == 503 else "5xx" if status >= 500 or status < 0
+                   else "4xx" if status >= 400 else "2xx")
             hostile[key] = hostile.get(key, 0) + 1
 
     threads = [threading.Thread(target=attacker) for _ in range(attackers)]
@@ -354,6 +355,7 @@ def run(args: argparse.Namespace) -> int:
         _wait_health(gurl)
         if args.only == "hostile":
             results["hostile"] = _hostile_beside_plain(surl, args.plain, sh, rec, args.attackers)
+            results["hostile"]["server_peak_rss_mb"] = server.peak_rss_mb()
             console.print_json(data=results["hostile"])
             return 0
         console.print("[bold]malformed bodies: server[/bold]")
@@ -375,7 +377,6 @@ def run(args: argparse.Namespace) -> int:
             results["redis_kill"] = _outage(surl, sh, redis.kill, lambda: (redis.start(), time.sleep(0.5)))
         console.print("[bold]replica killed behind the gateway[/bold]")
         results["replica_kill"] = _outage(gurl, gh, server.kill, lambda: (server.start(), _wait_health(surl)))
-        results["server_peak_rss_mb"] = server.peak_rss_mb()
     finally:
         for p in (gateway, server, redis):
             if p is not None:
@@ -405,7 +406,8 @@ def run(args: argparse.Namespace) -> int:
     t.add_row("hostile grammars sent / 4xx / 5xx / hangs",
               f"{h['hostile']['sent']} / {h['hostile'].get('4xx', 0)} / {h['hostile'].get('5xx', 0)} / "
               f"{h['hostile'].get('hangs', 0)}")
-    t.add_row("server peak RSS / cap", f"{results['server_peak_rss_mb']:.0f} / {args.memory_cap_mb} MB")
+    t.add_row("server peak RSS (through the hostile phase) / cap",
+              f"{h['server_peak_rss_mb']:.0f} / {args.memory_cap_mb} MB")
     d = results["disconnects"]
     t.add_row("tokens decoded for 8 clients that left", f"{d['tokens_decoded_in_total']:.0f} of {d['tokens_if_unnoticed']}")
     for label in ("ids_server", "ids_gateway"):
