@@ -27,14 +27,14 @@ from . import formatting as fmt
 from .errors import APIError, from_exception
 from .metrics import EngineCollector, ServerMetrics
 from .pool import WorkPool
-from .protocol import ParsedRequest, bad, parse_llama_completion, parse_openai
+from .protocol import ParsedRequest, _bool, bad, parse_llama_completion, parse_openai
 
 log = logging.getLogger("tokenseam.server")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_TOKENIZE_CHARS = 1 << 20
-GRAMMAR_NICE = 10
 MAX_DETOKENIZE_IDS = 1 << 18
+GRAMMAR_NICE = 10
 _GRAMMAR_FIELDS = ("response_format", "tools", "guided_json", "guided_regex", "guided_grammar", "guided_choice",
                    "grammar", "json_schema", "json_schema_options")
 
@@ -188,7 +188,9 @@ class ServerState:
         try:
             return constraint_from_request(self._grammar_compiler, body, route)
         except Exception as e:
-            raise from_exception(e) from e
+            if (err := _mapped(e)) is None:
+                raise
+            raise err from e
 
 
 def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed_hosts: list[str] | None = None,
@@ -263,7 +265,7 @@ def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed
         if len(content) > MAX_TOKENIZE_CHARS:
             raise APIError(413, f"content is {len(content)} characters; /tokenize takes at most {MAX_TOKENIZE_CHARS}",
                            param="content", code="request_too_large")
-        flags = {name: _flag(body, name) for name in ("add_special", "parse_special", "with_pieces")}
+        flags = {name: _bool(body, name) for name in ("add_special", "parse_special", "with_pieces")}
 
         def work() -> dict:
             ids = state.tokenizer.encode(content, add_special=flags["add_special"],
@@ -301,15 +303,6 @@ def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed
         return await _generate(request, state, "/completion")
 
     return app
-
-
-def _flag(body: dict, name: str) -> bool:
-    v = body.get(name, False)
-    if v is None:
-        return False
-    if not isinstance(v, bool):
-        raise bad(f"{name} must be true or false, got {v!r}", name)
-    return v
 
 
 def _piece(state: ServerState, t: int) -> str | list[int]:
@@ -410,6 +403,13 @@ class _Opaque:
         self.is_finished = inner.is_finished
 
 
+def _mapped(e: Exception) -> APIError | None:
+    """A part's error as its 4xx/503, or None for anything unexpected: that one is re-raised as it is, so
+    CatchErrors logs its traceback under the request id the client sees."""
+    err = from_exception(e)
+    return None if err.status == 500 else err
+
+
 def _wants_grammar(body: dict) -> bool:
     return any(body.get(k) not in (None, "", [], {}) for k in _GRAMMAR_FIELDS)
 
@@ -472,7 +472,9 @@ async def _start(state: ServerState, route: str, body: dict, sent: dict | None =
     except APIError:
         raise
     except Exception as e:
-        raise from_exception(e) from e
+        if (err := _mapped(e)) is None:
+            raise
+        raise err from e
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     relay = state.relay
@@ -483,7 +485,9 @@ async def _start(state: ServerState, route: str, body: dict, sent: dict | None =
     try:
         handle = state.engine.submit(prep.gen, emit)
     except Exception as e:
-        raise from_exception(e) from e
+        if (err := _mapped(e)) is None:
+            raise
+        raise err from e
     rid = ("chatcmpl-" if route.endswith("chat/completions") else "cmpl-") + uuid.uuid4().hex[:24]
     return handle, queue, Formatter(state, parsed, prep, rid, route)
 
