@@ -183,8 +183,11 @@ class ServerState:
             return None
         with self._grammar_lock:  # requests are prepared in worker threads
             if self._grammar_compiler is None:
+                # compiles stop at 95 % of the cap: memory is read every 10 ms of compile work, and the rest
+                # of the process (decoding, responses) needs room too
+                rss = int(self.max_memory_bytes * 0.95) if self.max_memory_bytes else None
                 self._grammar_compiler = GrammarCompiler(self.vocab, time_budget=self.grammar_seconds,
-                                                         rss_limit=self.max_memory_bytes)
+                                                         rss_limit=rss)
         try:
             return constraint_from_request(self._grammar_compiler, body, route)
         except Exception as e:
