@@ -8,6 +8,7 @@ values, the upstream key) is redacted from health, error bodies and logs.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -266,8 +267,15 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
 
     async def health(request: Request) -> Response:
         # Unauthenticated: everything shown goes through the redaction (store errors can quote a Redis URL).
-        return JSONResponse({"status": "ok", "upstream": shown, "cache_mode": cache.mode,
-                             "cache": _redact_tree(cache.health(), hide), "time": time.time()})
+        # The store's ping may block: off the event loop. A store that is down or was found corrupt leaves the
+        # gateway serving (requests go upstream), so it is "degraded", not an error.
+        state = _redact_tree(await asyncio.to_thread(cache.health), hide)
+        degraded = not state.get("ok", True) or bool(state.get("degraded"))
+        body = {"status": "degraded" if degraded else "ok", "upstream": shown, "cache_mode": cache.mode,
+                "cache": state, "time": time.time()}
+        if degraded:
+            body["problems"] = ["the response cache store is unavailable (requests go to the upstream)"]
+        return JSONResponse(body)
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
