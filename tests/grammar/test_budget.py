@@ -13,16 +13,10 @@ import types
 
 import pytest
 
+from tokenseam.bench.faults import allof_tree, gbnf_chain
 from tokenseam.grammar import GrammarCompiler, GrammarError, budget
 
 TIME_BUDGET = 2.0
-
-
-def allof_tree(n: int = 40) -> dict:
-    """The issue's case: d_i = allOf [d_i+1, d_i+1], so d0 stands for 2**40 copies of an integer schema."""
-    defs = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(n)}
-    defs[f"d{n}"] = {"type": "integer"}
-    return {"$ref": "#/$defs/d0", "$defs": defs}
 
 
 def anyof_required(n: int = 18) -> dict:
@@ -39,21 +33,6 @@ def enum_over_allof_tree() -> dict:
     """The same tree, reached only by the validator that checks an enum value (exponential in jsonschema)."""
     tree = allof_tree()
     return {"enum": [{"a": 1}], "properties": {"a": {"$ref": "#/$defs/d0"}}, "$defs": tree["$defs"]}
-
-
-def gbnf_chain(shape: str, n: int = 10_000) -> str:
-    """A chain of n rules, root -> r0 -> r1 -> ... -> r_n, in several shapes."""
-    body = {
-        "left": ('r{i} ::= r{j} "a"', 'r{n} ::= "a"'),
-        "right": ('r{i} ::= "a" r{j}', 'r{n} ::= "a"'),
-        "alt": ('r{i} ::= r{j} | "a"', 'r{n} ::= "a"'),
-        "double": ("r{i} ::= r{j} r{j}", 'r{n} ::= "a"'),
-        "cyclic": ('r{i} ::= "a" r{j} | "b"', 'r{n} ::= "a" r0 | "b"'),
-        "left-recursive": ('r{i} ::= r{j} "a" | "b"', 'r{n} ::= r0 "a" | "b"'),
-        "nullable": ('r{i} ::= r{j} "a" | ""', 'r{n} ::= "b" r0 | ""'),
-    }[shape]
-    rules = [body[0].format(i=i, j=i + 1) for i in range(n)]
-    return "root ::= r0\n" + "\n".join(rules) + "\n" + body[1].format(n=n)
 
 
 # Cases that must end with a GrammarError (a budget, or another limit the work reaches first).
@@ -231,15 +210,38 @@ def test_memory_stays_bounded_under_an_address_space_limit():
     assert "size budget" in results[0]["outcome"], results[0]
 
 
-def test_memory_cap_stops_a_growing_compile_and_refuses_a_new_one(smollm2_vocab):
-    from tokenseam.grammar import GrammarResourceError
+CAP_CHILD = """
+import json, sys
+sys.path[:0] = {paths!r}
+from tokenseam.bench.faults import allof_tree
+from tokenseam.grammar import GrammarCompiler, GrammarResourceError, budget
+from tokenseam.models import smollm2_path
+from tokenseam.vocab import Vocabulary
 
-    now = budget.resident_bytes()
-    assert now > 0
-    # a cap just above today's memory: the allOf tree grows past it long before its size budget
-    capped = GrammarCompiler(smollm2_vocab, cache_size=1, time_budget=TIME_BUDGET, rss_limit=now + (64 << 20))
-    with pytest.raises(GrammarResourceError, match="memory cap"):
-        capped.compile_json_schema(allof_tree())
-    full = GrammarCompiler(smollm2_vocab, cache_size=1, rss_limit=now // 2)
-    with pytest.raises(GrammarResourceError, match="no grammar is compiled"):
-        full.compile_regex("[a-z]+")
+vocab = Vocabulary.from_gguf(smollm2_path())
+out = {{}}
+now = budget.resident_bytes()
+for name, limit in (("growing", now + (64 << 20)), ("full", now // 2)):
+    try:
+        GrammarCompiler(vocab, cache_size=1, time_budget=20, rss_limit=limit).compile_json_schema(
+            allof_tree() if name == "growing" else {{"type": "integer"}})
+        out[name] = "compiled"
+    except GrammarResourceError as exc:
+        out[name] = "GrammarResourceError: " + str(exc)
+    except Exception as exc:
+        out[name] = type(exc).__name__ + ": " + str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_memory_cap_stops_a_growing_compile_and_refuses_a_new_one():
+    # In a fresh process: one that has freed memory before reuses it without its resident size growing.
+    paths = [p for p in sys.path if p]
+    proc = subprocess.run([sys.executable, "-c", CAP_CHILD.format(paths=paths)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # a cap just above the memory at start: the allOf tree grows past it long before its size budget
+    assert out["growing"].startswith("GrammarResourceError") and "memory cap" in out["growing"], out
+    # a cap already passed: nothing is compiled
+    assert out["full"].startswith("GrammarResourceError") and "no grammar is compiled" in out["full"], out

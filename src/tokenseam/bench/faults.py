@@ -118,16 +118,36 @@ def _short(v) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def allof_tree(n: int = 40) -> dict:
+    """The issue's case: d_i = allOf [d_i+1, d_i+1], so d0 stands for 2**40 copies of an integer schema."""
+    defs = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(n)}
+    defs[f"d{n}"] = {"type": "integer"}
+    return {"$ref": "#/$defs/d0", "$defs": defs}
+
+
+def gbnf_chain(shape: str, n: int = 10_000) -> str:
+    """A chain of n rules, root -> r0 -> r1 -> ... -> r_n, in several shapes."""
+    body = {
+        "left": ('r{i} ::= r{j} "a"', 'r{n} ::= "a"'),
+        "right": ('r{i} ::= "a" r{j}', 'r{n} ::= "a"'),
+        "alt": ('r{i} ::= r{j} | "a"', 'r{n} ::= "a"'),
+        "double": ("r{i} ::= r{j} r{j}", 'r{n} ::= "a"'),
+        "cyclic": ('r{i} ::= "a" r{j} | "b"', 'r{n} ::= "a" r0 | "b"'),
+        "left-recursive": ('r{i} ::= r{j} "a" | "b"', 'r{n} ::= r0 "a" | "b"'),
+        "nullable": ('r{i} ::= r{j} "a" | ""', 'r{n} ::= "b" r0 | ""'),
+    }[shape]
+    rules = [body[0].format(i=i, j=i + 1) for i in range(n)]
+    return "root ::= r0\n" + "\n".join(rules) + "\n" + body[1].format(n=n)
+
+
 def hostile_grammars() -> list[tuple[str, dict]]:
     """(name, request fields) of grammars that take unbounded time or memory without a compile budget."""
-    defs = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(40)}
-    defs["d40"] = {"type": "integer"}
-    chain = "root ::= r0\n" + "".join(f'r{i} ::= r{i + 1} "a"\n' for i in range(10_000)) + 'r10000 ::= "x"\n'
-    doubling = "root ::= r0\n" + "".join(f"r{i} ::= r{i + 1} r{i + 1}\n" for i in range(40)) + 'r40 ::= "x"\n'
+    chain = gbnf_chain("left")
+    doubling = gbnf_chain("double", 40)
     anyofs = {"allOf": [{"anyOf": [{"type": "object", "properties": {f"p{i}{j}": {"type": "integer"}}}
                                    for j in range(8)]} for i in range(12)]}
     return [
-        ("allOf doubling through $defs", {"guided_json": {"$ref": "#/$defs/d0", "$defs": defs}}),
+        ("allOf doubling through $defs", {"guided_json": allof_tree()}),
         ("10,000-rule GBNF chain", {"guided_grammar": chain}),
         ("GBNF doubling 2^40", {"guided_grammar": doubling}),
         ("allOf of anyOfs (8^12 branches)", {"guided_json": anyofs}),
