@@ -208,3 +208,11 @@ def test_sigterm_with_a_stream_running_exits_within_the_shutdown_timeout(tmp_pat
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_client_chosen_paths_do_not_grow_the_metrics(smollm2_server):
+    for i in range(20):
+        assert httpx.get(f"{smollm2_server.url}/v1/models/no-such-model-{i}").status_code == 404
+    text = httpx.get(smollm2_server.url + "/metrics").text
+    assert "no-such-model" not in text
+    assert 'route="/v1/models/{name}",status="404"' in text

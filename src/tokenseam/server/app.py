@@ -213,14 +213,14 @@ def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed
 
     @app.exception_handler(HTTPError)
     async def _api_error(request: Request, e: HTTPError):
-        state.metrics.requests.labels(request.url.path, str(e.status)).inc()
+        state.metrics.requests.labels(_route_label(request), str(e.status)).inc()
         return e.response()
 
     @app.exception_handler(LeaderAbortedError)
     @app.exception_handler(IncompleteStreamError)  # a stream that ended before its first event: its client left
     async def _client_left(request: Request, e: Exception):
         # nobody reads this answer: the client (or the request this one waited on) went away
-        state.metrics.requests.labels(request.url.path, "499").inc()
+        state.metrics.requests.labels(_route_label(request), "499").inc()
         return APIError(499, "the client closed the request", code="client_closed").response()
 
     @app.exception_handler(RequestValidationError)
@@ -306,6 +306,13 @@ def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed
         return await _generate(request, state, "/completion")
 
     return app
+
+
+def _route_label(request: Request) -> str:
+    """The route's template (`/v1/models/{name}`), not the path: a label per client-chosen path would let
+    requests grow the metrics registry without bound."""
+    route = request.scope.get("route")
+    return getattr(route, "path", None) or "unmatched"
 
 
 def _piece(state: ServerState, t: int) -> str | list[int]:
