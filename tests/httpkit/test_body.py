@@ -154,3 +154,11 @@ def test_oversized_bodies_are_413_declared_or_streamed(client):
     r = client.post("/echo", content=chunks(), headers=JSON)
     assert "content-length" not in r.request.headers
     assert error_of(r, 413)["code"] == "request_too_large"
+
+
+def test_curl_default_form_type_gets_a_hint():
+    from tokenseam.httpkit import HTTPError, check_content_type
+
+    with pytest.raises(HTTPError) as ei:
+        check_content_type("application/x-www-form-urlencoded")
+    assert ei.value.status == 415 and "-H 'Content-Type: application/json'" in ei.value.message

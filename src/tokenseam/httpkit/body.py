@@ -56,7 +56,9 @@ def check_content_type(value: str | None) -> None:
                         "unsupported_media_type")
     media, _, params = value.partition(";")
     if media.strip().lower() != "application/json":
-        raise HTTPError(415, f"Content-Type {media.strip()[:100]!r} is not supported; send application/json",
+        hint = (" (curl -d sends this type: add -H 'Content-Type: application/json')"
+                if media.strip().lower() == "application/x-www-form-urlencoded" else "")
+        raise HTTPError(415, f"Content-Type {media.strip()[:100]!r} is not supported; send application/json{hint}",
                         "unsupported_media_type")
     for param in params.split(";"):
         name, _, val = param.partition("=")
