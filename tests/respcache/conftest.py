@@ -7,6 +7,8 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -19,19 +21,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory):
-    if not os.path.exists(REDIS_SERVER) and not shutil.which("redis-server"):
-        pytest.skip("redis-server is not installed at /usr/bin/redis-server; Redis store tests need a real server")
+@contextmanager
+def running_redis(workdir, password: str | None = None) -> Iterator[int]:
+    """A redis-server on a free loopback port (with `password` if given), ready when this yields its port."""
     exe = REDIS_SERVER if os.path.exists(REDIS_SERVER) else shutil.which("redis-server")
+    if not exe:
+        pytest.skip("redis-server is not installed at /usr/bin/redis-server; Redis store tests need a real server")
     port = free_port()
-    d = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d), "--save", "",
-                             "--appendonly", "no", "--protected-mode", "yes"],
+    auth = ["--requirepass", password] if password else []
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir), "--save", "",
+                             "--appendonly", "no", "--protected-mode", "yes", *auth],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     import redis
 
-    client = redis.Redis(host="127.0.0.1", port=port)
+    client = redis.Redis(host="127.0.0.1", port=port, password=password)
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -43,12 +46,20 @@ def redis_url(tmp_path_factory):
                 pytest.fail(f"redis-server did not start on port {port}")
             time.sleep(0.05)
     client.close()
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
     try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    with running_redis(tmp_path_factory.mktemp("redis")) as port:
+        yield f"redis://127.0.0.1:{port}/0"
 
 
 @pytest.fixture

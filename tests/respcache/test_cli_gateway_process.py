@@ -15,6 +15,19 @@ from .conftest import free_port
 pytestmark = pytest.mark.server
 
 
+
+def _wait_health(proc, url: str) -> httpx.Response:
+    """The gateway's first /health answer, waiting up to 60 s for it to start (failing if it exits)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return httpx.get(url + "/health", timeout=1)
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "gateway did not start"
+        time.sleep(0.1)
+
 def test_gateway_command_serves_from_sqlite(fake, tmp_path):
     port = free_port()
     db = tmp_path / "cli.sqlite"
@@ -25,16 +38,7 @@ def test_gateway_command_serves_from_sqlite(fake, tmp_path):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline, "gateway did not start"
-            time.sleep(0.1)
+        assert _wait_health(proc, url).status_code == 200
         body = {"model": "fake-model", "messages": [{"role": "user", "content": "cli"}], "temperature": 0}
         a = httpx.post(url + "/v1/chat/completions", json=body, timeout=20, headers={"authorization": "Bearer ck-1"})
         b = httpx.post(url + "/v1/chat/completions", json=body, timeout=20, headers={"authorization": "Bearer ck-1"})
@@ -61,16 +65,7 @@ def test_gateway_process_never_prints_credentials(tmp_path):
                              "--no-client-auth"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                health = httpx.get(url + "/health", timeout=1)
-                break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline, "gateway did not start"
-            time.sleep(0.1)
+        health = _wait_health(proc, url)
         r = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
                                                            "temperature": 0}, timeout=20)
         assert r.status_code == 502

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import shutil
-import subprocess
 import time
 
 import pytest
@@ -15,7 +12,7 @@ import pytest
 from tokenseam.respcache import ROUTE_CHAT, CacheStoreError, RedisStore, ResponseCache, open_store
 from tokenseam.respcache.stores import redact_url
 
-from .conftest import REDIS_SERVER, free_port
+from .conftest import free_port, running_redis
 
 SECRET = "s3cr3t-Pa55"
 
@@ -23,34 +20,8 @@ SECRET = "s3cr3t-Pa55"
 @pytest.fixture(scope="module")
 def auth_redis(tmp_path_factory):
     """A redis-server on loopback that requires the password SECRET; yields its port."""
-    exe = REDIS_SERVER if os.path.exists(REDIS_SERVER) else shutil.which("redis-server")
-    if not exe:
-        pytest.skip("redis-server is not installed at /usr/bin/redis-server; Redis store tests need a real server")
-    port = free_port()
-    d = tmp_path_factory.mktemp("redis-auth")
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d), "--save", "",
-                             "--appendonly", "no", "--requirepass", SECRET],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
-
-    client = redis.Redis(host="127.0.0.1", port=port, password=SECRET)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
-    client.close()
-    yield port
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with running_redis(tmp_path_factory.mktemp("redis-auth"), password=SECRET) as port:
+        yield port
 
 
 @pytest.mark.parametrize("url,expected", [
