@@ -121,3 +121,26 @@ def test_tokenizer_of_a_closed_backend_raises_instead_of_crashing(model_paths):
     b.close()
     with pytest.raises(VocabularyError, match="closed"):
         tok.encode("hi")
+
+
+def test_derived_tables_are_built_once_per_vocabulary_even_from_many_threads(smollm2_vocab):
+    import threading
+
+    from tokenseam.vocab import Vocabulary
+
+    calls = []
+
+    def build():
+        calls.append(1)
+        return object()
+
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(smollm2_vocab.derived("test.table", build)))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len({id(g) for g in got}) == 1
+    other = Vocabulary([b"a", b"b"], np.zeros(2, dtype=bool), "gpt2")
+    assert other.derived("test.table", build) is not got[0]  # per vocabulary, not per name

@@ -6,10 +6,14 @@ Simulates generation that picks, at each step, the canonical next token of the j
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..vocab import Tokenizer, Vocabulary
+from ..vocab import Vocabulary
+
+if TYPE_CHECKING:
+    from ..vocab import Tokenizer
 from .constraint import HealingConstraint
 from .heal import DEFAULT_MAX_ROLLBACK, heal_prompt
 

@@ -6,8 +6,12 @@ A seam is where a message's text meets template text; each is checked with the l
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..vocab import Tokenizer, Vocabulary
+from ..vocab import Vocabulary
+
+if TYPE_CHECKING:
+    from ..vocab import Tokenizer
 from ..vocab.errors import VocabularyError
 from ..vocab.gguf import read_gguf_metadata
 from .errors import HealingError

@@ -7,8 +7,12 @@ prompt's tail and suggests the nearest stable end; can also check every segment 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-from ..vocab import Tokenizer, Vocabulary
+from ..vocab import Vocabulary
+
+if TYPE_CHECKING:
+    from ..vocab import Tokenizer
 from .errors import HealingError
 from .heal import DEFAULT_MAX_ROLLBACK, heal_prompt
 

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..vocab import Tokenizer, Vocabulary
+from ..vocab import Vocabulary
+
+if TYPE_CHECKING:
+    from ..vocab import Tokenizer
 from .errors import HealingError
 from .heal import DEFAULT_MAX_ROLLBACK, heal_prompt
 

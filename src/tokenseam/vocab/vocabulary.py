@@ -8,9 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,6 +30,7 @@ _EOG_TEXTS = frozenset({
     "<EOT>", "<|end_of_text|>", "<｜end▁of▁sentence｜>", "</s>", "<eos>",
 })
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_T = TypeVar("_T")
 
 
 def gpt2_unicode_to_byte() -> dict[str, int]:
@@ -81,6 +85,17 @@ class Vocabulary:
             raise VocabularyError("token_bytes and is_special differ in length")
         if len(self.token_bytes) == 0:
             raise VocabularyError(f"{self.source or 'vocabulary'} has no tokens")
+        self._derived: dict[str, object] = {}
+        self._derived_lock = threading.Lock()
+
+    def derived(self, name: str, build: Callable[[], _T]) -> _T:
+        """The table `name` computed from this vocabulary, built once by `build()` (thread-safe) and kept as
+        long as the vocabulary lives. The one per-vocabulary cache every layer uses, so tables die with their
+        vocabulary; name tables by their module (`grammar.token_table`)."""
+        with self._derived_lock:
+            if name not in self._derived:
+                self._derived[name] = build()
+            return self._derived[name]  # type: ignore[return-value]
 
     @property
     def size(self) -> int:

@@ -1,0 +1,62 @@
+"""The pure-Python library (vocabulary, grammar, healing) must work where llama-cpp-python is not installed:
+a vLLM environment imports it to serve tokenseam's grammar engine and healing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+BLOCK = """
+import importlib.abc, json, sys
+class NoLlama(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "llama_cpp":
+            raise ModuleNotFoundError("No module named 'llama_cpp' (blocked by the test)")
+sys.meta_path.insert(0, NoLlama())
+"""
+
+
+def _run(body: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", BLOCK + body], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_vocab_grammar_and_healing_work_without_llama_cpp(model_paths):
+    res = _run(f"""
+import numpy as np
+from tokenseam.vocab import Vocabulary
+from tokenseam.grammar import GrammarCompiler, GrammarMatcher
+from tokenseam.healing import HealingConstraint, heal_prompt
+vocab = Vocabulary.from_gguf({str(model_paths["smollm2"])!r})
+m = GrammarMatcher(GrammarCompiler(vocab).compile_json_schema({{"type": "boolean"}}))
+mask = np.zeros(vocab.mask_words, dtype=np.int32)
+m.fill_next_token_bitmask(mask)
+allowed = [i for i in range(vocab.size) if mask[i >> 5] >> (i & 31) & 1]
+print(json.dumps({{"allowed": len(allowed), "llama": "llama_cpp" in sys.modules,
+                  "t_first": all(vocab.token_bytes[i][:1] in b"tf" for i in allowed)}}))
+""")
+    assert res == {"allowed": res["allowed"], "llama": False, "t_first": True} and res["allowed"] > 0
+
+
+def test_tokenizer_is_loaded_on_first_use_and_says_what_is_missing():
+    res = _run("""
+import tokenseam.vocab as v
+try:
+    v.Tokenizer
+    err = None
+except ImportError as exc:
+    err = str(exc)
+print(json.dumps({"err": err}))
+""")
+    assert res["err"] and "llama_cpp" in res["err"]
+
+
+def test_unknown_attribute_is_still_an_attribute_error():
+    import tokenseam.vocab as v
+
+    with pytest.raises(AttributeError):
+        v.NoSuchThing  # noqa: B018
