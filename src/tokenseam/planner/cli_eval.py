@@ -13,7 +13,7 @@ from .cli_plan import positive_float
 
 
 def _pos_int(lo: int, hi: int, name: str):
-    from ..cli import int_in_range
+    from ..argtypes import int_in_range
 
     return int_in_range(name, lo, hi)
 

@@ -8,7 +8,7 @@ from ..httpkit.cli import add_guard_arguments, allowed_hosts, check_guard_argume
 
 
 def _positive(name: str, lo: int = 1, hi: int = 1 << 20):
-    from ..cli import int_in_range
+    from ..argtypes import int_in_range
 
     return int_in_range(name, lo, hi)
 

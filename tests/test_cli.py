@@ -1,0 +1,57 @@
+"""The `tokenseam` command when an extra is not installed: a clear error naming the extra, not a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+BLOCK = """
+import importlib.abc, sys
+BLOCKED = {blocked!r}
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in BLOCKED or name in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Missing())
+from tokenseam.cli import main
+sys.exit(main({argv!r}))
+"""
+
+
+def _run(blocked: set[str], argv: list[str]) -> subprocess.CompletedProcess:
+    code = BLOCK.format(blocked=sorted(blocked), argv=argv)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_serve_without_the_http_stack_names_the_extra():
+    r = _run({"starlette", "uvicorn"}, ["serve", "--port", "0"])
+    assert r.returncode == 2, r.stderr
+    assert "tokenseam[gateway]" in r.stderr and "starlette" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_tokenize_without_llama_cpp_names_the_engine_extra():
+    r = _run({"llama_cpp"}, ["tokenize", "hello"])
+    assert r.returncode == 2, r.stderr
+    assert "tokenseam[engine]" in r.stderr and "llama_cpp" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_missing_module_of_tokenseam_itself_is_not_hidden():
+    r = _run({"tokenseam.server"}, ["serve", "--help"])
+    assert r.returncode != 0 and "Traceback" in r.stderr and "tokenseam.server" in r.stderr
+
+
+def test_extras_in_the_error_exist_in_pyproject():
+    import tomllib
+    from pathlib import Path
+
+    from tokenseam.cli import EXTRA_OF_MODULE
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert set(EXTRA_OF_MODULE.values()) <= set(extras)
+
+
+def test_help_lists_every_command_and_what_a_missing_one_needs():
+    r = _run({"starlette"}, ["--help"])
+    assert r.returncode == 0, r.stderr
+    assert "serve" in r.stdout and "tokenseam[gateway]" in r.stdout and "tokenize" in r.stdout
