@@ -1,6 +1,7 @@
 """The engine: llama.cpp backend, continuous-batching scheduler, numpy sampler, constraint hook.
 
-`LLM` bundles them with a synchronous API for the CLI and benchmarks; the server uses `Engine` directly.
+`Engine` runs on its own thread; the server submits to it from the event loop, and `llm_engine.run_sync` waits
+for one request (the CLI and the benchmarks).
 """
 
 from .backend import BackendConfig, LlamaCppBackend

@@ -185,7 +185,7 @@ class PrefixCache:
                 return
         now = time.monotonic()
         if child is not None:
-            self._split(child, k)
+            self._cut_node(child, k)
             node, pos = child.parent, pos + k
         rest = tokens[pos:]
         if extend:  # the leaf's sequence gains the new positions
@@ -215,7 +215,7 @@ class PrefixCache:
             node, pos = child, pos + k
         return node, pos, None, 0
 
-    def _split(self, node: RadixNode, k: int) -> None:
+    def _cut_node(self, node: RadixNode, k: int) -> None:
         """Cut `node` after its first k tokens: a new inner node takes its place above it."""
         upper = RadixNode(node.tokens[:k], node.parent, node.depth - len(node.tokens) + k, node.seq_id,
                           last_access=node.last_access)
