@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["ByteTrie", "Tokenizer", "Vocabulary", "VocabularyError", "load_vocabulary"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type:
     if name == "Tokenizer":
         from .tokenizer import Tokenizer
 

@@ -37,7 +37,7 @@ def _silent_log(level, text, user_data):  # noqa: ARG001 - ctypes callback signa
 class Tokenizer:
     """llama.cpp tokenization for one model. Thread-safe for concurrent encode/decode calls."""
 
-    def __init__(self, model_ptr, owns_model: bool, path: str = "") -> None:
+    def __init__(self, model_ptr: llama_cpp.llama_model_p, owns_model: bool, path: str = "") -> None:
         self._model = model_ptr
         self._owns = owns_model
         self._vocab = llama_cpp.llama_model_get_vocab(model_ptr)
