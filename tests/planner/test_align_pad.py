@@ -176,7 +176,7 @@ def test_pad_cli(tmp_path):
 
 
 def test_oversized_inputs_are_refused(tmp_path):
-    from tokenseam.planner.counting import MAX_PROMPT_BYTES
+    from tokenseam.planner.inputs import MAX_PROMPT_BYTES
     from tokenseam.planner.pad import MAX_EXAMPLES_BYTES
 
     big_prompt = tmp_path / "big.txt"

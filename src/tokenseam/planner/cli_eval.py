@@ -94,7 +94,6 @@ def _print_table(summary: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from .counting import read_text_file
     from .errors import PlannerError
     from .evaluate import (
         PLOT_FILE,
@@ -109,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         run_pairs,
         summarize,
     )
+    from .inputs import read_text_file
     from .tasks import load_tasks
 
     err = Console(stderr=True, soft_wrap=True)

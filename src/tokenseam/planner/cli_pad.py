@@ -42,8 +42,9 @@ def _unescape(s: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from .counting import make_counter, read_text_file
+    from .counting import make_counter
     from .errors import PlannerError
+    from .inputs import read_text_file
     from .pad import load_examples, pad_prompt
     from .profiles import load_profiles
 

@@ -69,8 +69,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def build_report(args: argparse.Namespace) -> dict:
-    from .counting import make_counter, read_text_file
+    from .counting import make_counter
     from .economics import make_plan
+    from .inputs import read_text_file
     from .profiles import load_profiles
 
     profile = load_profiles(args.profiles).get(args.profile)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from .errors import PlannerError
 
-MAX_PROMPT_BYTES = 4 * 1024 * 1024  # a prompt file beyond this is almost surely the wrong file
 APPROX_NAME = "bytes/4"
 APPROX_REL_ERROR = 0.25
 
@@ -127,22 +126,3 @@ def make_counter(tokenizer: str | None, profile_tokenizer: str | None = None,
     else:
         lead = leading_tokens if leading_tokens is not None else (1 if tok.add_bos else 0)
     return TokenCounter(name=f"{Path(path).name} (llama.cpp)", exact=True, leading_tokens=lead, tokenizer=tok)
-
-
-def read_text_file(path: str | Path, what: str, max_bytes: int = MAX_PROMPT_BYTES, allow_empty: bool = False) -> str:
-    """Read a UTF-8 text file with errors a user can act on (missing, directory, binary, empty, too big)."""
-    p = Path(path)
-    if not p.exists():
-        raise PlannerError(f"{what} not found: {p}")
-    if not p.is_file():
-        raise PlannerError(f"{what} is not a regular file: {p}")
-    size = p.stat().st_size
-    if size > max_bytes:
-        raise PlannerError(f"{what} {p} is {size:,} bytes; the limit is {max_bytes:,} bytes")
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise PlannerError(f"{what} {p} is not UTF-8 text (byte offset {e.start})") from None
-    if not text.strip() and not allow_empty:
-        raise PlannerError(f"{what} {p} is empty")
-    return text

@@ -13,7 +13,7 @@ from .align import Candidate, candidates, length_cost, rank_key
 from .counting import APPROX_REL_ERROR, TokenCounter
 from .economics import planned_length
 from .errors import PlannerError
-from .jsonl import read_jsonl
+from .inputs import read_jsonl
 from .profiles import Profile
 
 MAX_EXAMPLES = 2000

@@ -14,7 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from .errors import PlannerError
-from .jsonl import read_jsonl
+from .inputs import read_jsonl
 
 GROUPS = ("arithmetic", "sorting", "word_extraction", "reading_comprehension")
 MAX_TASKS = 100_000
