@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiler import CompiledGrammar
+from .compiled import CompiledGrammar
 
 MAX_JUMP = 4096
 
