@@ -144,7 +144,7 @@ def test_string_bodies_taken_whole_match_simulation(vocabs, vocab_name):
 
 
 def test_safe_from_marks_whole_safe_characters():
-    from tokenseam.grammar.automaton import _safe_from
+    from tokenseam.grammar.tables import _safe_from
 
     toks = [b"abc", b'a"bc', b"x\\y", "é日😀".encode(), b"ab\xe6\x97", b"\xa5ab", b"a\nb", b"\xed\xa0\x80z",
             b"", b"\x7f"]
@@ -223,8 +223,8 @@ def test_universal_states_take_safe_tokens_whole(vocabs, vocab_name):
         assert np.array_equal(oa, ob), data[:cut]
     # The shortcut was taken: some masks were made from states with a universal configuration.
     auto = fast.automaton
-    assert any(q in auto.nfa.universal for kc in auto._local_info for q, _ in auto._configs(kc))
-    budgets = {int(auto.budget[kc]) for kc in auto._local_info}
+    assert any(q in auto.nfa.universal for kc in fast.masks._local_info for q, _ in auto._configs(kc))
+    budgets = {int(auto.budget[kc]) for kc in fast.masks._local_info}
     assert any(0 < b < 1 << 30 for b in budgets)  # and from the counted maxLength body
 
 
@@ -244,7 +244,7 @@ def test_counters_of_long_loop_bodies_clamp_early(compiler, smollm2_vocab):
         for ch in ("[" if k == 0 else ", ") + item:
             m.fill_next_token_bitmask(out)
             assert m.accept_bytes(ch.encode())
-        counts.append(len(g.automaton._local_info))
+        counts.append(len(g.masks._local_info))
     assert counts[30] == counts[5]  # no walk per item index in between
     doc = "[" + ", ".join(items) + "]"
     tail = doc.rindex("{")
@@ -332,10 +332,10 @@ def test_split_and_escapes_in_numba_match_python(smollm2_vocab, schema, doc):
         m.fill_next_token_bitmask(out)
         assert m.accept_bytes(ch.encode())
     auto = g.automaton
-    made = {k: v for k, v in auto._split_memo.items() if v is not None}
+    made = {k: v for k, v in g.masks._frame_groups.items() if v is not None}
     assert len(made) >= 3
     for (kc, p), parts in made.items():
-        assert sorted(auto._split_py(kc, p)) == sorted(parts)
+        assert sorted(g.masks._group_by_frame_py(kc, p)) == sorted(parts)
     assert len(auto._escape_memo) >= 3
     for (s, p, canonical), (k2, p2, acc2) in auto._escape_memo.items():
         k, q, acc, _ = auto.pairs[auto._cont(s, p)[2]]
@@ -508,8 +508,7 @@ def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
     the walk (which builds states inside), the commits' builder, the split by call frame and the escape
     targets, canonical (an automaton with counters) and real: each numba function is loaded before a request
     needs it. It caches nothing."""
-    from tokenseam.grammar import GrammarCompiler
-    from tokenseam.grammar import automaton as A
+    from tokenseam.grammar import GrammarCompiler, automaton, masks
 
     calls = []
 
@@ -519,8 +518,8 @@ def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
             return fn(*args)
         return call
 
-    for name in ("walk_esc", "build", "split", "cont"):
-        monkeypatch.setattr(A, name, counting(name, getattr(A, name)))
+    for module, name in ((masks, "walk_esc"), (automaton, "build"), (masks, "split"), (automaton, "cont")):
+        monkeypatch.setattr(module, name, counting(name, getattr(module, name)))
     compiler = GrammarCompiler(smollm2_vocab)
     compiler.warm_up()
     assert {name for name, _ in calls} == {"walk_esc", "build", "split", "cont"}

@@ -1,4 +1,5 @@
-"""CompiledGrammar: what a compile hands out (the automaton and where it came from), shared by requests.
+"""CompiledGrammar: what a compile hands out (the automaton, its mask cache and where it came from), shared by
+requests.
 
 Its own module so that the matcher needs nothing from the compiler.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from .masks import MaskCache
 
 if TYPE_CHECKING:
     from ..vocab import Vocabulary
@@ -22,6 +25,10 @@ class CompiledGrammar:
     automaton: Automaton
     vocab: Vocabulary
     warnings: list[str] = field(default_factory=list)
+    masks: MaskCache = field(init=False, repr=False)  # the masks of the automaton's positions
+
+    def __post_init__(self) -> None:
+        self.masks = MaskCache(self.automaton)
 
     @property
     def vocab_size(self) -> int:

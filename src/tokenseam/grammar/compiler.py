@@ -1,4 +1,4 @@
-"""GrammarCompiler: front end -> IR -> byte NFA -> lazy automaton, with an LRU of compiled grammars.
+"""GrammarCompiler: front end -> IR -> byte NFA -> checked, trimmed NFA -> lazy automaton, with an LRU of compiled grammars.
 
 The cache key is the grammar kind, its canonical text, the options and the vocabulary fingerprint.
 """
@@ -14,14 +14,16 @@ from typing import Any
 import numpy as np
 
 from ..vocab import Vocabulary
-from .automaton import Automaton, TokenTable
+from .automaton import Automaton
 from .budget import compile_budget
 from .compiled import CompiledGrammar
 from .errors import GrammarError
 from .ir import Grammar, alt, lit
 from .matcher import GrammarMatcher
 from .nfa import build_nfa
+from .prepare import prepare_nfa
 from .regex import parse_regex
+from .tables import TokenTable
 
 MAX_CHOICE_CHARS = 200_000
 # The automaton grows as requests reach new states. A cached grammar past this many states is compiled afresh
@@ -79,7 +81,7 @@ class GrammarCompiler:
                 warnings = list(grammar.warnings)
                 nfa = build_nfa(grammar)
                 del grammar  # the IR is freed here, before the automaton is built
-                auto = Automaton(nfa, self.table)
+                auto = Automaton(prepare_nfa(nfa), self.table)
         except RecursionError as exc:
             raise GrammarError("grammar nesting too deep") from exc
         compiled = CompiledGrammar(kind, source, auto, self.vocab, warnings)
