@@ -1,12 +1,14 @@
-"""The lazily determinised pushdown automaton and its per-state token masks over the vocabulary trie.
+"""The lazily determinised pushdown automaton: states, their transition rows, call stacks, positions, commits.
 
-A DFA state is a set of (NFA state, call stack) configurations; rows are built on demand, and each mask is
-one numba walk over the byte-sorted vocabulary that skips the subtree of every rejected prefix.
+A DFA state is a set of (NFA state, call stack) configurations; rows are built on demand (in Python here, or by
+the numba twins in localbuild.py). A position is (local state, parent stack): its masks live in masks.py, the
+token tables in tables.py; the NFA arrives checked and trimmed (prepare.py) and is only read here.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 import numpy as np
 
@@ -14,20 +16,25 @@ from .budget import compile_budget, current
 from .errors import GrammarError
 from .localbuild import (
     BOT,
+    DEAD,
+    ESCAPES,
+    LIVE,
     M_STACKS,
     M_STATES,
     NEED_PYTHON,
     NO_ROOM,
+    ROOT,
+    SAFE_SINK,
     UNBOUNDED,
     UNKNOWN,
+    BuilderArrays,
     LocalBuilder,
-    build,
-    cont,
+    escape_target,
+    fill,
 )
 from .prepare import PreparedNFA
 from .tables import TokenTable
 
-DEAD = -1
 MAX_DFA_STATES = 2_000_000
 MAX_CLOSURE = 100_000
 STEP_MEMO_ENTRIES = 1 << 15  # the commit memo starts over when it holds this many entries (a few MB)
@@ -37,26 +44,22 @@ NO_PENDING: tuple[list, list] = ([], [])  # a swept row with nothing left to bui
 # cyclic GC's tracking, so the millions of them a long request builds do not make every full collection slow.
 
 
-# State flag: any string-safe text of up to budget[state] code points stays alive from here (a free string
-# body, "any key but these", a maxLength string with room left). See localbuild.walk_esc and Automaton._safe_budget.
-SAFE_SINK = 4
-
-
-
 class Automaton:
-    """Lazy DFA over (NFA state, stack) configuration sets, with an LRU of packed token masks."""
+    """Lazy DFA over (NFA state, stack) configuration sets (its masks: masks.MaskCache)."""
 
-    def __init__(self, prepared: PreparedNFA, table: TokenTable) -> None:
+    def __init__(self, prepared: PreparedNFA, table: TokenTable, python_builder: bool = False) -> None:
+        """`python_builder`: every state is built by the Python code here, none by the numba builder
+        (localbuild): the reference the numba twins are tested against, much slower."""
         # The eager part (the start state) runs inside the compile's budget; states built later, as requests
         # reach them, have their own limits (MAX_DFA_STATES, MAX_CLOSURE).
         with compile_budget() as b:
             stage, b.stage = b.stage, "preparing the automaton"
             try:
-                self._init(prepared, table)
+                self._init(prepared, table, python_builder)
             finally:
                 b.stage = stage
 
-    def _init(self, prepared: PreparedNFA, table: TokenTable) -> None:
+    def _init(self, prepared: PreparedNFA, table: TokenTable, python_builder: bool) -> None:
         self.nfa = nfa = prepared.nfa
         self.table = table
         self.byte_class = prepared.byte_class
@@ -66,12 +69,12 @@ class Automaton:
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
         self._succ_memo: dict[tuple, int] = {}
         self._pending: dict[int, tuple[list, list]] = {}
-        self.stacks: list[tuple[int, int, int]] = [(-1, -1, 0), (-3, -3, 0)]
+        self.stacks: list[tuple[int, int, int]] = [(-1, -1, 0), (-3, -3, 0)]  # ROOT and BOT (no frames)
         self.stack_index: dict[tuple[int, int, int], int] = {}
         self.has_counters = bool(nfa.loops)
         maxlen = table.maxlen
         self._loop_reach = [1 + (maxlen - 1) // nfa.loop_step.get(lid, 1) for lid in range(len(nfa.loops))]
-        self.canon: dict[int, int] = {}
+        self._clamp_memo: dict[int, int] = {}  # state -> its clamped state
         self.closure_memo: dict[tuple[int, int], tuple[tuple, bool, tuple]] = {}
         self._closing: set[tuple[int, int]] = set()
         self.state_index: dict[tuple[tuple, bool, tuple], int] = {}
@@ -82,11 +85,11 @@ class Automaton:
         self.flags = np.zeros(cap, dtype=np.int8)
         self.budget = np.zeros(cap, dtype=np.int32)
         self.trans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
-        # Mask walks read `ctrans`: the same rows with every successor replaced by its canonical state (counters
-        # far from their bounds clamped). A token never moves a counter far enough for the difference to
+        # Mask walks read `clamped_trans`: the same rows with every successor replaced by its clamped state
+        # (counters far from their bounds clamped to one value, `clamped`). A token never moves a counter far enough for the difference to
         # matter, and a clamped counted loop (a long maxLength string body) becomes a state that string-safe
         # characters loop on, so the walk takes such tokens whole instead of building a state per count.
-        self.ctrans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32) if self.has_counters else None
+        self.clamped_trans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32) if self.has_counters else None
         self.accepting = np.zeros(cap, dtype=bool)
         self.depth: list[int] = [0, 0]
         # A position is a pair (local state K, parent stack P): K holds every configuration with its frames
@@ -98,20 +101,21 @@ class Automaton:
         self.pair_index: dict[tuple[int, int, bool, int], int] = {}
         self._rebase_memo: dict[tuple[int, int], int] = {}
         self._escape_memo: dict[tuple[int, int, bool], tuple[int, int, bool]] = {}
-        self._cont_out = np.empty(3, dtype=np.int64)
+        self._escape_out = np.empty(3, dtype=np.int64)
         self._mat_memo: dict[tuple[int, int], int] = {}
-        self._cont_memo: dict[tuple[int, int], tuple[tuple, bool, int]] = {}
+        self._escape_py_memo: dict[tuple[int, int], tuple[tuple, bool, int]] = {}
         # (position, bytes) -> position after them: requests revisit positions (every item of an array, every
         # request of a schema), and a commit is then one lookup instead of a run over the bytes.
         self._step_memo: dict[tuple[int, bytes], int] = {}
         self._special = set().union(nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
         # Successors built inside the walk (localbuild).
         current().spend(nfa.size)  # its arrays: about 60 bytes per NFA state
-        self._fast = LocalBuilder(nfa, self.byte_class, self._special, MAX_DFA_STATES, self._loop_reach)
+        max_states = 0 if python_builder else MAX_DFA_STATES
+        self._fast = LocalBuilder(nfa, self.byte_class, self._special, max_states, self._loop_reach)
         for sid, (ret, parent, value) in enumerate(self.stacks):
             self._fast.add_stack(sid, ret, parent, value)
-        configs, acc, _ = self.closure(nfa.rule_start[0], 0)
-        self.start = self._pair(configs, acc)
+        configs, acc, _ = self.closure(nfa.rule_start[0], ROOT)
+        self.start = self._position(configs, acc)
 
     @property
     def num_states(self) -> int:
@@ -226,8 +230,8 @@ class Automaton:
                             pops.append((ce[0], parent))
             r = nfa.end_rule.get(q)
             if r is not None:
-                if st == 0:
-                    if r == 0:
+                if st == ROOT:
+                    if r == 0:  # the root rule ended
                         acc = True
                 elif st == BOT:
                     esc.add(q)
@@ -262,7 +266,7 @@ class Automaton:
         self.closure_memo[key] = res
         return res
 
-    def _state(self, configs: tuple, acc: bool, esc: tuple = NO_ESC) -> int:
+    def _intern(self, configs: tuple, acc: bool, esc: tuple = NO_ESC) -> int:
         key = (configs, acc, esc)
         sid = self.state_index.get(key)
         if sid is not None:
@@ -282,7 +286,7 @@ class Automaton:
         self.state_esc.append(esc)
         self.accepting[sid] = acc
         room = self._safe_budget(configs)
-        self.flags[sid] = (1 if configs or acc else 0) | (2 if esc else 0) | (SAFE_SINK if room > 0 else 0)
+        self.flags[sid] = (LIVE if configs or acc else 0) | (ESCAPES if esc else 0) | (SAFE_SINK if room > 0 else 0)
         self.budget[sid] = max(room, 0)
         self._fast.add(sid, configs, esc)
         return sid
@@ -293,10 +297,10 @@ class Automaton:
         grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
         grown[:n] = self.trans
         self.trans = grown
-        if self.ctrans is not None:
+        if self.clamped_trans is not None:
             grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
-            grown[:n] = self.ctrans
-            self.ctrans = grown
+            grown[:n] = self.clamped_trans
+            self.clamped_trans = grown
         for name in ("accepting", "flags", "budget"):
             old = getattr(self, name)
             grown = np.zeros(cap, dtype=old.dtype)
@@ -304,8 +308,8 @@ class Automaton:
             setattr(self, name, grown)
         self._fast.grow_states(cap)
 
-    def _sync(self, canonical: bool = True) -> None:
-        """Take in the stacks and states the numba builder made (localbuild.build): canonical ones for a walk,
+    def _sync(self, clamped: bool = True) -> None:
+        """Take in the stacks and states the numba builder made (localbuild.fill): clamped ones for a walk,
         real ones for a commit. A state's configurations are read from the numba side when first needed
         (`_configs`); until then `_state` finds it there."""
         fast = self._fast
@@ -320,8 +324,8 @@ class Automaton:
         n0 = len(self.state_configs)
         k = int(fast.meta[M_STATES]) - n0
         if k > 0:
-            if self.has_counters and canonical:  # made canonical by the walk's builder (localbuild)
-                self.canon.update((sid, sid) for sid in range(n0, n0 + k))
+            if self.has_counters and clamped:  # clamped by the walk's builder (localbuild)
+                self._clamp_memo.update((sid, sid) for sid in range(n0, n0 + k))
             self.state_configs.extend([None] * k)
             self.state_esc.extend([None] * k)
             self._numba_states = True
@@ -356,7 +360,7 @@ class Automaton:
                 esc.update(e)
         if not configs and not acc and not esc:
             return DEAD
-        return self._state(tuple(sorted(configs)), acc, tuple(sorted(esc)) if esc else NO_ESC)
+        return self._intern(tuple(sorted(configs)), acc, tuple(sorted(esc)) if esc else NO_ESC)
 
     def _sweep(self, sid: int) -> tuple[list, list]:
         """Split the byte range by state sid's configuration edges: runs of bytes that every edge treats alike
@@ -439,14 +443,14 @@ class Automaton:
         pending = self._pending.get(sid)
         if pending is None:
             pending = self._pending[sid] = self._sweep(sid)
-            if self.ctrans is not None:
-                row = self.trans[sid].copy()  # canonical() may grow (reallocate) the tables
+            if self.clamped_trans is not None:
+                row = self.trans[sid].copy()  # clamped() may grow (reallocate) the tables
                 crow = row.copy()
                 for v in set(row[row >= 0].tolist()):
-                    cv = self.canonical(v)
+                    cv = self.clamped(v)
                     if cv != v:
                         crow[row == v] = cv
-                self.ctrans[sid] = crow
+                self.clamped_trans[sid] = crow
         starts, segs = pending
         k = bisect.bisect_right(starts, c) - 1
         if k < 0:
@@ -458,13 +462,13 @@ class Automaton:
         if nxt is None:
             nxt = self._succ_memo[key] = self._successor(key)
         self.trans[sid, c0:c1 + 1] = nxt
-        if self.ctrans is not None:
-            cn = self.canonical(nxt) if nxt >= 0 else nxt
-            self.ctrans[sid, c0:c1 + 1] = cn
+        if self.clamped_trans is not None:
+            cn = self.clamped(nxt) if nxt >= 0 else nxt
+            self.clamped_trans[sid, c0:c1 + 1] = cn
 
     @property
     def _walk_trans(self) -> np.ndarray:
-        return self.trans if self.ctrans is None else self.ctrans
+        return self.trans if self.clamped_trans is None else self.clamped_trans
 
     def expand(self, sid: int) -> None:
         """Build state sid's whole transition row."""
@@ -476,32 +480,36 @@ class Automaton:
         c = self._cls_of[byte]
         v = self.trans[sid, c]
         if v == UNKNOWN:
-            v = self._build(sid, c)
+            v = self._fill_numba(sid, c)
             if v == UNKNOWN:
                 self.fill(sid, c)
                 v = self.trans[sid, c]
         return int(v)
 
-    def _build(self, sid: int, c: int) -> int:
-        """The real successor of sid on class c built by the walk's builder (localbuild.build, counters not
-        clamped); UNKNOWN when it must be built in Python."""
-        return int(self._fast_call(build, sid, c, False, canonical=False))
+    def _fill_numba(self, sid: int, c: int) -> int:
+        """The real successor of sid on class c built by the numba twin of `fill` (localbuild.fill, counters
+        not clamped); UNKNOWN when it must be built in Python."""
+        return int(self._fast_call(fill, sid, c, False, clamp=False))
 
-    def _fast_call(self, fn, *head, canonical: bool = True):
-        """fn(*head, trans, flags, budget, accepting, builder arrays...), one of localbuild's state builders, with
-        Python's new states and stacks indexed first, what it made taken in after (canonical states, unless
-        told), and arrays grown until it has room."""
+    def builder_arrays(self, trans: np.ndarray) -> BuilderArrays:
+        """The arrays for one call of a numba builder that builds rows `trans` (the real or the clamped ones)."""
+        return self._fast.arrays(trans, self.flags, self.budget, self.accepting)
+
+    def _fast_call(self, fn: Callable[..., int], *head: object, clamp: bool = True) -> int:
+        """fn(*head, arrays), one of localbuild's state builders, with Python's new states and stacks indexed
+        first, what it made taken in after (as clamped states, unless told), and arrays grown until it has room."""
         fast = self._fast
         while True:
             fast.index(self)
-            r = fn(*head, self.trans, self.flags, self.budget, self.accepting, *fast.arrays())
-            self._sync(canonical)
+            r = fn(*head, self.builder_arrays(self.trans))
+            self._sync(clamp)
             if r != NO_ROOM:
                 return r
             fast.grow(self)
 
-    def canonical(self, sid: int) -> int:
-        """A state with the same token mask: counters far from their bounds are clamped to one value.
+    def clamped(self, sid: int) -> int:
+        """Counter clamping: a state with the same token mask, its counters far from their bounds clamped to one
+        value (mask walks read these states, `clamped_trans`).
 
         A loop body takes at least m >= 1 bytes (ByteNFA.loop_step), so a token of L <= maxlen bytes moves
         its counter by at most T = 1 + (maxlen - 1) // m: the first pass may need one byte to finish, each
@@ -509,22 +517,22 @@ class Automaton:
         the maximum, therefore behave alike for one token."""
         if not self.has_counters:
             return sid
-        hit = self.canon.get(sid)
+        hit = self._clamp_memo.get(sid)
         if hit is not None:
             return hit
-        memo: dict[int, int] = {0: 0, BOT: BOT}
-        configs = tuple(sorted({(q, self._canon_stack(st, memo)) for q, st in self._configs(sid)}))
-        c = self._state(configs, bool(self.accepting[sid]), self._escapes(sid))
-        self.canon[sid] = c
+        memo: dict[int, int] = {ROOT: ROOT, BOT: BOT}
+        configs = tuple(sorted({(q, self._clamp_stack(st, memo)) for q, st in self._configs(sid)}))
+        c = self._intern(configs, bool(self.accepting[sid]), self._escapes(sid))
+        self._clamp_memo[sid] = c
         return c
 
-    def _canon_stack(self, st: int, memo: dict[int, int]) -> int:
-        """Stack st with every counter frame's value clamped as `canonical` describes."""
+    def _clamp_stack(self, st: int, memo: dict[int, int]) -> int:
+        """Stack st with every counter frame's value clamped as `clamped` describes (localbuild._clamp_stack)."""
         hit = memo.get(st)
         if hit is not None:
             return hit
         ret, parent, v0 = self.stacks[st]
-        p2 = self._canon_stack(parent, memo)
+        p2 = self._clamp_stack(parent, memo)
         v = v0
         if ret < 0:
             lid = -1 - ret
@@ -572,7 +580,7 @@ class Automaton:
         """Counter frames on top of the common stack go into the local part (their values change with every
         loop pass); a call frame stays below, so a called rule's states are shared by all its callers."""
         stacks = self.stacks
-        while p != 0 and stacks[p][0] < 0:
+        while p != ROOT and stacks[p][0] < 0:
             p = stacks[p][1]
         return p
 
@@ -596,14 +604,14 @@ class Automaton:
             hit = self._mat_memo[key] = self._push(ret, self._materialize(parent, p), v)
         return hit
 
-    def _pair(self, configs, acc: bool, run: int = -1) -> int:
+    def _position(self, configs, acc: bool, run: int = -1) -> int:
         """The position for a set of real (NFA state, stack) configurations (and indentation run)."""
         if not configs:
             key = (-1, 0, bool(acc), run)
         else:
             p = self._cut(self._common({st for _, st in configs}))
             local = tuple(sorted({(q, self._rebase(st, p)) for q, st in configs}))
-            key = (self._state(local, False, NO_ESC), p, bool(acc), run)
+            key = (self._intern(local, False, NO_ESC), p, bool(acc), run)
         pid = self.pair_index.get(key)
         if pid is None:
             pid = len(self.pairs)
@@ -611,11 +619,11 @@ class Automaton:
             self.pair_index[key] = pid
         return pid
 
-    def _cont(self, s: int, p: int) -> tuple[tuple, bool, int]:
+    def _escape_target_py(self, s: int, p: int) -> tuple[tuple, bool, int]:
         """Where local state s's escapes lead on the real parent stack p: (configs, accepting, position). The
-        reference for localbuild.cont (`_escape_to`), which builds the same in numba."""
+        reference for its numba twin localbuild.escape_target (see `_escape_to`)."""
         key = (s, p)
-        hit = self._cont_memo.get(key)
+        hit = self._escape_py_memo.get(key)
         if hit is None:
             configs: set = set()
             acc = False
@@ -623,7 +631,7 @@ class Automaton:
                 cs, a, _ = self.closure(q, p)
                 configs.update(cs)
                 acc = acc or a
-            hit = self._cont_memo[key] = (tuple(sorted(configs)), acc, self._pair(configs, acc))
+            hit = self._escape_py_memo[key] = (tuple(sorted(configs)), acc, self._position(configs, acc))
         return hit
 
     def _run(self, k: int, p: int, data: bytes) -> tuple[set, bool]:
@@ -633,7 +641,7 @@ class Automaton:
         s = k
         flags = self.flags
         for i, b in enumerate(data):
-            if flags[s] & 2:
+            if flags[s] & ESCAPES:
                 k2, p2, _ = self._escape_to(s, p, False)
                 if k2 >= 0:
                     c2, a2 = self._run(k2, p2, data[i:])
@@ -643,7 +651,7 @@ class Automaton:
             if s < 0:
                 return res, acc
             flags = self.flags
-        if flags[s] & 2:
+        if flags[s] & ESCAPES:
             k2, p2, a = self._escape_to(s, p, False)
             if k2 >= 0:
                 res |= self._real_configs(k2, p2)
@@ -680,7 +688,7 @@ class Automaton:
         configs, acc = self._run(k, p, data)
         if not configs and not acc:
             return DEAD
-        return self._pair(configs, acc, run)
+        return self._position(configs, acc, run)
 
     def _indent_after(self, run: int, data: bytes) -> int | None:
         """The indentation run after `data` from a run of `run` (-1: none), or None if a run passes the limit."""
@@ -748,21 +756,21 @@ class Automaton:
                     best = max(best, hi - v)
         return min(best, UNBOUNDED)
 
-    def _escape_to(self, s: int, p: int, canonical: bool) -> tuple[int, int, bool]:
+    def _escape_to(self, s: int, p: int, clamp: bool) -> tuple[int, int, bool]:
         """Where local state s's escapes lead on the real parent stack p: (local state or -1 for none, parent
-        stack, accepting), the local state canonical if asked (a mask key) or real (a commit's position). Built by
-        localbuild.cont, else from `_cont`."""
-        canonical = canonical and self.has_counters
-        key = (s, p, canonical)
+        stack, accepting), the local state clamped if asked (a mask key) or real (a commit's position). Built by
+        localbuild.escape_target, else by its Python twin `_escape_target_py`; memoised."""
+        clamp = clamp and self.has_counters
+        key = (s, p, clamp)
         hit = self._escape_memo.get(key)
         if hit is None:
-            out = self._cont_out
-            if self._fast_call(cont, s, p, canonical, out, canonical=canonical) != NEED_PYTHON:
+            out = self._escape_out
+            if self._fast_call(escape_target, s, p, clamp, out, clamp=clamp) != NEED_PYTHON:
                 k2, p2, acc2 = out.tolist()
             else:
-                k2, p2, acc2, _ = self.pairs[self._cont(s, p)[2]]
-                if k2 >= 0 and canonical:
-                    k2 = self.canonical(k2)
+                k2, p2, acc2, _ = self.pairs[self._escape_target_py(s, p)[2]]
+                if k2 >= 0 and clamp:
+                    k2 = self.clamped(k2)
             hit = self._escape_memo[key] = (k2, p2, bool(acc2))
         return hit
 

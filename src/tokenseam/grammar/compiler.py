@@ -5,10 +5,12 @@ The cache key is the grammar kind, its canonical text, the options and the vocab
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,32 @@ MAX_CHOICE_CHARS = 200_000
 # for the next request (requests already using the old one keep it), so a long-lived server's memory per
 # grammar stays bounded.
 REBUILD_STATES = 50_000
+_GC_LOCK = threading.Lock()
+_gc_pauses = 0  # compiles running now (in any thread)
+_gc_resume = False  # whether the last of them turns the collector back on
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while any compile runs. A compile allocates many small objects, and each
+    collection they trigger rescans the whole (large) heap of a serving process: with the collector on, a big
+    MaskBench schema took over twice as long and ran past its time budget. The collector is process-wide, so
+    overlapping compiles (worker threads) share one pause: the first turns it off if it was on, the last one
+    to finish turns it back on; a collector someone else turned off stays off. Pausing only delays
+    collection (other threads run as before), and a compile's budget bounds how long."""
+    global _gc_pauses, _gc_resume
+    with _GC_LOCK:
+        if _gc_pauses == 0:
+            _gc_resume = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_resume:
+                gc.enable()
 
 
 def token_table(vocab: Vocabulary) -> TokenTable:
@@ -53,16 +81,19 @@ class GrammarCompiler:
     Each compile has one budget (budget.py): `time_budget` seconds of wall clock and `size_budget` units of
     data (None: the module defaults, budget.COMPILE_SECONDS and COMPILE_SIZE). Past either, the compile
     stops with a GrammarError naming the limit and where it ran out. `rss_limit`: bytes of resident memory the
-    process may reach; past it a compile stops (or does not start) with GrammarResourceError."""
+    process may reach; past it a compile stops (or does not start) with GrammarResourceError.
+    `python_builder`: automaton states are built only by the Python reference code, never by the numba
+    builder (for tests that compare the two; much slower)."""
 
     def __init__(self, vocab: Vocabulary, cache_size: int = 128, time_budget: float | None = None,
-                 size_budget: int | None = None, rss_limit: int | None = None) -> None:
+                 size_budget: int | None = None, rss_limit: int | None = None, python_builder: bool = False) -> None:
         self.vocab = vocab
         self.table = token_table(vocab)
         self.cache_size = cache_size
         self.time_budget = time_budget
         self.size_budget = size_budget
         self.rss_limit = rss_limit  # the process's resident-memory cap in bytes (None: none)
+        self.python_builder = python_builder
         self._cache: OrderedDict[tuple, CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -76,12 +107,12 @@ class GrammarCompiler:
                     return hit
                 del self._cache[full]
         try:
-            with compile_budget(self.time_budget, self.size_budget, self.rss_limit):
+            with _gc_paused(), compile_budget(self.time_budget, self.size_budget, self.rss_limit):
                 grammar, kind, source = build()
                 warnings = list(grammar.warnings)
                 nfa = build_nfa(grammar)
-                del grammar  # the IR is freed here, before the automaton is built
-                auto = Automaton(prepare_nfa(nfa), self.table)
+                del grammar  # the IR is freed here, before the collector can see it
+                auto = Automaton(prepare_nfa(nfa), self.table, self.python_builder)
         except RecursionError as exc:
             raise GrammarError("grammar nesting too deep") from exc
         compiled = CompiledGrammar(kind, source, auto, self.vocab, warnings)

@@ -3,7 +3,7 @@
 A mask is one numba walk (localbuild.walk_esc) over the byte-sorted vocabulary from a position's local state:
 tokens the local state takes whole are certain under any parent stack; tokens that run past the local bottom
 are grouped by the state they escape from and resolved against the real parent stack (`_resolve`). A position
-whose configurations sit in several call frames is the union of its frame groups' masks (`group_by_frame`).
+whose configurations sit in several call frames is the union of its frame groups' masks (`frame_groups`).
 Masks are kept in an LRU bounded by MASK_CACHE_BYTES; the per-local-state walks are kept whole.
 
 The cache asks its automaton for states, rows and positions; it builds nothing itself. It belongs to the
@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .localbuild import BOT, NEED_PYTHON, split, walk_esc
+from .localbuild import (
+    BOT,
+    NEED_PYTHON,
+    NO_DEAD,
+    WALK_DONE,
+    WALK_NEEDS_PYTHON,
+    WALK_NO_ROOM,
+    group_by_frame,
+    walk_esc,
+)
 from .tables import SubTable, TokenTable
 
 if TYPE_CHECKING:
@@ -40,14 +49,14 @@ class MaskCache:
         self._local_info: dict[int, tuple[np.ndarray, list[tuple[int, int]]]] = {}
         self._suffix_info: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]] = {}
         self._groups_tab: list[SubTable] = []
-        self._frame_groups: dict[tuple[int, int], list[tuple] | None] = {}
-        self._split_out = np.empty((64, 2), dtype=np.int64)
+        self._frame_group_memo: dict[tuple[int, int], list[tuple] | None] = {}
+        self._groups_out = np.empty((64, 2), dtype=np.int64)
 
     def mask(self, pid: int) -> np.ndarray:
         """The packed (int32) mask of the tokens allowed at position pid."""
         auto = self._auto
         k, p, acc, run = auto.pairs[pid]
-        kc = auto.canonical(k) if k >= 0 else -1
+        kc = auto.clamped(k) if k >= 0 else -1
         if self._indent_rows is None:
             return self._cached_mask((kc, p, acc), None)
         return self._cached_mask((kc, p, acc, run), run)
@@ -85,7 +94,7 @@ class MaskCache:
     def _mask_slow(self, key: tuple[int, int, bool]) -> np.ndarray:
         kc, p, acc = key
         tb = self.table
-        parts = self.group_by_frame(kc, p) if kc >= 0 else None
+        parts = self.frame_groups(kc, p) if kc >= 0 else None
         if parts is not None:
             out = np.zeros(tb.words, dtype=np.uint32)
             for part in parts:
@@ -109,24 +118,23 @@ class MaskCache:
         out = np.zeros(tb.words, dtype=np.uint32)
         states = np.empty(tb.maxlen + 1, dtype=np.int32)
         states[0] = sid
-        pos = np.array([0, -1, 1 << 30, 0, 0], dtype=np.int64)
+        pos = np.array([0, -1, NO_DEAD, 0, 0], dtype=np.int64)
         rec = np.empty((256, 3), dtype=np.int64)
         nrec = np.zeros(1, dtype=np.int64)
         fast = auto._fast
         while True:
             fast.index(auto)
-            r = walk_esc(auto._walk_trans, auto.flags, auto.budget, auto.byte_class, tab.data, tab.offs, tab.lcp,
-                         tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec, auto.accepting,
-                         *fast.arrays())
+            r = walk_esc(tab.data, tab.offs, tab.lcp, tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec,
+                         auto.builder_arrays(auto._walk_trans))
             auto._sync()
-            if r == 0:
+            if r == WALK_DONE:
                 break
-            if r == 1:
+            if r == WALK_NEEDS_PYTHON:
                 byte = tab.data[tab.offs[pos[0]] + pos[1]]
                 auto.fill(int(states[pos[1]]), auto._cls_of[byte])
-            elif r == 3:
+            elif r == WALK_NO_ROOM:
                 fast.grow(auto)
-            else:
+            else:  # WALK_REC_FULL
                 grown = np.empty((rec.shape[0] * 4, 3), dtype=np.int64)
                 grown[: rec.shape[0]] = rec
                 rec = grown
@@ -190,27 +198,28 @@ class MaskCache:
             self._resolve(s2, p2, g2, out)
 
     # -- positions split by call frame -------------------------------------------------------------------
-    def group_by_frame(self, kc: int, p: int) -> list[tuple] | None:
+    def frame_groups(self, kc: int, p: int) -> list[tuple] | None:
         """Local state kc's configurations grouped by the call frame right above the bottom, as the mask keys
-        of their own positions; None when there is nothing to split.
+        of their own positions; None when there is nothing to split. Built by localbuild.group_by_frame, else by
+        its Python twin `_group_by_frame_py`; memoised.
 
         A set of configurations takes a token when one of them does, so a mask is the union of its groups'
         masks. A group inside a called rule is keyed by the rule's own states, shared by every call site (the
         extra members of each layer of a JSON object), so its walk over the vocabulary is done once."""
-        hit = self._frame_groups.get((kc, p), 0)
+        hit = self._frame_group_memo.get((kc, p), 0)
         if hit != 0:
             return hit
-        out = self._split_out
+        out = self._groups_out
         auto = self._auto
-        n = auto._fast_call(split, kc, p, auto.has_counters, out)
+        n = auto._fast_call(group_by_frame, kc, p, auto.has_counters, out)
         if n != NEED_PYTHON:
             res = [(int(k), int(q), False) for k, q in out[:n].tolist()] if n else None
-            self._frame_groups[(kc, p)] = res
+            self._frame_group_memo[(kc, p)] = res
             return res
         return self._group_by_frame_py(kc, p)
 
     def _group_by_frame_py(self, kc: int, p: int) -> list[tuple] | None:
-        """group_by_frame in Python, for what the numba one hands back."""
+        """The Python twin of localbuild.group_by_frame, for what the numba one hands back."""
         auto = self._auto
         groups: dict[int, list] = {}
         stacks = auto.stacks
@@ -224,9 +233,9 @@ class MaskCache:
             res = []
             for g in groups.values():
                 real = {(q, auto._materialize(lst, p)) for q, lst in g}
-                k2, p2, _, _ = auto.pairs[auto._pair(real, False)]
-                res.append((auto.canonical(k2), p2, False))
-        self._frame_groups[(kc, p)] = res
+                k2, p2, _, _ = auto.pairs[auto._position(real, False)]
+                res.append((auto.clamped(k2), p2, False))
+        self._frame_group_memo[(kc, p)] = res
         return res
 
     def _top_frame(self, lst: int) -> int:
