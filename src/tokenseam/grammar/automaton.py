@@ -33,6 +33,7 @@ from .localbuild import (
     fill,
 )
 from .prepare import PreparedNFA
+from .stacks import Stacks
 from .tables import TokenTable
 
 MAX_DFA_STATES = 2_000_000
@@ -69,8 +70,6 @@ class Automaton:
         self._local_memo: dict[int, tuple[int, ...] | None] = {}
         self._succ_memo: dict[tuple, int] = {}
         self._pending: dict[int, tuple[list, list]] = {}
-        self.stacks: list[tuple[int, int, int]] = [(-1, -1, 0), (-3, -3, 0)]  # ROOT and BOT (no frames)
-        self.stack_index: dict[tuple[int, int, int], int] = {}
         self.has_counters = bool(nfa.loops)
         maxlen = table.maxlen
         self._loop_reach = [1 + (maxlen - 1) // nfa.loop_step.get(lid, 1) for lid in range(len(nfa.loops))]
@@ -86,12 +85,12 @@ class Automaton:
         self.budget = np.zeros(cap, dtype=np.int32)
         self.trans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
         # Mask walks read `clamped_trans`: the same rows with every successor replaced by its clamped state
-        # (counters far from their bounds clamped to one value, `clamped`). A token never moves a counter far enough for the difference to
-        # matter, and a clamped counted loop (a long maxLength string body) becomes a state that string-safe
-        # characters loop on, so the walk takes such tokens whole instead of building a state per count.
+        # (counters far from their bounds clamped to one value, `clamped`). A token never moves a counter far
+        # enough for the difference to matter, and a clamped counted loop (a long maxLength string body) becomes
+        # a state that string-safe characters loop on, so the walk takes such tokens whole instead of building
+        # a state per count.
         self.clamped_trans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32) if self.has_counters else None
         self.accepting = np.zeros(cap, dtype=bool)
-        self.depth: list[int] = [0, 0]
         # A position is a pair (local state K, parent stack P): K holds every configuration with its frames
         # above P rebased onto BOT, so K (and its masks) is shared by every place the same shape recurs.
         # With an indentation limit (Grammar.indent_limit), a position also records how long the current run
@@ -99,10 +98,8 @@ class Automaton:
         self.indent_limit = nfa.indent_limit
         self.pairs: list[tuple[int, int, bool, int]] = []
         self.pair_index: dict[tuple[int, int, bool, int], int] = {}
-        self._rebase_memo: dict[tuple[int, int], int] = {}
         self._escape_memo: dict[tuple[int, int, bool], tuple[int, int, bool]] = {}
         self._escape_out = np.empty(3, dtype=np.int64)
-        self._mat_memo: dict[tuple[int, int], int] = {}
         self._escape_py_memo: dict[tuple[int, int], tuple[tuple, bool, int]] = {}
         # (position, bytes) -> position after them: requests revisit positions (every item of an array, every
         # request of a schema), and a commit is then one lookup instead of a run over the bytes.
@@ -112,8 +109,8 @@ class Automaton:
         current().spend(nfa.size)  # its arrays: about 60 bytes per NFA state
         max_states = 0 if python_builder else MAX_DFA_STATES
         self._fast = LocalBuilder(nfa, self.byte_class, self._special, max_states, self._loop_reach)
-        for sid, (ret, parent, value) in enumerate(self.stacks):
-            self._fast.add_stack(sid, ret, parent, value)
+        self._stacks = Stacks(self._fast)
+        self.stacks = self._stacks.frames  # stack id -> (return state or -1 - loop, parent, counter value)
         configs, acc, _ = self.closure(nfa.rule_start[0], ROOT)
         self.start = self._position(configs, acc)
 
@@ -122,19 +119,7 @@ class Automaton:
         """Automaton states built so far (they grow as requests reach new parts of the grammar)."""
         return len(self.state_configs)
 
-    # -- preparation -------------------------------------------------------------------------------------
     # -- configurations ----------------------------------------------------------------------------------
-    def _push(self, ret: int, parent: int, value: int = 0) -> int:
-        key = (ret, parent, value)
-        sid = self.stack_index.get(key)
-        if sid is None:
-            sid = len(self.stacks)
-            self.stacks.append(key)
-            self.stack_index[key] = sid
-            self.depth.append(self.depth[parent] + 1)
-            self._fast.add_stack(sid, ret, parent, value)
-        return sid
-
     def _local(self, q0: int) -> tuple[int, ...] | None:
         """The epsilon closure of q0 when it touches no stack operation (same for every stack), else None."""
         hit = self._local_memo.get(q0, 0)
@@ -200,11 +185,11 @@ class Automaton:
             nxt = [(t, st) for t in nfa.eps[q]]
             c = nfa.call.get(q)
             if c is not None:
-                nxt.append((nfa.rule_start[c[0]], self._push(c[1], st)))
+                nxt.append((nfa.rule_start[c[0]], self._stacks.push(c[1], st)))
             if self.has_counters:
                 cp = nfa.cpush.get(q)
                 if cp is not None:
-                    nxt.append((cp[0], self._push(-1 - cp[1], st, 0)))
+                    nxt.append((cp[0], self._stacks.push(-1 - cp[1], st, 0)))
                 if st == BOT:
                     if q in nfa.cinc or q in nfa.cguard or q in nfa.cexit:
                         esc.add(q)
@@ -217,7 +202,7 @@ class Automaton:
                         if hi is None:
                             v = min(v, lo)
                         if hi is None or v <= hi:
-                            nxt.append((ci[0], self._push(-1 - ci[1], parent, v)))
+                            nxt.append((ci[0], self._stacks.push(-1 - ci[1], parent, v)))
                     cg = nfa.cguard.get(q)
                     if cg is not None:
                         hi = nfa.loops[cg[1]][1]
@@ -311,16 +296,11 @@ class Automaton:
     def _sync(self, clamped: bool = True) -> None:
         """Take in the stacks and states the numba builder made (localbuild.fill): clamped ones for a walk,
         real ones for a commit. A state's configurations are read from the numba side when first needed
-        (`_configs`); until then `_state` finds it there."""
+        (`_configs`); until then `_intern` finds it there."""
         fast = self._fast
         if fast.meta[M_STATES] <= len(self.state_configs) and fast.meta[M_STACKS] <= len(self.stacks):
             return
-        stk = fast.stk
-        for sid in range(len(self.stacks), int(fast.meta[M_STACKS])):
-            key = ret, parent, value = tuple(stk[sid].tolist())
-            self.stacks.append(key)
-            self.stack_index[key] = sid
-            self.depth.append(self.depth[parent] + 1)
+        self._stacks.take_in(fast.stk, int(fast.meta[M_STACKS]))
         n0 = len(self.state_configs)
         k = int(fast.meta[M_STATES]) - n0
         if k > 0:
@@ -545,72 +525,18 @@ class Automaton:
                     v = lo - T - 1
             elif hi is None or hi - v > T:
                 v = lo if hi is None or hi - lo > T else v
-        res = self._push(ret, p2, v) if (p2, v) != (parent, v0) else st
+        res = self._stacks.push(ret, p2, v) if (p2, v) != (parent, v0) else st
         memo[st] = res
         return res
 
     # -- positions (local state, parent stack) -------------------------------------------------------------
-    def _common(self, sts) -> int:
-        """The deepest stack that every stack in `sts` has below (or at) its top."""
-        cur = set(sts)
-        if len(cur) == 1:
-            return next(iter(cur))
-        stacks, depth = self.stacks, self.depth
-        d = min(depth[s] for s in cur)
-        # Each stack is walked down to depth d only as far as a frame an earlier walk passed (its frame at
-        # depth d is then known): every frame is passed once, where walking each stack to the end cost
-        # depth x stacks (10,000 nested calls of a rule chain: 50 million steps).
-        below: dict[int, int] = {}
-        level = set()
-        for s in cur:
-            path = []
-            while depth[s] > d and s not in below:
-                path.append(s)
-                s = stacks[s][1]
-            s = below.get(s, s)
-            for x in path:
-                below[x] = s
-            level.add(s)
-        current().tick(len(below) + len(level))
-        while len(level) > 1:
-            level = {stacks[s][1] for s in level}
-        return next(iter(level))
-
-    def _cut(self, p: int) -> int:
-        """Counter frames on top of the common stack go into the local part (their values change with every
-        loop pass); a call frame stays below, so a called rule's states are shared by all its callers."""
-        stacks = self.stacks
-        while p != ROOT and stacks[p][0] < 0:
-            p = stacks[p][1]
-        return p
-
-    def _rebase(self, st: int, p: int) -> int:
-        if st == p:
-            return BOT
-        key = (st, p)
-        hit = self._rebase_memo.get(key)
-        if hit is None:
-            ret, parent, v = self.stacks[st]
-            hit = self._rebase_memo[key] = self._push(ret, self._rebase(parent, p), v)
-        return hit
-
-    def _materialize(self, lst: int, p: int) -> int:
-        if lst == BOT:
-            return p
-        key = (lst, p)
-        hit = self._mat_memo.get(key)
-        if hit is None:
-            ret, parent, v = self.stacks[lst]
-            hit = self._mat_memo[key] = self._push(ret, self._materialize(parent, p), v)
-        return hit
-
     def _position(self, configs, acc: bool, run: int = -1) -> int:
         """The position for a set of real (NFA state, stack) configurations (and indentation run)."""
         if not configs:
             key = (-1, 0, bool(acc), run)
         else:
-            p = self._cut(self._common({st for _, st in configs}))
-            local = tuple(sorted({(q, self._rebase(st, p)) for q, st in configs}))
+            p = self._stacks.cut(self._stacks.common({st for _, st in configs}))
+            local = tuple(sorted({(q, self._stacks.rebase(st, p)) for q, st in configs}))
             key = (self._intern(local, False, NO_ESC), p, bool(acc), run)
         pid = self.pair_index.get(key)
         if pid is None:
@@ -660,7 +586,7 @@ class Automaton:
 
     def _real_configs(self, k: int, p: int) -> set:
         """The real configurations of position (local state k, parent stack p)."""
-        return {(q, self._materialize(lst, p)) for q, lst in self._configs(k)}
+        return {(q, self._stacks.materialize(lst, p)) for q, lst in self._configs(k)}
 
     def step_bytes(self, pid: int, data: bytes) -> int:
         """The position after `data` from position pid, or DEAD."""

@@ -42,7 +42,7 @@ meta[M_GROW]):
   NOT_LOCAL not local;
 - cfg (pool, 2): (NFA state, stack) configurations; escp: escape NFA states;
   soff[state] = (configurations offset, count, escapes offset, count);
-- stk[stack] = (return state or -1 - loop, parent, counter value), as Automaton.stacks;
+- stk[stack] = (return state or -1 - loop, parent, counter value), as stacks.Stacks;
 - ht / sht: open-addressing hashes of states / stacks (id + 1, 0 empty), at most half full;
 - meta: the M_* counters.
 """
@@ -629,7 +629,7 @@ def fill(s, c, clamp, ar):
 @numba.njit(cache=True)
 def _reroot(st, until, base, ar):
     """The frames of stack st above `until` (an ancestor of st) pushed in order onto `base` (NO_ROOM when full):
-    Automaton._rebase with base BOT, Automaton._materialize with until BOT."""
+    Stacks.rebase with base BOT, Stacks.materialize with until BOT."""
     stk = ar.stk
     if st == until:
         return base
@@ -647,7 +647,7 @@ def _reroot(st, until, base, ar):
 
 @numba.njit(cache=True)
 def _common(sts, stk):
-    """The deepest stack that every (real) stack in sts has below or at its top (Automaton._common); NEED_PYTHON
+    """The deepest stack that every (real) stack in sts has below or at its top (Stacks.common); NEED_PYTHON
     if they do not share a root."""
     n = sts.shape[0]
     depth = np.empty(n, np.int64)
@@ -742,7 +742,7 @@ def _position(qs, sts, keys, clamp, ar):
     c = _common(sts, stk)
     if c < 0:
         return c, 0
-    while c > BOT and stk[c, 0] < 0:  # Automaton._cut
+    while c > BOT and stk[c, 0] < 0:  # Stacks.cut
         c = stk[c, 1]
     for k in range(n):
         st = _reroot(sts[k], c, BOT, ar)  # rebased on c
@@ -962,7 +962,7 @@ class LocalBuilder:
         self.loops = np.asarray([(lo, -1 if hi is None else hi, reach, nfa.loop_slack.get(lid, 0))
                                  for lid, ((lo, hi), reach) in enumerate(zip(nfa.loops, loop_reach, strict=True))]
                                 or [(0, 0, 0, 0)], dtype=np.int64)
-        # The NFA's rows are flat since Automaton._prepare (nfa.FlatRows).
+        # The NFA's rows are flat since prepare.prepare_nfa (nfa.FlatRows).
         edge_rows = nfa.edges.data
         self.e_off = nfa.edges.off
         self.nfa_e = edge_rows.copy() if len(edge_rows) else np.zeros((1, 3), dtype=np.int32)

@@ -224,7 +224,7 @@ class MaskCache:
         groups: dict[int, list] = {}
         stacks = auto.stacks
         for q, lst in auto._configs(kc):
-            f = self._top_frame(lst)
+            f = auto._stacks.top_frame(lst)
             if f != BOT and stacks[f][0] < 0:
                 f = BOT  # a counter frame's configurations stay with the rest
             groups.setdefault(f, []).append((q, lst))
@@ -232,15 +232,8 @@ class MaskCache:
         if len(groups) > 1:
             res = []
             for g in groups.values():
-                real = {(q, auto._materialize(lst, p)) for q, lst in g}
+                real = {(q, auto._stacks.materialize(lst, p)) for q, lst in g}
                 k2, p2, _, _ = auto.pairs[auto._position(real, False)]
                 res.append((auto.clamped(k2), p2, False))
         self._frame_group_memo[(kc, p)] = res
         return res
-
-    def _top_frame(self, lst: int) -> int:
-        """The frame right above the local bottom in local stack lst (BOT for lst == BOT)."""
-        stacks = self._auto.stacks
-        while lst != BOT and stacks[lst][1] != BOT:
-            lst = stacks[lst][1]
-        return lst
