@@ -125,7 +125,7 @@ def test_string_bodies_taken_whole_match_simulation(vocabs, vocab_name):
     """String bodies are walked with the safe-sink shortcut (a token of whole safe characters is taken as soon
     as the walk reaches such a state); masks still match the full-stack simulation, multi-byte text included."""
     from tokenseam.grammar import GrammarCompiler
-    from tokenseam.grammar.automaton import SAFE_SINK
+    from tokenseam.grammar.localbuild import SAFE_SINK
 
     vocab = vocabs[vocab_name]
     compiler = GrammarCompiler(vocab)
@@ -144,7 +144,7 @@ def test_string_bodies_taken_whole_match_simulation(vocabs, vocab_name):
 
 
 def test_safe_from_marks_whole_safe_characters():
-    from tokenseam.grammar.automaton import _safe_from
+    from tokenseam.grammar.tables import _safe_from
 
     toks = [b"abc", b'a"bc', b"x\\y", "é日😀".encode(), b"ab\xe6\x97", b"\xa5ab", b"a\nb", b"\xed\xa0\x80z",
             b"", b"\x7f"]
@@ -204,11 +204,10 @@ def test_universal_states_take_safe_tokens_whole(vocabs, vocab_name):
     doc = json.dumps({"format": "a tar", "name": "é \"x\" 日本", "short": "a few words, then é 日本 and more words",
                       "tags": ["ab-cd", "x-"], "extra key": 1}, ensure_ascii=False)
     fast = GrammarCompiler(vocab).compile_json_schema(schema)
-    slow = GrammarCompiler(vocab).compile_json_schema(schema)
+    slow = GrammarCompiler(vocab, python_builder=True).compile_json_schema(schema)
     assert fast.automaton.nfa.universal
     slow.automaton.nfa.universal = set()
     slow.automaton.nfa.counted_body = {}
-    _python_builds_states(slow)
     _check(fast, vocab, doc, _cuts(doc), seed=6, sample=_sample_with_text)
     data = doc.encode()
     ma, mb = GrammarMatcher(fast), GrammarMatcher(slow)
@@ -223,8 +222,8 @@ def test_universal_states_take_safe_tokens_whole(vocabs, vocab_name):
         assert np.array_equal(oa, ob), data[:cut]
     # The shortcut was taken: some masks were made from states with a universal configuration.
     auto = fast.automaton
-    assert any(q in auto.nfa.universal for kc in auto._local_info for q, _ in auto._configs(kc))
-    budgets = {int(auto.budget[kc]) for kc in auto._local_info}
+    assert any(q in auto.nfa.universal for kc in fast.masks._local_info for q, _ in auto._configs(kc))
+    budgets = {int(auto.budget[kc]) for kc in fast.masks._local_info}
     assert any(0 < b < 1 << 30 for b in budgets)  # and from the counted maxLength body
 
 
@@ -244,18 +243,11 @@ def test_counters_of_long_loop_bodies_clamp_early(compiler, smollm2_vocab):
         for ch in ("[" if k == 0 else ", ") + item:
             m.fill_next_token_bitmask(out)
             assert m.accept_bytes(ch.encode())
-        counts.append(len(g.automaton._local_info))
+        counts.append(len(g.masks._local_info))
     assert counts[30] == counts[5]  # no walk per item index in between
     doc = "[" + ", ".join(items) + "]"
     tail = doc.rindex("{")
     _check(g, smollm2_vocab, doc, [1, 30, tail - 2, tail + 1, len(doc) - 1, len(doc)], seed=7)
-
-
-def _python_builds_states(compiled) -> None:
-    """Make every new automaton state in Python (the walk's own builder hands each one over)."""
-    from tokenseam.grammar.localbuild import M_MAX_STATES
-
-    compiled.automaton._fast.meta[M_MAX_STATES] = 0
 
 
 @pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])
@@ -265,7 +257,7 @@ def _python_builds_states(compiled) -> None:
         "id": {"type": "integer"}, "name": {"type": "string", "maxLength": 30},
         "tags": {"type": "array", "items": {"enum": ["a", "bé", "c d"]}}}, "required": ["id"]}},
      json.dumps([{"id": 1, "name": "x é 日本", "tags": ["bé", "a"]}, {"id": -20, "tags": []}, {"id": 3}],
-                ensure_ascii=False)),  # counters: canonical rows
+                ensure_ascii=False)),  # counters: clamped rows
     ("schema", {"type": "object", "additionalProperties": {"$ref": "#"}},
      json.dumps({"a": {"b": {}, "c x": {"d": {}}}, "e": {}}, indent=2)),
     ("gbnf", 'root ::= list\nlist ::= "(" (item (" " item)*)? ")"\nitem ::= list | [a-z]+ | "\\"" [^"]* "\\""\n',
@@ -277,13 +269,13 @@ def _python_builds_states(compiled) -> None:
     ("regex", r"(a|bc){13,}x{2,40}y{0,3}", "aaaaaaabcbcbcbcbcbcabcxxxxxxxxxxxxxxxxxxxy"),  # a counter without a max
 ])
 def test_walk_builds_the_states_python_builds(vocabs, vocab_name, kind, grammar, doc):
-    """The walk builds missing transitions itself (localbuild.build); masks equal those of an automaton whose
+    """The walk builds missing transitions itself (localbuild.fill); masks equal those of an automaton whose
     every state is built in Python, over the whole vocabulary at every byte of a document."""
     _compare_builders(vocabs[vocab_name], kind, grammar, doc)
 
 
 def test_mask_walks_build_counter_states_in_numba(monkeypatch, smollm2_vocab):
-    """Closures that push, bump, guard or pop a counter are built inside the walk too (made canonical there):
+    """Closures that push, bump, guard or pop a counter are built inside the walk too (clamped there):
     no mask of an automaton with counters hands a transition back to Python."""
     from tokenseam.grammar import GrammarCompiler
     from tokenseam.grammar.automaton import Automaton
@@ -321,8 +313,9 @@ def test_mask_walks_build_counter_states_in_numba(monkeypatch, smollm2_vocab):
 ])
 def test_split_and_escapes_in_numba_match_python(smollm2_vocab, schema, doc):
     """A position whose configurations sit in several call frames is split into one mask key per frame by
-    localbuild.split, and where a local state's escapes lead on a real stack is found by localbuild.cont; along
-    a document, every split equals Automaton._split_py's and every escape target `_cont`'s, state for state."""
+    localbuild.group_by_frame, and where a local state's escapes lead on a real stack is found by
+    localbuild.escape_target; along a document, every split equals its Python twin's and every escape target
+    `_escape_target_py`'s, state for state."""
     from tokenseam.grammar import GrammarCompiler
 
     g = GrammarCompiler(smollm2_vocab).compile_json_schema(schema)
@@ -332,14 +325,14 @@ def test_split_and_escapes_in_numba_match_python(smollm2_vocab, schema, doc):
         m.fill_next_token_bitmask(out)
         assert m.accept_bytes(ch.encode())
     auto = g.automaton
-    made = {k: v for k, v in auto._split_memo.items() if v is not None}
+    made = {k: v for k, v in g.masks._frame_group_memo.items() if v is not None}
     assert len(made) >= 3
     for (kc, p), parts in made.items():
-        assert sorted(auto._split_py(kc, p)) == sorted(parts)
+        assert sorted(g.masks._group_by_frame_py(kc, p)) == sorted(parts)
     assert len(auto._escape_memo) >= 3
-    for (s, p, canonical), (k2, p2, acc2) in auto._escape_memo.items():
-        k, q, acc, _ = auto.pairs[auto._cont(s, p)[2]]
-        assert (auto.canonical(k) if k >= 0 and canonical else k, q, acc) == (k2, p2, acc2)
+    for (s, p, clamp), (k2, p2, acc2) in auto._escape_memo.items():
+        k, q, acc, _ = auto.pairs[auto._escape_target_py(s, p)[2]]
+        assert (auto.clamped(k) if k >= 0 and clamp else k, q, acc) == (k2, p2, acc2)
 
 
 @pytest.mark.parametrize("schema,doc", [
@@ -361,14 +354,13 @@ def _compare_builders(vocab, kind, grammar, doc) -> None:
     from tokenseam.grammar import GrammarCompiler
     from tokenseam.grammar.localbuild import M_STACKS
 
-    def compile_one():
-        c = GrammarCompiler(vocab)
+    def compile_one(python_builder: bool):
+        c = GrammarCompiler(vocab, python_builder=python_builder)
         if kind == "schema":
             return c.compile_json_schema(grammar)
         return c.compile_gbnf(grammar) if kind == "gbnf" else c.compile_regex(grammar)
 
-    fast, slow = compile_one(), compile_one()
-    _python_builds_states(slow)
+    fast, slow = compile_one(False), compile_one(True)
     ma, mb = GrammarMatcher(fast), GrammarMatcher(slow)
     oa = np.zeros(vocab.mask_words, dtype=np.int32)
     ob = oa.copy()
@@ -468,18 +460,16 @@ def test_compiling_leaves_no_reference_cycles(compiler, smollm2_vocab):
 
 @pytest.mark.parametrize("grammar,text", [
     ('root ::= "[" item ("," item)* "]"\nitem ::= root | [a-z]+\n', "[ab,[c,[d]],e]"),
-    # counters: commits build the real successors (values not clamped), masks the canonical ones
+    # counters: commits build the real successors (values not clamped), masks the clamped ones
     ('root ::= "[" item ("," item){0,20} "]"\nitem ::= root | [a-z]{1,30}\n', "[ab,[c,[d,x,y]],abcdefghijklmnopq,e]"),
 ])
 def test_commits_build_states_in_the_walks_builder(smollm2_vocab, grammar, text):
-    """A commit that meets a transition no mask has built builds it with localbuild.build, and reaches the
+    """A commit that meets a transition no mask has built builds it with localbuild.fill, and reaches the
     same positions as when Python builds every state."""
     from tokenseam.grammar import GrammarCompiler
 
     def run(python_only: bool):
-        g = GrammarCompiler(smollm2_vocab).compile_gbnf(grammar)
-        if python_only:
-            _python_builds_states(g)
+        g = GrammarCompiler(smollm2_vocab, python_builder=python_only).compile_gbnf(grammar)
         m = GrammarMatcher(g)
         trace = []
         auto = g.automaton
@@ -506,25 +496,25 @@ def test_commits_build_states_in_the_walks_builder(smollm2_vocab, grammar, text)
 def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
     """GrammarCompiler.warm_up (run by `tokenseam serve` at startup and by the benchmark before timing) reaches
     the walk (which builds states inside), the commits' builder, the split by call frame and the escape
-    targets, canonical (an automaton with counters) and real: each numba function is loaded before a request
+    targets, clamped (an automaton with counters) and real: each numba function is loaded before a request
     needs it. It caches nothing."""
-    from tokenseam.grammar import GrammarCompiler
-    from tokenseam.grammar import automaton as A
+    from tokenseam.grammar import GrammarCompiler, automaton, masks
 
     calls = []
 
     def counting(name, fn):
         def call(*args):
-            calls.append((name, args[2] if name in ("build", "split", "cont") else None))
+            calls.append((name, args[2] if name in ("fill", "group_by_frame", "escape_target") else None))
             return fn(*args)
         return call
 
-    for name in ("walk_esc", "build", "split", "cont"):
-        monkeypatch.setattr(A, name, counting(name, getattr(A, name)))
+    for module, name in ((masks, "walk_esc"), (automaton, "fill"), (masks, "group_by_frame"),
+                         (automaton, "escape_target")):
+        monkeypatch.setattr(module, name, counting(name, getattr(module, name)))
     compiler = GrammarCompiler(smollm2_vocab)
     compiler.warm_up()
-    assert {name for name, _ in calls} == {"walk_esc", "build", "split", "cont"}
-    assert ("cont", True) in calls and ("cont", False) in calls  # canonical (masks, counters) and real
+    assert {name for name, _ in calls} == {"walk_esc", "fill", "group_by_frame", "escape_target"}
+    assert ("escape_target", True) in calls and ("escape_target", False) in calls  # clamped (masks, counters), real
     assert len(compiler._cache) == 0
 
 

@@ -5,7 +5,8 @@ Public API: GrammarCompiler -> CompiledGrammar, GrammarMatcher per request, Gram
 
 from __future__ import annotations
 
-from .compiler import CompiledGrammar, GrammarCompiler
+from .compiled import CompiledGrammar
+from .compiler import GrammarCompiler
 from .errors import GrammarError, GrammarResourceError
 from .matcher import GrammarMatcher
 

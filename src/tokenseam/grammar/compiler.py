@@ -1,4 +1,4 @@
-"""GrammarCompiler: front end -> IR -> byte NFA -> lazy automaton, with an LRU of compiled grammars.
+"""GrammarCompiler: front end -> IR -> byte NFA -> checked, trimmed NFA -> lazy automaton, with an LRU of compiled grammars.
 
 The cache key is the grammar kind, its canonical text, the options and the vocabulary fingerprint.
 """
@@ -9,34 +9,63 @@ import gc
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from .automaton import Automaton, TokenTable
+import numpy as np
+
+from ..vocab import Vocabulary
+from .automaton import Automaton
 from .budget import compile_budget
+from .compiled import CompiledGrammar
 from .errors import GrammarError
 from .ir import Grammar, alt, lit
+from .matcher import GrammarMatcher
 from .nfa import build_nfa
+from .prepare import prepare_nfa
 from .regex import parse_regex
+from .tables import TokenTable
 
 MAX_CHOICE_CHARS = 200_000
 # The automaton grows as requests reach new states. A cached grammar past this many states is compiled afresh
 # for the next request (requests already using the old one keep it), so a long-lived server's memory per
 # grammar stays bounded.
 REBUILD_STATES = 50_000
-_TABLES: dict[str, TokenTable] = {}
-_TABLES_LOCK = threading.Lock()
+_GC_LOCK = threading.Lock()
+_gc_pauses = 0  # compiles running now (in any thread)
+_gc_resume = False  # whether the last of them turns the collector back on
 
 
-def token_table(vocab) -> TokenTable:
-    with _TABLES_LOCK:
-        t = _TABLES.get(vocab.fingerprint)
-        if t is None:
-            t = TokenTable(vocab)
-            _TABLES[vocab.fingerprint] = t
-        return t
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while any compile runs. A compile allocates many small objects, and each
+    collection they trigger rescans the whole (large) heap of a serving process: with the collector on, a big
+    MaskBench schema took over twice as long and ran past its time budget. The collector is process-wide, so
+    overlapping compiles (worker threads) share one pause: the first turns it off if it was on, the last one
+    to finish turns it back on; a collector someone else turned off stays off. Pausing only delays
+    collection (other threads run as before), and a compile's budget bounds how long."""
+    global _gc_pauses, _gc_resume
+    with _GC_LOCK:
+        if _gc_pauses == 0:
+            _gc_resume = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_resume:
+                gc.enable()
 
 
-def loads_schema(text: str, what: str):
+def token_table(vocab: Vocabulary) -> TokenTable:
+    """The vocabulary's token table, built once per vocabulary and shared by every grammar on it."""
+    return vocab.derived("grammar.token_table", lambda: TokenTable(vocab))
+
+
+def loads_schema(text: str, what: str) -> Any:
     """Parse a schema given as JSON text; errors name `what`."""
     try:
         return json.loads(text)
@@ -46,41 +75,29 @@ def loads_schema(text: str, what: str):
         raise GrammarError(f"{what} is nested too deeply") from exc
 
 
-@dataclass
-class CompiledGrammar:
-    """A grammar compiled for one vocabulary; share it between requests, one GrammarMatcher each."""
-
-    kind: str
-    source: str
-    automaton: Automaton
-    vocab: object
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.automaton.table.vocab_size
-
-
 class GrammarCompiler:
     """Compile JSON Schema, regex, GBNF and choice lists for one vocabulary (results cached, LRU).
 
     Each compile has one budget (budget.py): `time_budget` seconds of wall clock and `size_budget` units of
     data (None: the module defaults, budget.COMPILE_SECONDS and COMPILE_SIZE). Past either, the compile
     stops with a GrammarError naming the limit and where it ran out. `rss_limit`: bytes of resident memory the
-    process may reach; past it a compile stops (or does not start) with GrammarResourceError."""
+    process may reach; past it a compile stops (or does not start) with GrammarResourceError.
+    `python_builder`: automaton states are built only by the Python reference code, never by the numba
+    builder (for tests that compare the two; much slower)."""
 
-    def __init__(self, vocab, cache_size: int = 128, time_budget: float | None = None,
-                 size_budget: int | None = None, rss_limit: int | None = None) -> None:
+    def __init__(self, vocab: Vocabulary, cache_size: int = 128, time_budget: float | None = None,
+                 size_budget: int | None = None, rss_limit: int | None = None, python_builder: bool = False) -> None:
         self.vocab = vocab
         self.table = token_table(vocab)
         self.cache_size = cache_size
         self.time_budget = time_budget
         self.size_budget = size_budget
         self.rss_limit = rss_limit  # the process's resident-memory cap in bytes (None: none)
+        self.python_builder = python_builder
         self._cache: OrderedDict[tuple, CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _cached(self, key: tuple, build) -> CompiledGrammar:
+    def _cached(self, key: tuple, build: Callable[[], tuple[Grammar, str, str]]) -> CompiledGrammar:
         full = key + (self.vocab.fingerprint,)
         with self._lock:
             hit = self._cache.get(full)
@@ -89,22 +106,15 @@ class GrammarCompiler:
                     self._cache.move_to_end(full)
                     return hit
                 del self._cache[full]
-        # Compilation allocates many small objects; the cyclic GC would rescan the whole (large) vocabulary
-        # heap each time, which dominated compile time.
-        gc_was = gc.isenabled()
-        gc.disable()
         try:
-            with compile_budget(self.time_budget, self.size_budget, self.rss_limit):
+            with _gc_paused(), compile_budget(self.time_budget, self.size_budget, self.rss_limit):
                 grammar, kind, source = build()
                 warnings = list(grammar.warnings)
                 nfa = build_nfa(grammar)
                 del grammar  # the IR is freed here, before the collector can see it
-                auto = Automaton(nfa, self.table)
+                auto = Automaton(prepare_nfa(nfa), self.table, self.python_builder)
         except RecursionError as exc:
             raise GrammarError("grammar nesting too deep") from exc
-        finally:
-            if gc_was:
-                gc.enable()
         compiled = CompiledGrammar(kind, source, auto, self.vocab, warnings)
         with self._lock:
             self._cache[full] = compiled
@@ -121,7 +131,7 @@ class GrammarCompiler:
 
         return self._cached(("regex", pattern), build)
 
-    def compile_choice(self, choices: list[str]) -> CompiledGrammar:
+    def compile_choice(self, choices: list[str] | tuple[str, ...]) -> CompiledGrammar:
         if not isinstance(choices, (list, tuple)) or not choices:
             raise GrammarError("choice must be a non-empty list of strings")
         for k, c in enumerate(choices):
@@ -148,7 +158,7 @@ class GrammarCompiler:
 
         return self._cached(("gbnf", text, start), build)
 
-    def compile_json_schema(self, schema, **options) -> CompiledGrammar:
+    def compile_json_schema(self, schema: Any, **options: Any) -> CompiledGrammar:
         """Options: strict (no extra properties), lenient (ignore unsupported keywords with a warning),
         compact (no whitespace), max_ws (longest run of spaces/tabs after a newline, default 40)."""
         from .json_schema import schema_to_grammar
@@ -174,10 +184,6 @@ class GrammarCompiler:
         Two small grammars cover them all: any JSON value (rule calls, positions split by call frame, tokens
         that leave a called rule) and a counted array of counted strings. Masks and commits run over a short
         document of each. Nothing is added to this compiler's cache."""
-        import numpy as np
-
-        from .matcher import GrammarMatcher
-
         scratch = GrammarCompiler(self.vocab, cache_size=1)
         out = np.zeros(self.vocab.mask_words, dtype=np.int32)
         for schema, doc in (({}, '{"a": [1, {"b": "x y"}], "c": -2.5e3, "d": [true, null]}'),
@@ -187,10 +193,3 @@ class GrammarCompiler:
             for ch in doc:
                 m.fill_next_token_bitmask(out)
                 m.accept_bytes(ch.encode())
-
-    def compile_grammar(self, grammar: Grammar, kind: str = "ir") -> CompiledGrammar:
-        """Compile an IR grammar built by hand (not cached)."""
-        with compile_budget(self.time_budget, self.size_budget, self.rss_limit):
-            nfa = build_nfa(grammar)
-            auto = Automaton(nfa, self.table)
-        return CompiledGrammar(kind, "", auto, self.vocab, list(grammar.warnings))

@@ -1,47 +1,55 @@
 """The mask walk over the vocabulary, and the automaton states it builds, in numba.
 
-Every numba function the walk calls lives in this file: numba's cache is checked against each function's own
-source file, so a walk cached beside a changed builder in another file would run the old builder.
+Why this file is over 700 lines: every numba function the walk calls lives here, since numba's cache is checked
+against each function's own source file, so a walk cached beside a changed builder in another file would run
+the old builder.
 
 A vocabulary walk that meets a missing transition used to return to Python for every new state (25-35 µs
-each). `build` makes the successor here instead: the moves on the byte class, then each target's epsilon
+each). `fill` makes the successor here instead: the moves on the byte class, then each target's epsilon
 closure through plain epsilon edges, rule calls (pushing a frame) and rule ends (popping one), as
 `Automaton.closure` does, counter operations included. A closure that grows past CLOSURE_LIMIT is left to
-Python (`Automaton.fill`). Both sides make the same state for the same (configurations, accepting, escapes):
-Python writes every state and stack it makes into the arrays here, numba reads them through hash indexes, and
-`Automaton._sync` takes in what numba made.
+Python (`Automaton.fill`, the reference). Both sides make the same state for the same (configurations,
+accepting, escapes): Python writes every state and stack it makes into the arrays here, numba reads them
+through hash indexes, and `Automaton._sync` takes in what numba made.
 
-The first visit of a position does more than walk: `split` groups its configurations by call frame (the mask
-keys of its parts, as `Automaton._split`), and `cont` finds where a local state's escapes lead on a real stack
-(`Automaton._cont`, for tokens that run past the end of a called rule). Both rebuild stacks and make states
-with the same helpers as `build` (`_position` is `Automaton._pair`). What they cannot do (a set too large, a
-state budget reached) they hand back to the Python versions, which stay the reference.
+The first visit of a position does more than walk: `group_by_frame` groups its configurations by call frame
+(the mask keys of its parts, as `MaskCache._group_by_frame_py`), and `escape_target` finds where a local
+state's escapes lead on a real stack (`Automaton._escape_target_py`, for tokens that run past the end of a
+called rule). Both rebuild stacks and make states with the same helpers as `fill` (`_position` is
+`Automaton._position`, `_intern` is `Automaton._intern`). What they cannot do (a set too large, a state budget
+reached) they hand back to the Python versions, which stay the reference.
 
 These functions (and the walk calling them) hold the GIL: they change the automaton's arrays, which Python
 code in another thread must not see half-made.
 
-With counters, the walk reads canonical rows (`Automaton.ctrans`) and starts at canonical states. A successor
-built here is made canonical (`_canon`, as `Automaton.canonical`) when its closure ran a counter operation; else
-its new frames are calls on canonical stacks, so it is canonical already. Either way it goes straight into the
-canonical row. Commits need the real successors: they call `build` with canon False, on the real rows.
+Counter clamping: with counters, the walk reads clamped rows (`Automaton.clamped_trans`), whose successors have
+every counter far from its bounds clamped to one value (`Automaton.clamped`), and starts at clamped states. A
+successor built here is clamped (`_clamp_stack`, as `Automaton._clamp_stack`) when its closure ran a counter
+operation; else its new frames are calls on clamped stacks, so it is clamped already. Either way it goes
+straight into the clamped row. Commits need the real successors: they call `fill` with clamp False, on the
+real rows.
 
-Arrays (owned by `LocalBuilder`; a call that runs out of room returns NO_ROOM and Python grows meta[M_GROW]):
+Arrays (one `BuilderArrays` tuple per call; a call that runs out of room returns NO_ROOM and Python grows
+meta[M_GROW]):
+- trans, flags, budget, accepting: the automaton's per-state arrays (flags: LIVE, ESCAPES, SAFE_SINK);
 - nfa_e (edges, 3): first byte class, last byte class, target; e_off[q] .. e_off[q + 1] are q's edges;
 - eps_off / eps_t: plain epsilon edges;
 - qinfo[q] = (flags, called rule, return state, ended rule, counted loop of the body q is in, counter operation's
   target, its loop), -1 for none; flags: Q_STACK any stack operation, Q_UNIV universal (ByteNFA.universal), the
   counter operation (Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT), Q_COUNTER more than one (left to Python);
-- loops[loop] = (min, max or -1 for none, reach T, slack): `Automaton.canonical`'s clamping;
-- loc[q] = (start, length) of q's local closure (no stack operation) in loc_pool; start -2 not computed, -1
-  not local;
+- loops[loop] = (min, max or -1 for none, reach T, slack): what `Automaton.clamped` clamps by;
+- loc[q] = (start, length) of q's local closure (no stack operation) in loc_pool; start LOC_TODO not computed,
+  NOT_LOCAL not local;
 - cfg (pool, 2): (NFA state, stack) configurations; escp: escape NFA states;
   soff[state] = (configurations offset, count, escapes offset, count);
-- stk[stack] = (return state or -1 - loop, parent, counter value), as Automaton.stacks;
+- stk[stack] = (return state or -1 - loop, parent, counter value), as stacks.Stacks;
 - ht / sht: open-addressing hashes of states / stacks (id + 1, 0 empty), at most half full;
 - meta: the M_* counters.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -52,7 +60,7 @@ M_LOC_USED = 2
 M_CFG_USED = 3
 M_EPOCH = 4  # stamp for `mark` (NFA states seen by the local closure being computed)
 M_GROW = 5  # what ran out of room: G_* below
-M_MAX_STATES = 6  # 0: every state is built by Python (tests compare both builders this way)
+M_MAX_STATES = 6  # 0: every state is built by Python (LocalBuilder's python_builder)
 M_STACKS = 7  # stacks made so far
 M_SINDEXED = 8  # stacks below this are in sht
 M_ESC_USED = 9
@@ -61,17 +69,56 @@ START_ROWS = 256  # first sizes of the arrays (a power of two); they double when
 G_STATES, G_CFG, G_LOC, G_HT, G_STACKS, G_ESC = 1, 2, 3, 4, 5, 6
 Q_STACK, Q_UNIV, Q_COUNTER, Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT = 1, 2, 4, 8, 16, 32, 64
 Q_CTR = Q_CPUSH | Q_CINC | Q_CGUARD | Q_CEXIT
-COUNTED = 1  # from _closure: done, and a counter operation ran
+CLOSED, COUNTED = 0, 1  # from _closure: done; done, and a counter operation ran
 LOCAL_LIMIT = 256  # Automaton._local's limit on a local closure's size
 CLOSURE_LIMIT = 4096  # larger closures go to Python (which also raises on explosions)
-# Shared with automaton.py, which imports them from here.
-UNKNOWN = -2  # a transition not built yet; from `build`: hand it to Python
-NEED_PYTHON = UNKNOWN
-NO_ROOM = -3
+LOC_TODO, NOT_LOCAL = -2, -1  # loc[q, 0] before q's local closure is computed; when it is not local
+# Shared with automaton.py and masks.py, which import them from here.
+DEAD = -1  # a transition (or state) with nothing left alive
+UNKNOWN = -2  # a transition not built yet; from `fill`: hand it to Python
+NEED_PYTHON = UNKNOWN  # a builder's answer: this case is Python's
+NO_ROOM = -3  # a builder's answer: an array is full (meta[M_GROW] says which)
+ROOT = 0  # the stack id of the empty stack
 BOT = 1  # the stack id standing for "whatever frames lie below" in a stack-independent (local) state
 UNBOUNDED = 1 << 30  # a safe-text budget without limit
+# State flags (Automaton.flags): LIVE has configurations or accepts; ESCAPES needs the frames below BOT (a rule
+# end or counter operation there); SAFE_SINK: any string-safe text of up to budget[state] code points stays
+# alive (a free string body, "any key but these", a maxLength string with room left; Automaton._safe_budget).
+LIVE, ESCAPES, SAFE_SINK = 1, 2, 4
+# walk_esc's answers: done; Python must build states[pos[1]]'s transition; `rec` is full; an array is full.
+WALK_DONE, WALK_NEEDS_PYTHON, WALK_REC_FULL, WALK_NO_ROOM = 0, 1, 2, 3
+NO_DEAD = 1 << 30  # walk_esc's dead depth when the previous token did not die
 _SEED = -3750763034362895579
 _MUL = 1099511628211
+
+
+class BuilderArrays(NamedTuple):
+    """Every array the builders read or write, handed to numba as one tuple (`LocalBuilder.arrays`; see the
+    module docstring). The first four are the automaton's per-state arrays; `trans` is the rows being built:
+    the clamped rows for a walk, the real ones for a commit."""
+
+    trans: np.ndarray
+    flags: np.ndarray
+    budget: np.ndarray
+    accepting: np.ndarray
+    byte_class: np.ndarray
+    e_off: np.ndarray
+    nfa_e: np.ndarray
+    eps_off: np.ndarray
+    eps_t: np.ndarray
+    qinfo: np.ndarray
+    rule_start: np.ndarray
+    loops: np.ndarray
+    loc: np.ndarray
+    loc_pool: np.ndarray
+    mark: np.ndarray
+    cfg: np.ndarray
+    soff: np.ndarray
+    escp: np.ndarray
+    ht: np.ndarray
+    stk: np.ndarray
+    sht: np.ndarray
+    meta: np.ndarray
 
 
 @numba.njit(cache=True, inline="always")
@@ -133,8 +180,9 @@ def index_new(ht, sht, cfg, soff, escp, accepting, stk, meta):
 
 
 @numba.njit(cache=True)
-def _push(ret, parent, value, stk, sht, meta):
+def _push(ret, parent, value, ar):
     """The stack id of frame (ret, value) on `parent`, made if new; NO_ROOM when an array is full."""
+    stk, sht, meta = ar.stk, ar.sht, ar.meta
     h = _stack_hash(ret, parent, value)
     mask = sht.shape[0] - 1
     j = h & mask
@@ -175,8 +223,9 @@ def _chain(st, until, stk):
 
 
 @numba.njit(cache=True)
-def _canon(st, loops, stk, sht, meta):
-    """Stack st with every counter frame's value clamped as Automaton.canonical does (NO_ROOM when full)."""
+def _clamp_stack(st, ar):
+    """Stack st with every counter frame's value clamped as Automaton._clamp_stack does (NO_ROOM when full)."""
+    loops, stk = ar.loops, ar.stk
     chain, n, cur = _chain(st, -1, stk)
     for k in range(n - 1, -1, -1):
         f = chain[k]
@@ -198,18 +247,19 @@ def _canon(st, loops, stk, sht, meta):
         if cur == stk[f, 1] and v == v0:
             cur = f
         else:
-            cur = _push(ret, cur, v, stk, sht, meta)
+            cur = _push(ret, cur, v, ar)
             if cur < 0:
                 return cur
     return cur
 
 
 @numba.njit(cache=True)
-def _local(q0, e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta):
+def _local(q0, ar):
     """Start of q0's local closure in loc_pool (its NFA states with byte edges, ascending), -1 if the closure
     touches a stack operation or grows past LOCAL_LIMIT (as Automaton._local), NO_ROOM if the pool is full."""
+    e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta = ar.e_off, ar.eps_off, ar.eps_t, ar.qinfo, ar.loc, ar.loc_pool, ar.mark, ar.meta
     s = loc[q0, 0]
-    if s != -2:
+    if s != LOC_TODO:
         return s
     meta[M_EPOCH] += 1
     ep = meta[M_EPOCH]
@@ -246,8 +296,8 @@ def _local(q0, e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta):
             ok = False
             break
     if not ok:
-        loc[q0, 0] = -1
-        return -1
+        loc[q0, 0] = NOT_LOCAL
+        return NOT_LOCAL
     used = meta[M_LOC_USED]
     if used + ns > loc_pool.shape[0]:
         meta[M_GROW] = G_LOC
@@ -266,10 +316,11 @@ def _local(q0, e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta):
 
 
 @numba.njit(cache=True)
-def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_start, loops, stk, sht, meta):
+def _closure(t0, st0, keys, nk, escs, ne, ar):
     """Append the closure of (t0, st0) to keys (configurations with byte edges) and escs (escape states), as
-    Automaton._closure_loop. Returns (status, nk, ne, accepting): status 0, COUNTED (a counter operation ran),
+    Automaton._closure_loop. Returns (status, nk, ne, accepting): status CLOSED, COUNTED (a counter operation ran),
     NEED_PYTHON (too large, or a case left to Python) or NO_ROOM."""
+    e_off, eps_off, eps_t, qinfo, rule_start, loops, stk = ar.e_off, ar.eps_off, ar.eps_t, ar.qinfo, ar.rule_start, ar.loops, ar.stk
     seen = set()
     seen.add(_key(t0, st0))
     work = [(np.int64(t0), np.int64(st0))]
@@ -287,7 +338,7 @@ def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_sta
                 work.append((np.int64(eps_t[k]), st))
         r = qinfo[q, 1]
         if r >= 0:
-            st2 = _push(qinfo[q, 2], st, 0, stk, sht, meta)
+            st2 = _push(qinfo[q, 2], st, 0, ar)
             if st2 < 0:
                 return NO_ROOM, nk, ne, acc
             x = _key(rule_start[r], st2)
@@ -301,7 +352,7 @@ def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_sta
             nq = -1
             ns = np.int64(-1)
             if f & Q_CPUSH:
-                ns = _push(-1 - lid, st, 0, stk, sht, meta)
+                ns = _push(-1 - lid, st, 0, ar)
                 if ns < 0:
                     return NO_ROOM, nk, ne, acc
                 nq = tq
@@ -310,14 +361,14 @@ def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_sta
                     return NEED_PYTHON, nk, ne, acc
                 escs[ne] = q
                 ne += 1
-            elif st == 0:
+            elif st == ROOT:
                 return NEED_PYTHON, nk, ne, acc
             elif f & Q_CINC:
                 v = stk[st, 2] + 1
                 if loops[lid, 1] < 0:
                     v = min(v, loops[lid, 0])
                 if loops[lid, 1] < 0 or v <= loops[lid, 1]:
-                    ns = _push(-1 - lid, stk[st, 1], v, stk, sht, meta)
+                    ns = _push(-1 - lid, stk[st, 1], v, ar)
                     if ns < 0:
                         return NO_ROOM, nk, ne, acc
                     nq = tq
@@ -335,8 +386,8 @@ def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_sta
                     work.append((nq, ns))
         r = qinfo[q, 3]
         if r >= 0:
-            if st == 0:
-                if r == 0:
+            if st == ROOT:
+                if r == 0:  # the root rule ended
                     acc = True
             elif st == BOT:
                 if ne == escs.shape[0]:
@@ -357,7 +408,7 @@ def _closure(t0, st0, keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_sta
             nk += 1
         if len(seen) > CLOSURE_LIMIT:
             return NEED_PYTHON, nk, ne, acc
-    return COUNTED if counted else 0, nk, ne, acc
+    return COUNTED if counted else CLOSED, nk, ne, acc
 
 
 @numba.njit(cache=True)
@@ -416,9 +467,11 @@ def _uniq(a, n):
 
 
 @numba.njit(cache=True)
-def _intern(keys, acc, escs, trans, flags, budget, accepting, qinfo, loops, cfg, soff, escp, ht, stk, meta):
+def _intern(keys, acc, escs, ar):
     """The state with these configuration keys (sorted, unique), acceptance and escapes, made if new (flags and
-    safe-text budget as Automaton._state); NEED_PYTHON or NO_ROOM."""
+    safe-text budget as Automaton._intern); NEED_PYTHON or NO_ROOM."""
+    trans, flags, budget, accepting, qinfo, loops = ar.trans, ar.flags, ar.budget, ar.accepting, ar.qinfo, ar.loops
+    cfg, soff, escp, ht, stk, meta = ar.cfg, ar.soff, ar.escp, ar.ht, ar.stk, ar.meta
     u = keys.shape[0]
     ue = escs.shape[0]
     h = _keys_hash(keys, acc, escs)
@@ -463,7 +516,7 @@ def _intern(keys, acc, escs, trans, flags, budget, accepting, qinfo, loops, cfg,
     soff[sid, 2] = oe
     soff[sid, 3] = ue
     accepting[sid] = acc
-    flags[sid] = (1 if u or acc else 0) | (2 if ue else 0) | (4 if room > 0 else 0)
+    flags[sid] = (LIVE if u or acc else 0) | (ESCAPES if ue else 0) | (SAFE_SINK if room > 0 else 0)
     budget[sid] = max(room, 0)
     _put(ht, h, sid)
     meta[M_STATES] = sid + 1
@@ -472,11 +525,11 @@ def _intern(keys, acc, escs, trans, flags, budget, accepting, qinfo, loops, cfg,
 
 
 @numba.njit(cache=True)
-def build(s, c, canon, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops, loc,
-          loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta):
+def fill(s, c, clamp, ar):
     """The successor of state s on byte class c, written to trans for the run of classes around c that every
-    edge treats alike; NEED_PYTHON when Python must build it, NO_ROOM when an array is full. `canon`: the
-    successor made canonical (walks on canonical rows) rather than the real one (commits)."""
+    edge treats alike (as Automaton.fill); NEED_PYTHON when Python must build it, NO_ROOM when an array is full.
+    `clamp`: the successor's counters clamped (walks, on clamped rows) rather than real (commits)."""
+    trans, e_off, nfa_e, loc, loc_pool, cfg, soff = ar.trans, ar.e_off, ar.nfa_e, ar.loc, ar.loc_pool, ar.cfg, ar.soff
     ncls = trans.shape[1]
     a = soff[s, 0]
     m = soff[s, 1]
@@ -509,8 +562,8 @@ def build(s, c, canon, trans, flags, budget, accepting, e_off, nfa_e, eps_off, e
                 c1 = lo - 1
     if nm == 0:
         for j in range(c0, c1 + 1):
-            trans[s, j] = -1
-        return -1
+            trans[s, j] = DEAD
+        return DEAD
     # Configurations of the successor: local closures from the pool, the others computed.
     keys = np.empty(64, np.int64)
     escs = np.empty(16, np.int64)
@@ -520,7 +573,7 @@ def build(s, c, canon, trans, flags, budget, accepting, e_off, nfa_e, eps_off, e
     counted = False
     for k in range(nm):
         t = mt[k]
-        r = _local(t, e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta)
+        r = _local(t, ar)
         if r == NO_ROOM:
             return NO_ROOM
         if r >= 0:
@@ -534,8 +587,7 @@ def build(s, c, canon, trans, flags, budget, accepting, e_off, nfa_e, eps_off, e
                 nk += 1
             continue
         while True:
-            status, nk2, ne2, a2 = _closure(t, ms[k], keys, nk, escs, ne, e_off, eps_off, eps_t, qinfo, rule_start,
-                                            loops, stk, sht, meta)
+            status, nk2, ne2, a2 = _closure(t, ms[k], keys, nk, escs, ne, ar)
             if status == NEED_PYTHON and (nk2 == keys.shape[0] or ne2 == escs.shape[0]):
                 # out of scratch space: retry with more
                 grown = np.empty(2 * keys.shape[0], np.int64)
@@ -554,9 +606,9 @@ def build(s, c, canon, trans, flags, budget, accepting, e_off, nfa_e, eps_off, e
         nk = nk2
         ne = ne2
         acc = acc or a2
-    if canon and counted:  # counter values moved: clamp them (canonical rows hold canonical states)
+    if clamp and counted:  # counter values moved: clamp them (clamped rows hold clamped states)
         for k in range(nk):
-            st = _canon(keys[k] & 0xFFFFFFFF, loops, stk, sht, meta)
+            st = _clamp_stack(keys[k] & 0xFFFFFFFF, ar)
             if st < 0:
                 return st
             keys[k] = _key(keys[k] >> 32, st)
@@ -564,10 +616,9 @@ def build(s, c, canon, trans, flags, budget, accepting, e_off, nfa_e, eps_off, e
     ue = _uniq(escs, ne)
     if u == 0 and not acc and ue == 0:
         for j in range(c0, c1 + 1):
-            trans[s, j] = -1
-        return -1
-    found = _intern(keys[:u], acc, escs[:ue], trans, flags, budget, accepting, qinfo, loops, cfg, soff, escp, ht,
-                    stk, meta)
+            trans[s, j] = DEAD
+        return DEAD
+    found = _intern(keys[:u], acc, escs[:ue], ar)
     if found < 0:
         return found
     for j in range(c0, c1 + 1):
@@ -576,9 +627,10 @@ def build(s, c, canon, trans, flags, budget, accepting, e_off, nfa_e, eps_off, e
 
 
 @numba.njit(cache=True)
-def _reroot(st, until, base, stk, sht, meta):
+def _reroot(st, until, base, ar):
     """The frames of stack st above `until` (an ancestor of st) pushed in order onto `base` (NO_ROOM when full):
-    Automaton._rebase with base BOT, Automaton._materialize with until BOT."""
+    Stacks.rebase with base BOT, Stacks.materialize with until BOT."""
+    stk = ar.stk
     if st == until:
         return base
     chain, n, x = _chain(st, until, stk)
@@ -587,7 +639,7 @@ def _reroot(st, until, base, stk, sht, meta):
     cur = base
     for k in range(n - 1, -1, -1):
         f = chain[k]
-        cur = _push(stk[f, 0], cur, stk[f, 2], stk, sht, meta)
+        cur = _push(stk[f, 0], cur, stk[f, 2], ar)
         if cur < 0:
             return cur
     return cur
@@ -595,7 +647,7 @@ def _reroot(st, until, base, stk, sht, meta):
 
 @numba.njit(cache=True)
 def _common(sts, stk):
-    """The deepest stack that every (real) stack in sts has below or at its top (Automaton._common); NEED_PYTHON
+    """The deepest stack that every (real) stack in sts has below or at its top (Stacks.common); NEED_PYTHON
     if they do not share a root."""
     n = sts.shape[0]
     depth = np.empty(n, np.int64)
@@ -628,12 +680,12 @@ def _common(sts, stk):
 
 
 @numba.njit(cache=True)
-def split(kc, p, canon, out, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops,
-          loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta):
-    """Automaton._split in numba: local state kc's configurations grouped by the call frame right above the
+def group_by_frame(kc, p, clamp, out, ar):
+    """MaskCache.group_by_frame in numba: local state kc's configurations grouped by the call frame right above the
     bottom (counter frames stay with the rest). With more than one group, each group's position on the real
-    parent stack p, as (local state, parent stack) rows of `out`, the local state canonical when `canon`;
+    parent stack p, as (local state, parent stack) rows of `out`, the local state clamped when `clamp`;
     returns the number of groups, 0 when there is nothing to split, NEED_PYTHON or NO_ROOM."""
+    cfg, soff, stk = ar.cfg, ar.soff, ar.stk
     a = soff[kc, 0]
     m = soff[kc, 1]
     tops = np.empty(m, np.int64)
@@ -667,14 +719,13 @@ def split(kc, p, canon, out, trans, flags, budget, accepting, e_off, nfa_e, eps_
         n = 0
         for k in range(m):
             if tops[k] == gtop[g]:
-                st = _reroot(cfg[a + k, 1], BOT, p, stk, sht, meta)  # materialized on p
+                st = _reroot(cfg[a + k, 1], BOT, p, ar)  # materialized on p
                 if st < 0:
                     return st
                 qs[n] = cfg[a + k, 0]
                 sts[n] = st
                 n += 1
-        sid, c = _position(qs[:n], sts[:n], keys, canon, trans, flags, budget, accepting, qinfo, loops, cfg, soff,
-                           escp, ht, stk, sht, meta)
+        sid, c = _position(qs[:n], sts[:n], keys, clamp, ar)
         if sid < 0:
             return sid
         out[g, 0] = sid
@@ -683,43 +734,41 @@ def split(kc, p, canon, out, trans, flags, budget, accepting, e_off, nfa_e, eps_
 
 
 @numba.njit(cache=True)
-def _position(qs, sts, keys, canon, trans, flags, budget, accepting, qinfo, loops, cfg, soff, escp, ht, stk, sht,
-              meta):
-    """Automaton._pair for real configurations (qs[k], sts[k]): (local state, parent stack), the local state
-    canonical when `canon`; (NEED_PYTHON or NO_ROOM, 0) when it cannot. `keys`: scratch, at least as long."""
+def _position(qs, sts, keys, clamp, ar):
+    """Automaton._position for real configurations (qs[k], sts[k]): (local state, parent stack), the local state
+    clamped when `clamp`; (NEED_PYTHON or NO_ROOM, 0) when it cannot. `keys`: scratch, at least as long."""
+    stk = ar.stk
     n = qs.shape[0]
     c = _common(sts, stk)
     if c < 0:
         return c, 0
-    while c > BOT and stk[c, 0] < 0:  # Automaton._cut
+    while c > BOT and stk[c, 0] < 0:  # Stacks.cut
         c = stk[c, 1]
     for k in range(n):
-        st = _reroot(sts[k], c, BOT, stk, sht, meta)  # rebased on c
-        if st >= 0 and canon:
-            st = _canon(st, loops, stk, sht, meta)
+        st = _reroot(sts[k], c, BOT, ar)  # rebased on c
+        if st >= 0 and clamp:
+            st = _clamp_stack(st, ar)
         if st < 0:
             return st, 0
         keys[k] = _key(qs[k], st)
     u = _uniq(keys, n)
-    sid = _intern(keys[:u], False, np.empty(0, np.int64), trans, flags, budget, accepting, qinfo, loops, cfg, soff,
-                  escp, ht, stk, meta)
+    sid = _intern(keys[:u], False, np.empty(0, np.int64), ar)
     return sid, c
 
 
 @numba.njit(cache=True)
-def cont(s, p, canon, out, trans, flags, budget, accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops,
-         loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta):
-    """Where local state s's escapes lead on the real parent stack p (Automaton._cont): out = (local state, parent
-    stack, accepting), the local state -1 when no configuration is left, canonical when `canon`. Returns 0,
+def escape_target(s, p, clamp, out, ar):
+    """Where local state s's escapes lead on the real parent stack p (Automaton._escape_target_py): out = (local
+    state, parent stack, accepting), the local state -1 when no configuration is left, clamped when `clamp`. Returns 0,
     NEED_PYTHON or NO_ROOM."""
+    soff, escp = ar.soff, ar.escp
     keys = np.empty(64, np.int64)
     escs = np.empty(1, np.int64)
     nk = 0
     acc = False
     for x in range(soff[s, 2], soff[s, 2] + soff[s, 3]):
         while True:
-            status, nk2, ne, a2 = _closure(escp[x], p, keys, nk, escs, 0, e_off, eps_off, eps_t, qinfo, rule_start,
-                                           loops, stk, sht, meta)
+            status, nk2, ne, a2 = _closure(escp[x], p, keys, nk, escs, 0, ar)
             if status == NEED_PYTHON and nk2 == keys.shape[0] and keys.shape[0] <= 8 * CLOSURE_LIMIT:
                 grown = np.empty(2 * keys.shape[0], np.int64)
                 grown[:nk] = keys[:nk]
@@ -740,8 +789,7 @@ def cont(s, p, canon, out, trans, flags, budget, accepting, e_off, nfa_e, eps_of
     u = _uniq(keys, nk)
     qs = keys[:u] >> 32
     sts = keys[:u] & 0xFFFFFFFF
-    sid, c = _position(qs, sts, np.empty(u, np.int64), canon, trans, flags, budget, accepting, qinfo, loops, cfg,
-                       soff, escp, ht, stk, sht, meta)
+    sid, c = _position(qs, sts, np.empty(u, np.int64), clamp, ar)
     if sid < 0:
         return sid
     out[0] = sid
@@ -754,7 +802,7 @@ def _record_escapes(flags, states, depth, i, rec, r):
     """Record (token index, depth, state) in rec from row r on for each escaping state on the path up to
     `depth`; returns the next free row."""
     for k in range(depth + 1):
-        if flags[states[k]] & 2:
+        if flags[states[k]] & ESCAPES:
             rec[r, 0] = i
             rec[r, 1] = k
             rec[r, 2] = states[k]
@@ -763,20 +811,20 @@ def _record_escapes(flags, states, depth, i, rec, r):
 
 
 @numba.njit(cache=True)
-def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec,
-             accepting, e_off, nfa_e, eps_off, eps_t, qinfo, rule_start, loops, loc, loc_pool, mark, cfg, soff, escp,
-             ht, stk, sht, meta):
+def walk_esc(data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec, ar):
     """Walk the byte-sorted tokens from local state states[0]: tokens the local automaton takes whole go to
     `out`; for every other token, each depth whose state escapes (needs the frames below BOT) is recorded as
     (index, depth, state) in `rec`, since the token's fate depends on the real stack there.
 
     A token whose remaining bytes (from safe_from[i] on) are whole string-safe characters is taken as soon as
-    the walk reaches a state flagged SAFE_SINK (4) whose budget covers them: JSON string bodies then cost one
+    the walk reaches a state flagged SAFE_SINK whose budget covers them: JSON string bodies then cost one
     check per token, not one step per byte. states[] is then valid only up to that depth.
 
-    A missing transition is built here when it can be (`build`), else by Python. Resumable through
-    pos = (index, resume depth or -1, dead depth, dead path escapes, valid depth): returns 1 when Python must
-    build a transition (states[pos[1]]), 2 when `rec` is full, 3 when an array of this module is full, 0 when done."""
+    A missing transition is built here when it can be (`fill`), else by Python. Resumable through
+    pos = (index, resume depth or -1, dead depth, dead path escapes, valid depth): returns WALK_NEEDS_PYTHON when
+    Python must build a transition (states[pos[1]]), WALK_REC_FULL when `rec` is full, WALK_NO_ROOM when an
+    array of this module is full, WALK_DONE when done."""
+    trans, flags, budget, byte_class = ar.trans, ar.flags, ar.budget, ar.byte_class
     n = ids.shape[0]
     cap = rec.shape[0]
     maxd = states.shape[0]
@@ -787,10 +835,10 @@ def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_
     dead_esc = pos[3] != 0
     valid = pos[4]
     r = nrec[0]
-    status = 0
+    status = WALK_DONE
     while i < n:
         if r + maxd + 1 > cap:
-            status = 2
+            status = WALK_REC_FULL
             break
         if first_d >= 0:
             d = first_d
@@ -813,7 +861,7 @@ def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_
         sunk = False
         # The current state stays in a register: each byte costs one dependent load (its transition).
         while d < ln:
-            if d >= sf and flags[st] & 4 and not 0x80 <= data[o + d] < 0xC0:
+            if d >= sf and flags[st] & SAFE_SINK and not 0x80 <= data[o + d] < 0xC0:
                 left = ln - d
                 if budget[st] < left:  # count the code points left: the bytes that start one
                     left = 0
@@ -824,9 +872,8 @@ def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_
                     sunk = True
                     break
             nx = trans[st, byte_class[data[o + d]]]
-            if nx == -2:
-                nx = build(st, byte_class[data[o + d]], True, trans, flags, budget, accepting, e_off, nfa_e, eps_off,
-                           eps_t, qinfo, rule_start, loops, loc, loc_pool, mark, cfg, soff, escp, ht, stk, sht, meta)
+            if nx == UNKNOWN:
+                nx = fill(st, byte_class[data[o + d]], True, ar)
             if nx < 0:
                 break
             d += 1
@@ -836,22 +883,22 @@ def walk_esc(trans, flags, budget, byte_class, data, offs, lcp, skip, ids, safe_
         if sunk:
             d = ln
         if d == ln:
-            if flags[st] & 1:
+            if flags[st] & LIVE:
                 tid = ids[i]
                 out[tid >> 5] |= np.uint32(1) << np.uint32(tid & 31)
-                dead = 1 << 30
+                dead = NO_DEAD
                 dead_esc = False
                 i += 1
                 continue
-        elif nx <= -2:
+        elif nx == NEED_PYTHON or nx == NO_ROOM:
             first_d = d
-            status = 1 if nx == -2 else 3
+            status = WALK_NEEDS_PYTHON if nx == NEED_PYTHON else WALK_NO_ROOM
             break
         r0 = r
         r = _record_escapes(flags, states, d, i, rec, r)
         has = r > r0
         if d == ln:
-            dead = 1 << 30
+            dead = NO_DEAD
             dead_esc = False
             i += 1
         else:
@@ -910,27 +957,29 @@ class LocalBuilder:
         qinfo[ids(nfa.end_rule), 3] = ids(nfa.end_rule.values())
         qinfo[ids(nfa.counted_body), 4] = ids(nfa.counted_body.values())
         self.qinfo = qinfo
+        self.byte_class = byte_class
         self.rule_start = np.asarray(nfa.rule_start, dtype=np.int32)
         self.loops = np.asarray([(lo, -1 if hi is None else hi, reach, nfa.loop_slack.get(lid, 0))
                                  for lid, ((lo, hi), reach) in enumerate(zip(nfa.loops, loop_reach, strict=True))]
                                 or [(0, 0, 0, 0)], dtype=np.int64)
-        # The NFA's rows are flat since Automaton._prepare (nfa.FlatRows).
+        # The NFA's rows are flat since prepare.prepare_nfa (nfa.FlatRows).
         edge_rows = nfa.edges.data
         self.e_off = nfa.edges.off
         self.nfa_e = edge_rows.copy() if len(edge_rows) else np.zeros((1, 3), dtype=np.int32)
         self.nfa_e[: len(edge_rows), :2] = byte_class[edge_rows[:, :2]]  # byte ranges as class ranges
         self.eps_off = nfa.eps.off
         self.eps_t = nfa.eps.data if len(nfa.eps.data) else np.zeros(1, np.int32)
-        self.loc = np.full((n, 2), -2, dtype=np.int32)
+        self.loc = np.full((n, 2), LOC_TODO, dtype=np.int32)
         self.loc_pool = np.zeros(max(4 * k, 2 * n) if k > 1 else 1, dtype=np.int32)
         self.mark = np.zeros(n, dtype=np.int32)
 
-    def arrays(self) -> tuple:
-        """The builder's arrays, in the order `build` and `walk_esc` take them after `accepting` (read anew for
-        each call: growing replaces them)."""
-        return (self.e_off, self.nfa_e, self.eps_off, self.eps_t, self.qinfo, self.rule_start, self.loops,
-                self.loc, self.loc_pool, self.mark, self.cfg, self.soff, self.escp, self.ht, self.stk, self.sht,
-                self.meta)
+    def arrays(self, trans: np.ndarray, flags: np.ndarray, budget: np.ndarray,
+               accepting: np.ndarray) -> BuilderArrays:
+        """The automaton's per-state arrays (`trans`: the rows to build) and the builder's, for one numba call
+        (made anew for each call: growing replaces the arrays)."""
+        return BuilderArrays(trans, flags, budget, accepting, self.byte_class, self.e_off, self.nfa_e, self.eps_off,
+                             self.eps_t, self.qinfo, self.rule_start, self.loops, self.loc, self.loc_pool, self.mark,
+                             self.cfg, self.soff, self.escp, self.ht, self.stk, self.sht, self.meta)
 
     def add(self, sid: int, configs: tuple, esc: tuple) -> None:
         """Record a state made by Python."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiler import CompiledGrammar
+from .compiled import CompiledGrammar
 
 MAX_JUMP = 4096
 
@@ -23,6 +23,7 @@ class GrammarMatcher:
     def __init__(self, compiled: CompiledGrammar, reasoning_end: str | None = None) -> None:
         self.compiled = compiled
         self._auto = compiled.automaton
+        self._masks = compiled.masks
         self._table = self._auto.table
         self._eos = {int(x) for x in self._table.eos}
         self._end_tag = reasoning_end.encode("utf-8") if reasoning_end else None
@@ -143,7 +144,7 @@ class GrammarMatcher:
         if self._free:
             row[:] = self._free_mask
             return
-        row[:] = self._auto.mask(self._state)
+        row[:] = self._masks.mask(self._state)
 
     def is_accepting(self) -> bool:
         return not self._free and self._auto.is_accepting(self._state)
@@ -153,7 +154,7 @@ class GrammarMatcher:
             return True
         if self._free:
             return False
-        return self.is_accepting() and not self._auto.has_moves(self._state)
+        return self.is_accepting() and not self._masks.has_moves(self._state)
 
     def find_jump_forward_string(self) -> str:
         """The continuation the grammar forces from here (longest complete-UTF-8 prefix), or ''."""

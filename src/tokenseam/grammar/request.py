@@ -5,7 +5,8 @@ Reads response_format, guided_json/regex/grammar/choice, llama-server grammar/js
 
 from __future__ import annotations
 
-from .compiler import CompiledGrammar, GrammarCompiler, loads_schema
+from .compiled import CompiledGrammar
+from .compiler import GrammarCompiler, loads_schema
 from .errors import GrammarError
 from .json_schema import MAX_WS
 
@@ -14,7 +15,6 @@ from .json_schema import MAX_WS
 # "name" comes first and is one of the allowed function names; "arguments" follows the function's
 # `parameters` schema (any JSON object when the function declares none). The server turns it into
 # `tool_calls=[{"type": "function", "function": {"name": ..., "arguments": json.dumps(arguments)}}]`.
-TOOL_CALL_SHAPE = '{"name": "<function name>", "arguments": {<object following the parameters schema>}}'
 
 
 def tool_call_schema(functions: list[dict]) -> dict:
