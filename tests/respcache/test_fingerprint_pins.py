@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tokenseam.respcache import canonicalize_request, fingerprint_request
+from tokenseam.respcache import fingerprint_request, normalize_request
 
 _SCHEMA = {"type": "object", "properties": {"b": {"type": "string"}, "a": {"type": "integer"}}}
 
@@ -39,5 +39,5 @@ PINS = [
 @pytest.mark.parametrize("route,body,tenant,namespace,fingerprint,generated", PINS)
 def test_pinned(route, body, tenant, namespace, fingerprint, generated):
     assert fingerprint_request(route, body, tenant=tenant, namespace=namespace) == fingerprint
-    text = json.dumps(canonicalize_request(route, body), sort_keys=True)
+    text = json.dumps(normalize_request(route, body), sort_keys=True)
     assert hashlib.sha256(text.encode()).hexdigest()[:16] == generated

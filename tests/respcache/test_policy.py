@@ -357,7 +357,7 @@ def test_error_before_first_event_raises_from_respond_stream(cache):
 
 def test_pitfall_suite_end_to_end_through_the_cache(registry):
     """Every must-hit variant is served from the base request's entry; no must-miss variant is."""
-    from tokenseam.respcache.pitfalls import BASE_TENANT, MUST_HIT, MUST_MISS, base_chat, base_completion
+    from tokenseam.bench.cache_pitfalls import BASE_TENANT, MUST_HIT, MUST_MISS, base_chat, base_completion
 
     cache = ResponseCache(MemoryStore(), registry=registry)
     gen = FakeGen(content="cached answer")
