@@ -34,7 +34,7 @@ def test_pitfall_rates():
     assert len(r.misses_ok) == len(MUST_MISS)
 
 
-def test_canonical_is_what_gets_generated():
+def test_the_normalized_request_is_what_gets_generated():
     body = base_chat()
     body.update(stream=True, user="u", _x=1, top_p=1.0, stop=["b", "a", "b"])
     c = normalize_request(ROUTE_CHAT, body)

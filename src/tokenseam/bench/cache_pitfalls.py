@@ -1,7 +1,7 @@
 """The fingerprint pitfall suite: a base request and variants that must hit or must miss its cache entry.
 
 Benchmark and test data, not runtime code: shared by `tokenseam bench cache` and the response-cache tests
-(tests/respcache/test_canonical.py, test_policy.py), so the test and the reported rate are one list.
+(tests/respcache/test_request_form.py, test_policy.py), so the test and the reported rate are one list.
 """
 
 from __future__ import annotations
