@@ -94,7 +94,7 @@ DEFAULTS: dict[str, dict[str, tuple[str, Any]]] = {
 }
 
 
-def default(route: str, name: str) -> Any:
+def field_default(route: str, name: str) -> Any:
     """The value a request on `route` gets for field `name` when it is absent (KeyError if the table has none)."""
     value = DEFAULTS[route][name][1]
     return value[0] if isinstance(value, tuple) else value

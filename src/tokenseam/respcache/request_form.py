@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
-from ..wire import DEFAULTS, DROP, FILL, ROUTE_CHAT, ROUTE_LLAMA, ROUTES, default
+from ..wire import DEFAULTS, DROP, FILL, ROUTE_CHAT, ROUTE_LLAMA, ROUTES, field_default
 from .errors import CacheRequestError
 
 FINGERPRINT_VERSION = "tokenseam-fp/1"
@@ -316,7 +316,7 @@ def _normalize(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
 
 def is_deterministic(route: str, normalized: Mapping[str, Any]) -> bool:
     """Whether the normalized request asks for a reproducible answer: temperature 0 or an explicit seed."""
-    temp = normalized.get("temperature", default(route, "temperature"))
+    temp = normalized.get("temperature", field_default(route, "temperature"))
     if route == ROUTE_LLAMA:
         return temp <= 0 or "seed" in normalized
     return temp == 0 or "seed" in normalized

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.sampling import SamplingParams
-from ..wire import DEFAULTS, ROUTE_CHAT, ROUTE_LLAMA, TOKEN_HEALING_ERROR, check_token_healing, default
+from ..wire import DEFAULTS, ROUTE_CHAT, ROUTE_LLAMA, TOKEN_HEALING_ERROR, check_token_healing, field_default
 from .errors import APIError
 
 # Fields we know and refuse rather than silently ignore.
@@ -123,33 +123,33 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
     if max_tokens is not None:
         max_tokens = _num({"max_tokens": max_tokens}, "max_tokens", None, lo=1, integer=True)
     elif not chat:
-        max_tokens = default(route, "max_tokens")
+        max_tokens = field_default(route, "max_tokens")
     logprobs = body.get("logprobs")
     top_logprobs = 0
     if chat:
-        want_lp = _bool(body, "logprobs", default(route, "logprobs"))
-        top_logprobs = _num(body, "top_logprobs", default(route, "top_logprobs"), 0, 20, integer=True)
+        want_lp = _bool(body, "logprobs", field_default(route, "logprobs"))
+        top_logprobs = _num(body, "top_logprobs", field_default(route, "top_logprobs"), 0, 20, integer=True)
         if top_logprobs and not want_lp:
             raise bad("top_logprobs requires logprobs: true", "top_logprobs")
     else:
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)):
             raise bad("logprobs must be an integer from 0 to 5 on /v1/completions", "logprobs")
         want_lp = logprobs is not None
-        top_logprobs = _num(body, "logprobs", default(route, "logprobs"), 0, 20, integer=True)
+        top_logprobs = _num(body, "logprobs", field_default(route, "logprobs"), 0, 20, integer=True)
     params = SamplingParams(
         max_tokens=max_tokens,
         temperature=_num(body, "temperature", _float(route, "temperature"), 0, 2),
         top_p=_num(body, "top_p", _float(route, "top_p"), 0, 1),
-        top_k=_num(body, "top_k", default(route, "top_k"), -1, integer=True),
+        top_k=_num(body, "top_k", field_default(route, "top_k"), -1, integer=True),
         min_p=_num(body, "min_p", _float(route, "min_p"), 0, 1),
         seed=_num(body, "seed", None, integer=True),
         stop=_stop(body),
         stop_token_ids=_int_list(body, "stop_token_ids"),
-        ignore_eos=_bool(body, "ignore_eos", default(route, "ignore_eos")),
+        ignore_eos=_bool(body, "ignore_eos", field_default(route, "ignore_eos")),
         logit_bias=_logit_bias(body),
         presence_penalty=_num(body, "presence_penalty", _float(route, "presence_penalty"), -2, 2),
         frequency_penalty=_num(body, "frequency_penalty", _float(route, "frequency_penalty"), -2, 2),
-        n=_num(body, "n", default(route, "n"), 1, 16, integer=True),
+        n=_num(body, "n", field_default(route, "n"), 1, 16, integer=True),
         logprobs=want_lp,
         top_logprobs=top_logprobs,
     )
@@ -162,7 +162,7 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
         raise bad("stream_options must be an object", "stream_options")
     req = ParsedRequest(route=route, params=params, stream=_bool(body, "stream"),
                         include_usage=bool((so or {}).get("include_usage")),
-                        return_token_ids=_bool(body, "return_token_ids", default(route, "return_token_ids")),
+                        return_token_ids=_bool(body, "return_token_ids", field_default(route, "return_token_ids")),
                         model=_model(body))
     req.token_healing = _healing(body, route)
     if chat:
@@ -175,20 +175,20 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
 def parse_llama_completion(body: dict) -> ParsedRequest:
     """llama-server's `/completion`, with llama-server's defaults (`wire.DEFAULTS`)."""
     route = ROUTE_LLAMA
-    n_predict = _num(body, "n_predict", default(route, "n_predict"), integer=True)
+    n_predict = _num(body, "n_predict", field_default(route, "n_predict"), integer=True)
     if n_predict == 0 or n_predict < -1:
         raise bad("n_predict must be -1 (until the end) or a positive integer", "n_predict")
-    n_probs = _num(body, "n_probs", default(route, "n_probs"), 0, 20, integer=True)
+    n_probs = _num(body, "n_probs", field_default(route, "n_probs"), 0, 20, integer=True)
     params = SamplingParams(
         max_tokens=None if n_predict == -1 else n_predict,
         # llama-server: temperature <= 0 means greedy
         temperature=max(0.0, _num(body, "temperature", _float(route, "temperature"), -100, 100)),
         top_p=_num(body, "top_p", _float(route, "top_p"), 0, 1) or 1.0,
-        top_k=max(0, _num(body, "top_k", default(route, "top_k"), -1, integer=True)),
+        top_k=max(0, _num(body, "top_k", field_default(route, "top_k"), -1, integer=True)),
         min_p=_num(body, "min_p", _float(route, "min_p"), 0, 1),
         seed=_seed(body.get("seed")),
         stop=_stop(body),
-        ignore_eos=_bool(body, "ignore_eos", default(route, "ignore_eos")),
+        ignore_eos=_bool(body, "ignore_eos", field_default(route, "ignore_eos")),
         logit_bias=_logit_bias(body),
         presence_penalty=_num(body, "presence_penalty", _float(route, "presence_penalty"), -2, 2),
         frequency_penalty=_num(body, "frequency_penalty", _float(route, "frequency_penalty"), -2, 2),
@@ -196,7 +196,7 @@ def parse_llama_completion(body: dict) -> ParsedRequest:
         top_logprobs=n_probs,
     )
     req = ParsedRequest(route=route, params=params, stream=_bool(body, "stream"),
-                        return_token_ids=_bool(body, "return_tokens", default(route, "return_tokens")),
+                        return_token_ids=_bool(body, "return_tokens", field_default(route, "return_tokens")),
                         model=_model(body))
     req.token_healing = _healing(body, route)
     req.prompt_text, req.prompt_ids = _prompt(body.get("prompt"), "prompt")
@@ -212,12 +212,12 @@ def _seed(v):
 
 
 def _float(route: str, name: str) -> float:
-    return float(default(route, name))
+    return float(field_default(route, name))
 
 
 def _healing(body: dict, route: str) -> bool | int:
     try:
-        return check_token_healing(body.get("token_healing"), default(route, "token_healing"))
+        return check_token_healing(body.get("token_healing"), field_default(route, "token_healing"))
     except ValueError:
         raise bad(TOKEN_HEALING_ERROR, "token_healing") from None
 
