@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tokenseam.healing.canonical import check_seam
 from tokenseam.healing.cases import BOUNDARY_CASES, RAG_CHUNKS, STABLE_PROMPTS
+from tokenseam.healing.seam import check_seam
 
 MODELS = ["smollm2", "gemma3"]
 

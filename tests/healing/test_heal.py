@@ -103,7 +103,7 @@ def test_numpy_ids_are_accepted(vocabs, tokenizers):
 
 
 @pytest.mark.parametrize("value,default,want", [
-    (None, True, 4), (None, False, 0), (True, False, 4), (False, True, 0), (0, True, 0), (2, True, 2), (64, True, 64),
+    (None, True, 4), (None, False, 0), (True, False, 4), (False, True, 0), (0, True, 0), (2, True, 2), (16, True, 16),
 ])
 def test_resolve_token_healing(value, default, want):
     from tokenseam.healing import resolve_token_healing
@@ -111,7 +111,7 @@ def test_resolve_token_healing(value, default, want):
     assert resolve_token_healing(value, default) == want
 
 
-@pytest.mark.parametrize("bad", [-1, 65, 10**18, 1.5, "true", [4], {"n": 4}])
+@pytest.mark.parametrize("bad", [-1, 17, 10**18, 1.5, "true", [4], {"n": 4}])
 def test_resolve_token_healing_rejects(bad):
     from tokenseam.healing import resolve_token_healing
 

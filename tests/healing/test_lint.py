@@ -8,10 +8,10 @@ import pytest
 
 from tokenseam.cli import main
 from tokenseam.healing import HealingError
-from tokenseam.healing.canonical import check_seam
 from tokenseam.healing.cases import BOUNDARY_CASES, STABLE_PROMPTS
 from tokenseam.healing.chat_lint import lint_chat_prompt, load_chat_template, render_chat
 from tokenseam.healing.lint import lint_prompt, vocabulary_witnesses
+from tokenseam.healing.seam import check_seam
 
 MODELS = ["smollm2", "gemma3"]
 

@@ -9,7 +9,8 @@ import httpx
 import openai
 import pytest
 
-from tokenseam.respcache import RedisStore, SQLiteStore, canonicalize_request
+from tokenseam.respcache import RedisStore, SQLiteStore
+from tokenseam.respcache import normalize_request as canonicalize_request
 from tokenseam.respcache.entry import SSEParser
 from tokenseam.respcache.fake_upstream import fake_answer
 

@@ -24,7 +24,7 @@ from tokenseam.respcache import (
 )
 from tokenseam.respcache.entry import entry_problem, validate_entry
 from tokenseam.respcache.errors import CacheValueError
-from tokenseam.respcache.stores import (
+from tokenseam.respcache.stores.base import (
     _SEAL_HEAD,
     _SEAL_MID,
     STORE_FORMAT,

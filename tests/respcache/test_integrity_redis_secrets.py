@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tokenseam.respcache import ROUTE_CHAT, CacheStoreError, RedisStore, ResponseCache, open_store
-from tokenseam.respcache.stores import redact_url
+from tokenseam.respcache.stores.redis_store import redact_url
 
 from .conftest import free_port, running_redis
 

@@ -93,7 +93,7 @@ def test_miss_then_hit_non_streamed(cache, registry):
     assert (r1.status, r2.status) == ("miss", "hit") and gen.calls == 1
     assert r2.headers == {"x-tokenseam-cache": "hit"}
     assert r2.body["choices"] == r1.body["choices"] and r2.body["id"] != r1.body["id"]
-    # The generator received the canonical request (defaults filled, transport fields gone).
+    # The generator received the normalized request (defaults filled, transport fields gone).
     assert gen.seen[0]["top_p"] == 1 and "stream" not in gen.seen[0]
     assert registry.get_sample_value("tokenseam_respcache_requests_total",
                                      {"route": ROUTE_CHAT, "result": "hit"}) == 1
@@ -357,7 +357,7 @@ def test_error_before_first_event_raises_from_respond_stream(cache):
 
 def test_pitfall_suite_end_to_end_through_the_cache(registry):
     """Every must-hit variant is served from the base request's entry; no must-miss variant is."""
-    from tokenseam.respcache.pitfalls import BASE_TENANT, MUST_HIT, MUST_MISS, base_chat, base_completion
+    from tokenseam.bench.cache_pitfalls import BASE_TENANT, MUST_HIT, MUST_MISS, base_chat, base_completion
 
     cache = ResponseCache(MemoryStore(), registry=registry)
     gen = FakeGen(content="cached answer")

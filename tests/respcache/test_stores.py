@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tokenseam.respcache import CacheStoreError, MemoryStore, RedisStore, SQLiteStore, open_store
-from tokenseam.respcache.stores import decode_value, encode_value
+from tokenseam.respcache.stores.base import check_value, encode_value
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
@@ -196,9 +196,12 @@ def test_open_store_specs(tmp_path, redis_url):
             open_store(bad)
 
 
-def test_decode_value_accepts_only_sealed_objects():
-    assert decode_value(encode_value({"a": 1})) == {"a": 1}
-    assert decode_value(encode_value({"a": 1}).encode()) == {"a": 1}
+def test_check_value_accepts_only_sealed_objects():
+    def decode(raw):
+        return check_value(raw, None)[0]
+
+    assert decode(encode_value({"a": 1})) == {"a": 1}
+    assert decode(encode_value({"a": 1}).encode()) == {"a": 1}
     # Plain JSON (what earlier versions stored) is not trusted: nothing shows it is what was written.
-    assert decode_value(b"{\"a\":1}") is None
-    assert decode_value(b"[1]") is None and decode_value(b"\xff\xfe") is None and decode_value("") is None
+    assert decode(b"{\"a\":1}") is None
+    assert decode(b"[1]") is None and decode(b"\xff\xfe") is None and decode("") is None

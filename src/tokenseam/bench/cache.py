@@ -92,7 +92,7 @@ class _Redis:
 # ------------------------------------------------------------------------------------------ sections
 
 def bench_pitfalls() -> dict[str, Any]:
-    from ..respcache.pitfalls import run_pitfalls
+    from .cache_pitfalls import run_pitfalls
 
     r = run_pitfalls()
     return {"must_hit": len(r.hits_ok) + len(r.hits_failed), "must_hit_rate": r.hit_rate,
@@ -265,7 +265,8 @@ class _RawClient:
 def bench_load(args: argparse.Namespace, redis_url: str | None) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
-    from ..respcache import ROUTE_CHAT, ROUTE_COMPLETIONS, ResponseCache, canonicalize_request, open_store
+    from ..respcache import ROUTE_CHAT, ROUTE_COMPLETIONS, ResponseCache, open_store
+    from ..respcache import normalize_request as canonicalize_request
     from ..respcache.entry import SSEParser
     from ..respcache.fake_upstream import FakeUpstream, ThreadedServer, fake_answer
     from ..respcache.gateway import create_gateway_app

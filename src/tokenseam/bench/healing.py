@@ -42,8 +42,8 @@ def _stats(xs: list[float]) -> dict:
 
 def bench_model(model: str, repeats: int, limit: int) -> dict:
     from ..healing import HealingConstraint
-    from ..healing.canonical import check_seam
     from ..healing.cases import BOUNDARY_CASES
+    from ..healing.seam import check_seam
     from ..healing.workload import realistic_pairs
     from ..models import resolve_model
     from ..vocab import Tokenizer, Vocabulary

@@ -11,26 +11,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..vocab import Vocabulary
+from ..wire import check_token_healing
 from .errors import HealingError
 
-DEFAULT_MAX_ROLLBACK = 4
-MAX_ROLLBACK_LIMIT = 64  # a request may ask for more look-back than the default, within reason
+DEFAULT_MAX_ROLLBACK = 4  # what `token_healing: true` (and `heal_prompt`'s default) rolls back at most
 
 
 def resolve_token_healing(value: object, default: bool = True) -> int:
-    """The request option `token_healing` (true, false, an integer cap, or None for the endpoint default)
-    as a `max_rollback` for `heal_prompt`: 0 means off."""
-    if value is None:
-        return DEFAULT_MAX_ROLLBACK if default else 0
-    if isinstance(value, bool):
-        return DEFAULT_MAX_ROLLBACK if value else 0
-    if isinstance(value, int):
-        if not 0 <= value <= MAX_ROLLBACK_LIMIT:
-            raise HealingError(f"token_healing must be true, false or an integer 0..{MAX_ROLLBACK_LIMIT} "
-                               f"(tokens to roll back at most), got {value}")
-        return value
-    raise HealingError(f"token_healing must be true, false or an integer 0..{MAX_ROLLBACK_LIMIT}, "
-                       f"got {type(value).__name__} {value!r}"[:200])
+    """The request option `token_healing` (true, false, a number of tokens, or None for the endpoint default
+    `default`) as a `max_rollback` for `heal_prompt`: 0 means off. Raises `HealingError` for any other value
+    (the limits are the server's: `wire.TOKEN_HEALING_MAX`)."""
+    try:
+        value = check_token_healing(value, default)
+    except ValueError as e:
+        raise HealingError(str(e)) from None
+    if value is True:
+        return DEFAULT_MAX_ROLLBACK
+    return int(value)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-from .canonical import ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_LLAMA
+from ..wire import ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_LLAMA
 from .errors import ResponseCacheError
 
 ENTRY_FORMAT = "tokenseam-respcache/1"

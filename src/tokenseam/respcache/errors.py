@@ -23,7 +23,7 @@ class CacheValueError(CacheStoreError):
 
 
 class CacheRequestError(ResponseCacheError):
-    """A request body cannot be canonicalized (wrong type, bad field value); `param` names the field."""
+    """A request body cannot be normalized (wrong type, bad field value); `param` names the field."""
 
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .canonical import canonical_text
+from .request_form import fingerprint_text as canonical_text
 
 WORDS = ["alpha", "beta", "gamma", "delta", "café", "naïve", "日本", "über", "seam", "token", "cache", "byte",
          "prime", "seven", "eleven", "north", "south", "river", "stone", "light"]

@@ -36,10 +36,11 @@ from ..httpkit import (
     redacting_logs,
     url_secrets,
 )
-from .canonical import ROUTE_CHAT, ROUTE_COMPLETIONS, tenant_from_api_key
+from ..wire import ROUTE_CHAT, ROUTE_COMPLETIONS
 from .entry import IncompleteStreamError, SSEParser
 from .errors import CacheRequestError, ResponseCacheError
 from .policy import CacheStream, ResponseCache
+from .request_form import tenant_from_api_key
 
 log = logging.getLogger("tokenseam.gateway")
 

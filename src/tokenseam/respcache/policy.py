@@ -31,12 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .canonical import (
-    ROUTE_LLAMA,
-    canonicalize_request,
-    fingerprint_canonical,
-    is_deterministic,
-)
+from ..wire import ROUTE_LLAMA
 from .entry import (
     IncompleteStreamError,
     SSEParser,
@@ -49,6 +44,7 @@ from .entry import (
     uncacheable_reason,
 )
 from .errors import CacheValueError, ResponseCacheError
+from .request_form import fingerprint_normalized, is_deterministic, normalize_request
 from .stores import CORRUPT_REASONS, CacheStore
 
 log = logging.getLogger(__name__)
@@ -84,18 +80,18 @@ class CachePlan:
     """What the cache decided for one request, before any generation."""
 
     route: str
-    canonical: dict[str, Any]
+    normalized: dict[str, Any]
     stream: bool
     include_usage: bool
     fingerprint: str | None  # None: the cache is bypassed for this request
     bypass_reason: str | None = None
 
     def generation_request(self) -> dict[str, Any]:
-        """The body to generate or forward: the canonical request plus the transport fields for streaming.
+        """The body to generate or forward: the normalized request plus the transport fields for streaming.
 
         A forwarded stream always asks for usage so the stored entry has it; the cache drops the usage chunk
         for a client that did not ask for it."""
-        body = dict(self.canonical)
+        body = dict(self.normalized)
         if self.stream:
             body["stream"] = True
             if self.route != ROUTE_LLAMA:
@@ -237,8 +233,8 @@ class ResponseCache:
 
     def plan(self, route: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None,
              tenant: str = "") -> CachePlan:
-        """Canonicalize (raises `CacheRequestError` for a malformed body) and decide lookup or bypass."""
-        canonical = canonicalize_request(route, body)
+        """Normalize (raises `CacheRequestError` for a malformed body) and decide lookup or bypass."""
+        normalized = normalize_request(route, body)
         stream = body.get("stream") is True
         so = body.get("stream_options")
         include_usage = stream and isinstance(so, Mapping) and so.get("include_usage") is True
@@ -248,10 +244,10 @@ class ResponseCache:
         elif _header(headers, CACHE_HEADER) == "bypass" or any(
                 d.strip() in ("no-cache", "no-store") for d in _header(headers, "cache-control").split(",")):
             reason = "header"
-        elif self.mode == "deterministic" and not is_deterministic(route, canonical):
+        elif self.mode == "deterministic" and not is_deterministic(route, normalized):
             reason = "nondeterministic"
-        fp = None if reason else fingerprint_canonical(route, canonical, tenant=tenant, namespace=self.namespace)
-        return CachePlan(route, canonical, stream, include_usage, fp, reason)
+        fp = None if reason else fingerprint_normalized(route, normalized, tenant=tenant, namespace=self.namespace)
+        return CachePlan(route, normalized, stream, include_usage, fp, reason)
 
     # ------------------------------------------------------------ store access (never raises)
 

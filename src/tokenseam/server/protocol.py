@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.sampling import SamplingParams
+from ..wire import DEFAULTS, ROUTE_CHAT, ROUTE_LLAMA, TOKEN_HEALING_ERROR, check_token_healing, field_default
 from .errors import APIError
 
 # Fields we know and refuse rather than silently ignore.
@@ -117,38 +118,38 @@ def _check_unsupported(body: dict) -> None:
 def parse_openai(body: dict, route: str) -> ParsedRequest:
     """`/v1/completions` or `/v1/chat/completions`."""
     _check_unsupported(body)
-    chat = route == "/v1/chat/completions"
+    chat = route == ROUTE_CHAT
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None:
         max_tokens = _num({"max_tokens": max_tokens}, "max_tokens", None, lo=1, integer=True)
     elif not chat:
-        max_tokens = 16  # the OpenAI completions default
+        max_tokens = field_default(route, "max_tokens")
     logprobs = body.get("logprobs")
     top_logprobs = 0
     if chat:
-        want_lp = _bool(body, "logprobs")
-        top_logprobs = _num(body, "top_logprobs", 0, 0, 20, integer=True)
+        want_lp = _bool(body, "logprobs", field_default(route, "logprobs"))
+        top_logprobs = _num(body, "top_logprobs", field_default(route, "top_logprobs"), 0, 20, integer=True)
         if top_logprobs and not want_lp:
             raise bad("top_logprobs requires logprobs: true", "top_logprobs")
     else:
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)):
             raise bad("logprobs must be an integer from 0 to 5 on /v1/completions", "logprobs")
         want_lp = logprobs is not None
-        top_logprobs = _num(body, "logprobs", 0, 0, 20, integer=True)
+        top_logprobs = _num(body, "logprobs", field_default(route, "logprobs"), 0, 20, integer=True)
     params = SamplingParams(
         max_tokens=max_tokens,
-        temperature=_num(body, "temperature", 1.0, 0, 2),
-        top_p=_num(body, "top_p", 1.0, 0, 1),
-        top_k=_num(body, "top_k", 0, -1, integer=True),
-        min_p=_num(body, "min_p", 0.0, 0, 1),
+        temperature=_num(body, "temperature", _float(route, "temperature"), 0, 2),
+        top_p=_num(body, "top_p", _float(route, "top_p"), 0, 1),
+        top_k=_num(body, "top_k", field_default(route, "top_k"), -1, integer=True),
+        min_p=_num(body, "min_p", _float(route, "min_p"), 0, 1),
         seed=_num(body, "seed", None, integer=True),
         stop=_stop(body),
         stop_token_ids=_int_list(body, "stop_token_ids"),
-        ignore_eos=_bool(body, "ignore_eos"),
+        ignore_eos=_bool(body, "ignore_eos", field_default(route, "ignore_eos")),
         logit_bias=_logit_bias(body),
-        presence_penalty=_num(body, "presence_penalty", 0.0, -2, 2),
-        frequency_penalty=_num(body, "frequency_penalty", 0.0, -2, 2),
-        n=_num(body, "n", 1, 1, 16, integer=True),
+        presence_penalty=_num(body, "presence_penalty", _float(route, "presence_penalty"), -2, 2),
+        frequency_penalty=_num(body, "frequency_penalty", _float(route, "frequency_penalty"), -2, 2),
+        n=_num(body, "n", field_default(route, "n"), 1, 16, integer=True),
         logprobs=want_lp,
         top_logprobs=top_logprobs,
     )
@@ -161,8 +162,9 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
         raise bad("stream_options must be an object", "stream_options")
     req = ParsedRequest(route=route, params=params, stream=_bool(body, "stream"),
                         include_usage=bool((so or {}).get("include_usage")),
-                        return_token_ids=_bool(body, "return_token_ids"), model=_model(body))
-    req.token_healing = _healing(body, default=not chat)
+                        return_token_ids=_bool(body, "return_token_ids", field_default(route, "return_token_ids")),
+                        model=_model(body))
+    req.token_healing = _healing(body, route)
     if chat:
         req.messages = _messages(body)
     else:
@@ -171,50 +173,53 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
 
 
 def parse_llama_completion(body: dict) -> ParsedRequest:
-    """llama-server's `/completion` (its defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05)."""
-    n_predict = _num(body, "n_predict", -1, integer=True)
+    """llama-server's `/completion`, with llama-server's defaults (`wire.DEFAULTS`)."""
+    route = ROUTE_LLAMA
+    n_predict = _num(body, "n_predict", field_default(route, "n_predict"), integer=True)
     if n_predict == 0 or n_predict < -1:
         raise bad("n_predict must be -1 (until the end) or a positive integer", "n_predict")
-    n_probs = _num(body, "n_probs", 0, 0, 20, integer=True)
+    n_probs = _num(body, "n_probs", field_default(route, "n_probs"), 0, 20, integer=True)
     params = SamplingParams(
         max_tokens=None if n_predict == -1 else n_predict,
-        temperature=max(0.0, _num(body, "temperature", 0.8, -100, 100)),  # llama-server: <= 0 means greedy
-        top_p=_num(body, "top_p", 0.95, 0, 1) or 1.0,
-        top_k=max(0, _num(body, "top_k", 40, -1, integer=True)),
-        min_p=_num(body, "min_p", 0.05, 0, 1),
+        # llama-server: temperature <= 0 means greedy
+        temperature=max(0.0, _num(body, "temperature", _float(route, "temperature"), -100, 100)),
+        top_p=_num(body, "top_p", _float(route, "top_p"), 0, 1) or 1.0,
+        top_k=max(0, _num(body, "top_k", field_default(route, "top_k"), -1, integer=True)),
+        min_p=_num(body, "min_p", _float(route, "min_p"), 0, 1),
         seed=_seed(body.get("seed")),
         stop=_stop(body),
-        ignore_eos=_bool(body, "ignore_eos"),
+        ignore_eos=_bool(body, "ignore_eos", field_default(route, "ignore_eos")),
         logit_bias=_logit_bias(body),
-        presence_penalty=_num(body, "presence_penalty", 0.0, -2, 2),
-        frequency_penalty=_num(body, "frequency_penalty", 0.0, -2, 2),
+        presence_penalty=_num(body, "presence_penalty", _float(route, "presence_penalty"), -2, 2),
+        frequency_penalty=_num(body, "frequency_penalty", _float(route, "frequency_penalty"), -2, 2),
         logprobs=n_probs > 0,
         top_logprobs=n_probs,
     )
-    req = ParsedRequest(route="/completion", params=params, stream=_bool(body, "stream"),
-                        return_token_ids=_bool(body, "return_tokens"), model=_model(body))
-    req.token_healing = _healing(body, default=True)
+    req = ParsedRequest(route=route, params=params, stream=_bool(body, "stream"),
+                        return_token_ids=_bool(body, "return_tokens", field_default(route, "return_tokens")),
+                        model=_model(body))
+    req.token_healing = _healing(body, route)
     req.prompt_text, req.prompt_ids = _prompt(body.get("prompt"), "prompt")
     return req
 
 
 def _seed(v):
-    if v is None or v == -1 or v == 4294967295:  # llama-server's "random"
+    if v is None or v in DEFAULTS[ROUTE_LLAMA]["seed"][1]:  # llama-server's "random"
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         raise bad(f"seed must be an integer, got {v!r}", "seed")
     return v
 
 
-def _healing(body: dict, default: bool) -> bool | int:
-    v = body.get("token_healing", default)
-    if v is None:
-        return default
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, int) and 0 <= v <= 16:
-        return v
-    raise bad("token_healing must be true, false or a number of tokens from 0 to 16", "token_healing")
+def _float(route: str, name: str) -> float:
+    return float(field_default(route, name))
+
+
+def _healing(body: dict, route: str) -> bool | int:
+    try:
+        return check_token_healing(body.get("token_healing"), field_default(route, "token_healing"))
+    except ValueError:
+        raise bad(TOKEN_HEALING_ERROR, "token_healing") from None
 
 
 def _model(body: dict) -> str | None:

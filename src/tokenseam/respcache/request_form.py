@@ -1,22 +1,23 @@
-"""Canonical request form and the one fingerprint every response-cache read and write uses.
+"""The normalized request form and the one fingerprint every response-cache read and write uses.
 
-The canonical request is also the request that gets generated (locally or upstream), so a hit returns what a miss computes.
+The normalized request is also the request that gets generated (locally or upstream), so a hit returns what a
+miss computes.
 
 Rules (documented in docs/response-cache.md):
 - Fields are sorted into three kinds. Transport and bookkeeping fields (`stream`, `stream_options`, `user`,
   `metadata`, request ids, `cache_prompt`, ...) are removed. Known answer-changing fields are normalised.
   Unknown fields are kept as they are, in the key and in the generated request: an unknown field can only
   split the cache, never merge two different answers.
-- Defaults come from one table per route (`DEFAULTS`). A `FILL` default is always written into the
-  canonical request (so every upstream samples with it, whatever its own default); a `DROP` default is
-  removed when the value equals it (extension fields some upstreams reject). `null` means "default".
+- Defaults come from the table the server's parser also reads (`wire.DEFAULTS`). A `FILL` default is always
+  written into the normalized request; a `DROP` default is removed when the value equals it. `null` means
+  "default".
 - Every key whose name starts with `_` is removed at every depth (JSON Schema property *names* are data,
   not fields, and are kept).
-- Numbers are canonical: an integral float becomes an int (`1.0` == `1`); NaN and infinities are errors.
+- Numbers are normalized: an integral float becomes an int (`1.0` == `1`); NaN and infinities are errors.
 - `tools` (and legacy `functions`) are sorted by function name; `stop` strings sorted and de-duplicated.
 - Chat message text is NFC-normalised, CRLF -> LF, trailing whitespace trimmed; a raw completion
   `prompt` is NFC-normalised only (its end is the boundary token healing works on).
-- Serialisation for the hash (`canonical_text`): keys sorted recursively, no whitespace, except JSON Schema
+- Serialisation for the hash (`fingerprint_text`): keys sorted recursively, no whitespace, except JSON Schema
   `properties` maps, whose order is part of the meaning (constrained decoders emit properties in schema order).
 """
 
@@ -29,17 +30,10 @@ from collections.abc import Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
+from ..wire import DEFAULTS, DROP, FILL, ROUTE_CHAT, ROUTE_LLAMA, ROUTES, field_default
 from .errors import CacheRequestError
 
-ROUTE_CHAT = "/v1/chat/completions"
-ROUTE_COMPLETIONS = "/v1/completions"
-ROUTE_LLAMA = "/completion"
-ROUTES = (ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_LLAMA)
-
 FINGERPRINT_VERSION = "tokenseam-fp/1"
-
-FILL = "fill"
-DROP = "drop"
 
 
 class OrderedMap(dict):
@@ -53,79 +47,6 @@ EXCLUDED_FIELDS = frozenset({
     "prompt_cache_key", "request_id", "requestId", "x_request_id", "x-request-id", "id",
     "cache_prompt", "id_slot", "timings_per_token", "return_progress",
 })
-
-# One table per route: field -> (mode, default value or tuple of equivalent default values).
-DEFAULTS: dict[str, dict[str, tuple[str, Any]]] = {
-    ROUTE_CHAT: {
-        "temperature": (FILL, 1),
-        "top_p": (FILL, 1),
-        "n": (FILL, 1),
-        "presence_penalty": (FILL, 0),
-        "frequency_penalty": (FILL, 0),
-        "logprobs": (DROP, False),
-        "top_logprobs": (DROP, 0),
-        "top_k": (DROP, (-1, 0)),
-        "min_p": (DROP, 0),
-        "repetition_penalty": (DROP, 1),
-        "response_format": (DROP, {"type": "text"}),
-        "parallel_tool_calls": (DROP, True),
-        "logit_bias": (DROP, {}),
-        "stop": (DROP, []),
-        "echo": (DROP, False),
-        "ignore_eos": (DROP, False),
-        "token_healing": (DROP, False),
-        "return_token_ids": (DROP, False),
-        "json_schema_options": (DROP, {}),
-    },
-    ROUTE_COMPLETIONS: {
-        "temperature": (FILL, 1),
-        "top_p": (FILL, 1),
-        "n": (FILL, 1),
-        "presence_penalty": (FILL, 0),
-        "frequency_penalty": (FILL, 0),
-        "max_tokens": (FILL, 16),
-        "echo": (DROP, False),
-        "best_of": (DROP, 1),
-        "logprobs": (DROP, 0),
-        "suffix": (DROP, ""),
-        "top_k": (DROP, (-1, 0)),
-        "min_p": (DROP, 0),
-        "repetition_penalty": (DROP, 1),
-        "logit_bias": (DROP, {}),
-        "stop": (DROP, []),
-        "ignore_eos": (DROP, False),
-        "token_healing": (DROP, True),  # healing is on by default for raw prompts
-        "return_token_ids": (DROP, False),
-        "json_schema_options": (DROP, {}),
-    },
-    ROUTE_LLAMA: {
-        "temperature": (FILL, 0.8),
-        "top_k": (FILL, 40),
-        "top_p": (FILL, 0.95),
-        "min_p": (FILL, 0.05),
-        "n_predict": (FILL, -1),
-        "seed": (DROP, (-1, 0xFFFFFFFF)),
-        "typical_p": (DROP, 1),
-        "repeat_penalty": (DROP, 1),
-        "repeat_last_n": (DROP, 64),
-        "presence_penalty": (DROP, 0),
-        "frequency_penalty": (DROP, 0),
-        "mirostat": (DROP, 0),
-        "n_probs": (DROP, 0),
-        "n_keep": (DROP, 0),
-        "ignore_eos": (DROP, False),
-        "return_tokens": (DROP, False),
-        "post_sampling_probs": (DROP, False),
-        "dry_multiplier": (DROP, 0),
-        "xtc_probability": (DROP, 0),
-        "logit_bias": (DROP, []),
-        "stop": (DROP, []),
-        "grammar": (DROP, ""),
-        "token_healing": (DROP, True),  # healing is on by default for raw prompts
-        "return_token_ids": (DROP, False),
-        "json_schema_options": (DROP, {}),
-    },
-}
 
 # Keys whose value is a JSON Schema, per route (nested paths are handled where they occur).
 _SCHEMA_FIELDS = ("guided_json", "json_schema")
@@ -145,7 +66,7 @@ def _number(v: float, path: str) -> int | float:
 
 
 def _clean(value: Any, path: str) -> Any:
-    """Generic pass: drop `_` keys at every depth, canonical numbers."""
+    """Generic pass: drop `_` keys at every depth, normalize numbers."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, int):
@@ -159,8 +80,8 @@ def _clean(value: Any, path: str) -> Any:
     raise CacheRequestError(f"{path}: unsupported value of type {type(value).__name__}", param=path)
 
 
-def canonical_schema(schema: Any, path: str = "schema") -> Any:
-    """Canonical JSON Schema: `_` keywords removed, numbers canonical, `properties` order kept as meaning."""
+def normalize_schema(schema: Any, path: str = "schema") -> Any:
+    """A JSON Schema normalized: `_` keywords removed, numbers normalized, `properties` order kept as meaning."""
     if not isinstance(schema, Mapping):
         return _clean(schema, path)
     out: dict[str, Any] = {}
@@ -170,14 +91,14 @@ def canonical_schema(schema: Any, path: str = "schema") -> Any:
         if k in _SCHEMA_NAME_MAPS and isinstance(v, Mapping):
             m = OrderedMap() if k == "properties" else {}
             for name, sub in v.items():
-                m[name] = canonical_schema(sub, f"{path}.{k}.{name}")
+                m[name] = normalize_schema(sub, f"{path}.{k}.{name}")
             out[k] = m
         elif k in _SCHEMA_SUB and isinstance(v, Mapping):
-            out[k] = canonical_schema(v, f"{path}.{k}")
+            out[k] = normalize_schema(v, f"{path}.{k}")
         elif k in _SCHEMA_SUB_LISTS and isinstance(v, list):
-            out[k] = [canonical_schema(s, f"{path}.{k}[{i}]") for i, s in enumerate(v)]
+            out[k] = [normalize_schema(s, f"{path}.{k}[{i}]") for i, s in enumerate(v)]
         elif k == "items" and isinstance(v, list):
-            out[k] = [canonical_schema(s, f"{path}.{k}[{i}]") for i, s in enumerate(v)]
+            out[k] = [normalize_schema(s, f"{path}.{k}[{i}]") for i, s in enumerate(v)]
         else:
             out[k] = _clean(v, f"{path}.{k}")
     return out
@@ -276,9 +197,9 @@ def _tools(tools: Any, field: str) -> list[Any]:
         t = _clean(t, f"{field}[{i}]")
         fn = t.get("function")
         if isinstance(fn, dict) and "parameters" in fn:
-            t["function"] = dict(fn, parameters=canonical_schema(fn["parameters"], f"{field}[{i}].parameters"))
+            t["function"] = dict(fn, parameters=normalize_schema(fn["parameters"], f"{field}[{i}].parameters"))
         elif "parameters" in t:
-            t["parameters"] = canonical_schema(t["parameters"], f"{field}[{i}].parameters")
+            t["parameters"] = normalize_schema(t["parameters"], f"{field}[{i}].parameters")
         out.append(t)
     # Stable sort: tools of the same name keep their order (a duplicate name is the upstream's error to report).
     out.sort(key=_tool_name)
@@ -293,12 +214,12 @@ def _response_format(rf: Any) -> Any:
     if isinstance(rf.get("json_schema"), Mapping):
         js = _clean({k: v for k, v in rf["json_schema"].items() if k != "schema"}, "response_format.json_schema")
         if "schema" in rf["json_schema"]:
-            js["schema"] = canonical_schema(rf["json_schema"]["schema"], "response_format.json_schema.schema")
+            js["schema"] = normalize_schema(rf["json_schema"]["schema"], "response_format.json_schema.schema")
         out["json_schema"] = js
     elif "json_schema" in rf:
         out["json_schema"] = _clean(rf["json_schema"], "response_format.json_schema")
     if "schema" in rf:
-        out["schema"] = canonical_schema(rf["schema"], "response_format.schema")
+        out["schema"] = normalize_schema(rf["schema"], "response_format.schema")
     return out
 
 
@@ -317,8 +238,8 @@ def _logit_bias(lb: Any, route: str) -> Any:
     return _clean(lb, "logit_bias")
 
 
-def _is_default(value: Any, default: Any) -> bool:
-    candidates = default if isinstance(default, tuple) else (default,)
+def _is_default(value: Any, equivalents: Any) -> bool:
+    candidates = equivalents if isinstance(equivalents, tuple) else (equivalents,)
     for d in candidates:
         if type(value) is bool or type(d) is bool:
             if type(value) is type(d) and value == d:
@@ -328,15 +249,15 @@ def _is_default(value: Any, default: Any) -> bool:
     return False
 
 
-def canonicalize_request(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The canonical form of a generation request for `route`; idempotent. Raises `CacheRequestError`."""
+def normalize_request(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The normalized form of a generation request for `route`; idempotent. Raises `CacheRequestError`."""
     try:
-        return _canonicalize(route, body)
+        return _normalize(route, body)
     except RecursionError:
         raise CacheRequestError("the request body is nested too deeply to canonicalize") from None
 
 
-def _canonicalize(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
+def _normalize(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
     if route not in DEFAULTS:
         raise CacheRequestError(f"route {route!r} is not cacheable; expected one of {', '.join(ROUTES)}")
     if not isinstance(body, Mapping):
@@ -358,9 +279,9 @@ def _canonicalize(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "logit_bias":
             value = _logit_bias(value, route)
         elif key in _SCHEMA_FIELDS and isinstance(value, Mapping):
-            value = canonical_schema(value, key)
+            value = normalize_schema(value, key)
         elif key == "structured_outputs" and isinstance(value, Mapping):
-            value = {k: (canonical_schema(v, f"{key}.{k}") if k == "json" and isinstance(v, Mapping)
+            value = {k: (normalize_schema(v, f"{key}.{k}") if k == "json" and isinstance(v, Mapping)
                          else _clean(v, f"{key}.{k}")) for k, v in value.items() if not k.startswith("_")}
         elif key == "model" and not isinstance(value, str):
             raise CacheRequestError("model: must be a string", param="model")
@@ -382,28 +303,28 @@ def _canonicalize(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
         tc = out.get("tool_choice")
         if tc == ("auto" if out.get("tools") or out.get("functions") else "none"):
             del out["tool_choice"]
-    for key, (mode, default) in DEFAULTS[route].items():
+    for key, (mode, value) in DEFAULTS[route].items():
         if key in out:
-            if mode == DROP and _is_default(out[key], default):
+            if mode == DROP and _is_default(out[key], value):
                 del out[key]
         elif mode == FILL:
-            out[key] = default
+            out[key] = value
     if route == ROUTE_CHAT and not out.get("logprobs"):
         out.pop("top_logprobs", None)  # meaningless without logprobs
     return out
 
 
-def is_deterministic(route: str, canonical: Mapping[str, Any]) -> bool:
-    """Whether the canonical request asks for a reproducible answer: temperature 0 or an explicit seed."""
-    temp = canonical.get("temperature", DEFAULTS[route]["temperature"][1])
+def is_deterministic(route: str, normalized: Mapping[str, Any]) -> bool:
+    """Whether the normalized request asks for a reproducible answer: temperature 0 or an explicit seed."""
+    temp = normalized.get("temperature", field_default(route, "temperature"))
     if route == ROUTE_LLAMA:
-        return temp <= 0 or "seed" in canonical
-    return temp == 0 or "seed" in canonical
+        return temp <= 0 or "seed" in normalized
+    return temp == 0 or "seed" in normalized
 
 
-def canonical_text(value: Any) -> str:
+def fingerprint_text(value: Any) -> str:
     """The unambiguous serialisation that gets hashed: JSON structure, no whitespace, keys sorted recursively
-    (an `OrderedMap` keeps its order), canonical numbers; strings of 32+ characters are written as
+    (an `OrderedMap` keeps its order), normalized numbers; strings of 32+ characters are written as
     `'<length>:<raw text>` instead of escaped JSON (same meaning, no escaping cost on long prompts)."""
     parts: list[str] = []
     _emit(value, parts)
@@ -459,10 +380,11 @@ def _emit(v: Any, out: list[str]) -> None:
         raise CacheRequestError(f"cannot fingerprint a value of type {type(v).__name__}")
 
 
-def fingerprint_canonical(route: str, canonical: Mapping[str, Any], tenant: str = "", namespace: str = "") -> str:
-    """SHA-256 hex of an already canonical request (what `fingerprint_request` hashes)."""
+def fingerprint_normalized(route: str, normalized: Mapping[str, Any], tenant: str = "",
+                           namespace: str = "") -> str:
+    """SHA-256 hex of an already normalized request (what `fingerprint_request` hashes)."""
     try:
-        body = canonical_text(canonical)
+        body = fingerprint_text(normalized)
     except RecursionError:
         raise CacheRequestError("the request body is nested too deeply to fingerprint") from None
     text = "\n".join((FINGERPRINT_VERSION, namespace, tenant, route, body))
@@ -470,8 +392,8 @@ def fingerprint_canonical(route: str, canonical: Mapping[str, Any], tenant: str 
 
 
 def fingerprint_request(route: str, body: Mapping[str, Any], tenant: str = "", namespace: str = "") -> str:
-    """The cache key of a request: SHA-256 over its canonical form, scoped by tenant and namespace."""
-    return fingerprint_canonical(route, canonicalize_request(route, body), tenant=tenant, namespace=namespace)
+    """The cache key of a request: SHA-256 over its normalized form, scoped by tenant and namespace."""
+    return fingerprint_normalized(route, normalize_request(route, body), tenant=tenant, namespace=namespace)
 
 
 def tenant_from_api_key(api_key: str | None) -> str:

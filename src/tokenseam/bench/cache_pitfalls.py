@@ -1,6 +1,7 @@
 """The fingerprint pitfall suite: a base request and variants that must hit or must miss its cache entry.
 
-Shared by `tests/respcache/test_pitfalls.py` and `tokenseam bench cache`, so the test and the reported rate are one list.
+Benchmark and test data, not runtime code: shared by `tokenseam bench cache` and the response-cache tests
+(tests/respcache/test_request_form.py, test_policy.py), so the test and the reported rate are one list.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .canonical import ROUTE_CHAT, ROUTE_COMPLETIONS, fingerprint_request
+from ..respcache import fingerprint_request
+from ..wire import ROUTE_CHAT, ROUTE_COMPLETIONS
 
 BASE_TENANT = "tenant-a"
 

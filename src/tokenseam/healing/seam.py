@@ -1,4 +1,4 @@
-"""Canonicality of a prompt/continuation seam with and without healing, by forcing the continuation's tokens.
+"""Is a prompt/continuation seam tokenized canonically, with and without healing? Forces the continuation's tokens.
 
 Simulates generation that picks, at each step, the canonical next token of the joined text, if allowed.
 """

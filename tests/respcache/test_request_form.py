@@ -1,4 +1,4 @@
-"""Canonical form and fingerprint: the pitfall suite, the defaults table, hostile bodies."""
+"""The normalized request form and its fingerprint: the pitfall suite, the defaults table, hostile bodies."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import json
 
 import pytest
 
+from tokenseam.bench.cache_pitfalls import MUST_HIT, MUST_MISS, base_chat, base_completion, run_pitfalls
 from tokenseam.respcache import (
     ROUTE_CHAT,
     ROUTE_COMPLETIONS,
     ROUTE_LLAMA,
     CacheRequestError,
-    canonicalize_request,
     fingerprint_request,
     is_deterministic,
+    normalize_request,
     tenant_from_api_key,
 )
-from tokenseam.respcache.pitfalls import MUST_HIT, MUST_MISS, base_chat, base_completion, run_pitfalls
 
 
 @pytest.mark.parametrize("variant", MUST_HIT, ids=lambda v: v.name)
@@ -34,17 +34,17 @@ def test_pitfall_rates():
     assert len(r.misses_ok) == len(MUST_MISS)
 
 
-def test_canonical_is_what_gets_generated():
+def test_the_normalized_request_is_what_gets_generated():
     body = base_chat()
     body.update(stream=True, user="u", _x=1, top_p=1.0, stop=["b", "a", "b"])
-    c = canonicalize_request(ROUTE_CHAT, body)
+    c = normalize_request(ROUTE_CHAT, body)
     assert "stream" not in c and "user" not in c and "_x" not in c
     assert c["stop"] == ["a", "b"]
     assert [t["function"]["name"] for t in c["tools"]] == ["add", "lookup"]
     assert c["temperature"] == 0 and isinstance(c["temperature"], int)
     # FILL defaults are written into the request that is generated.
     assert c["top_p"] == 1 and c["n"] == 1 and c["presence_penalty"] == 0
-    assert canonicalize_request(ROUTE_CHAT, c) == c  # idempotent
+    assert normalize_request(ROUTE_CHAT, c) == c  # idempotent
     json.dumps(c)  # plain JSON
 
 
@@ -54,9 +54,9 @@ def test_defaults_omitted_equals_explicit():
              top_k=-1, min_p=0, response_format={"type": "text"}, logit_bias={}, stop=[], seed=None,
              max_tokens=None, token_healing=False, return_token_ids=False, tool_choice="none")
     assert fingerprint_request(ROUTE_CHAT, a) == fingerprint_request(ROUTE_CHAT, b)
-    assert not is_deterministic(ROUTE_CHAT, canonicalize_request(ROUTE_CHAT, a))
-    assert is_deterministic(ROUTE_CHAT, canonicalize_request(ROUTE_CHAT, dict(a, seed=3)))
-    assert is_deterministic(ROUTE_CHAT, canonicalize_request(ROUTE_CHAT, dict(a, temperature=0.0)))
+    assert not is_deterministic(ROUTE_CHAT, normalize_request(ROUTE_CHAT, a))
+    assert is_deterministic(ROUTE_CHAT, normalize_request(ROUTE_CHAT, dict(a, seed=3)))
+    assert is_deterministic(ROUTE_CHAT, normalize_request(ROUTE_CHAT, dict(a, temperature=0.0)))
 
 
 def test_underscore_fields_removed_at_every_depth_but_schema_property_names_kept():
@@ -65,7 +65,7 @@ def test_underscore_fields_removed_at_every_depth_but_schema_property_names_kept
     body = {"model": "m", "messages": [{"role": "user", "content": "q", "_meta": {"a": 1}}],
             "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "_x": 2}},
             "_top": True}
-    c = canonicalize_request(ROUTE_CHAT, body)
+    c = normalize_request(ROUTE_CHAT, body)
     s = c["response_format"]["json_schema"]["schema"]
     assert "_comment" not in s and "_id" in s["properties"] and "_note" not in s["properties"]["_id"]
     assert "_meta" not in c["messages"][0] and "_x" not in c["response_format"]["json_schema"]
@@ -87,20 +87,20 @@ def test_schema_property_order_is_meaning():
 
 
 def test_chat_text_rules_and_raw_prompt_rules():
-    c = canonicalize_request(ROUTE_CHAT, {"messages": [
+    c = normalize_request(ROUTE_CHAT, {"messages": [
         {"role": "user", "content": [{"type": "text", "text": "cafe\u0301 line\r\nnext  \n"},
                                      {"type": "image_url", "image_url": {"url": "http://x/a.png "}}]}]})
     assert c["messages"][0]["content"][0]["text"] == "caf\u00e9 line\nnext"
     assert c["messages"][0]["content"][1]["image_url"]["url"] == "http://x/a.png "
-    p = canonicalize_request(ROUTE_COMPLETIONS, {"prompt": "cafe\u0301 http:\r\n "})
+    p = normalize_request(ROUTE_COMPLETIONS, {"prompt": "cafe\u0301 http:\r\n "})
     assert p["prompt"] == "caf\u00e9 http:\r\n "
-    p2 = canonicalize_request(ROUTE_COMPLETIONS, {"prompt": [1, 2.0, "x"]})
+    p2 = normalize_request(ROUTE_COMPLETIONS, {"prompt": [1, 2.0, "x"]})
     assert p2["prompt"] == [1, 2, "x"]
 
 
 def test_llama_completion_route():
     base = {"prompt": "Hello", "n_predict": 8, "temperature": 0, "cache_prompt": True, "id_slot": 2}
-    c = canonicalize_request(ROUTE_LLAMA, base)
+    c = normalize_request(ROUTE_LLAMA, base)
     assert "cache_prompt" not in c and "id_slot" not in c
     assert c["top_k"] == 40 and c["top_p"] == 0.95 and c["min_p"] == 0.05
     same = {"prompt": "Hello", "n_predict": 8.0, "temperature": 0.0, "top_k": 40, "seed": -1, "return_tokens": False,
@@ -109,8 +109,8 @@ def test_llama_completion_route():
     for change in ({"grammar": "root ::= \"a\""}, {"json_schema": {"type": "object"}}, {"return_tokens": True},
                    {"top_k": 1}, {"seed": 5}, {"n_predict": 9}):
         assert fingerprint_request(ROUTE_LLAMA, dict(base, **change)) != fingerprint_request(ROUTE_LLAMA, base)
-    assert not is_deterministic(ROUTE_LLAMA, canonicalize_request(ROUTE_LLAMA, {"prompt": "x"}))
-    assert is_deterministic(ROUTE_LLAMA, canonicalize_request(ROUTE_LLAMA, {"prompt": "x", "seed": 1}))
+    assert not is_deterministic(ROUTE_LLAMA, normalize_request(ROUTE_LLAMA, {"prompt": "x"}))
+    assert is_deterministic(ROUTE_LLAMA, normalize_request(ROUTE_LLAMA, {"prompt": "x", "seed": 1}))
 
 
 def test_routes_are_separate_namespaces_and_namespace_param():
@@ -154,7 +154,7 @@ def test_tenant_from_api_key_hashes():
 ])
 def test_malformed_bodies_raise_clear_errors(route, body, param):
     with pytest.raises(CacheRequestError) as ei:
-        canonicalize_request(route, body)
+        normalize_request(route, body)
     assert str(ei.value)
     if param is not None:
         assert ei.value.param == param and param.split("[")[0].split(".")[0] in str(ei.value)
@@ -177,7 +177,7 @@ def test_hostile_strings_and_deep_nesting_do_not_crash():
 def test_input_body_not_mutated():
     body = base_chat()
     before = copy.deepcopy(body)
-    canonicalize_request(ROUTE_CHAT, body)
+    normalize_request(ROUTE_CHAT, body)
     assert body == before
 
 
