@@ -265,8 +265,7 @@ class _RawClient:
 def bench_load(args: argparse.Namespace, redis_url: str | None) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
-    from ..respcache import ROUTE_CHAT, ROUTE_COMPLETIONS, ResponseCache, open_store
-    from ..respcache import normalize_request as canonicalize_request
+    from ..respcache import ROUTE_CHAT, ROUTE_COMPLETIONS, ResponseCache, normalize_request, open_store
     from ..respcache.entry import SSEParser
     from ..respcache.fake_upstream import FakeUpstream, ThreadedServer, fake_answer
     from ..respcache.gateway import create_gateway_app
@@ -288,7 +287,7 @@ def bench_load(args: argparse.Namespace, redis_url: str | None) -> dict[str, Any
     order = order[:args.requests]
     jobs = [(pool[k], rng.random() < args.stream_share, k) for k in order]
     distinct_used = len(set(order))
-    expected = {k: ["".join(fake_answer(canonicalize_request(r, b), 0)[0])] for k, (r, b) in enumerate(pool)}
+    expected = {k: ["".join(fake_answer(normalize_request(r, b), 0)[0])] for k, (r, b) in enumerate(pool)}
 
     tmp = tempfile.mkdtemp(prefix="ts-bench-cache-")
     spec = {"sqlite": f"sqlite:{tmp}/load.sqlite", "memory": "memory", "redis": redis_url or ""}[args.load_store]
