@@ -132,22 +132,35 @@ class _Builder:
         self.rule_index: dict[str, int] = {}
         self.code_points = CodePointEdges(self.nfa)
 
-    # The analyses below and `emit` are walks (walk.run): `_x(node, ...)` is the memo's value, the value of a
+    # The analyses below and `_emit` are walks (walk.run): `_x(node, ...)` is the memo's value, the value of a
     # leaf, or the walk that computes it, so IR depth costs no interpreter stack.
     def estimate(self, node: Node) -> int:
         return run(self._estimate(node, 0))
 
     def _estimate(self, node: Node, depth: int):
         hit = self.est_memo.get(id(node))
-        return hit if hit is not None else self._estimate_walk(node, depth)
-
-    def _estimate_walk(self, node: Node, depth: int):
+        if hit is not None:
+            return hit
+        if isinstance(node, (Seq, Alt, Repeat, Escaped, Ref, Members)):
+            return self._estimate_walk(node, depth)
         self.budget.spend(1)  # the memo entry
         if depth > 200:
             raise GrammarError("grammar nesting too deep")
         if isinstance(node, Chars):
             v = 2 * len(node.ranges) + 2
-        elif isinstance(node, (Seq, Alt)):
+        elif isinstance(node, Auto):
+            v = node.auto.size * 3
+        else:
+            v = 1
+        v = min(v, 10 * MAX_STATES)
+        self.est_memo[id(node)] = v
+        return v
+
+    def _estimate_walk(self, node: Node, depth: int):
+        self.budget.spend(1)  # the memo entry
+        if depth > 200:
+            raise GrammarError("grammar nesting too deep")
+        if isinstance(node, (Seq, Alt)):
             v = 2
             for x in node.items:
                 v += yield self._estimate(x, depth + 1)
@@ -161,9 +174,7 @@ class _Builder:
             v = (yield self._estimate(node.item, depth + 1)) * 2
         elif isinstance(node, Ref):
             v = 2 if node.name in self.cyclic else (yield self._estimate(self.g.rules[node.name], depth + 1))
-        elif isinstance(node, Auto):
-            v = node.auto.size * 3
-        elif isinstance(node, Members):
+        else:
             copies = max(node.min, node.max or 0) + 1
             parts = 0
             for x, _ in node.items:
@@ -172,8 +183,6 @@ class _Builder:
             if node.extra is not None:
                 parts += yield self._estimate(node.extra, depth + 1)
             v = copies * parts + 4
-        else:
-            v = 1
         v = min(v, 10 * MAX_STATES)
         self.est_memo[id(node)] = v
         return v
@@ -299,15 +308,29 @@ class _Builder:
         return self.nfa
 
     def _emit(self, node: Node, s: int, esc: bool, end: int | None):
-        """Lower `node` starting at state `s`; the state reached after it (a class is lowered at once), or
-        the walk that lowers it. With `end`, the node finishes in that state (the caller's join or loop head),
+        """Lower `node` starting at state `s`; the state reached after it (a node without parts to walk is
+        lowered at once), or the walk that lowers it. With `end`, the node finishes in that state (the caller's join or loop head),
         so no extra state and epsilon edge are needed there.
 
         Invariant: no edge ever enters `s` from inside the node, so alternatives can all start at `s`."""
+        nfa = self.nfa
         if isinstance(node, Chars):
-            e = self.nfa.add() if end is None else end
+            e = nfa.add() if end is None else end
             self.code_points.lower(node.ranges, s, e, esc)
             return e
+        if isinstance(node, Ref) and node.name in self.cyclic:
+            r = self.rule(node.name)
+            ret = nfa.add() if end is None else end
+            c = nfa.add()
+            nfa.eps[s].append(c)
+            nfa.call[c] = (r, ret)
+            return ret
+        if isinstance(node, Auto):
+            if node.limit is not None:
+                return self.embed_counted(node.auto, node.limit, s, esc or node.escape, end)
+            return self.embed(node.auto, s, esc or node.escape, end)
+        if (node is LAYOUT or node is LAYOUT_NO_INDENT) and not esc:
+            return self.layout(node is LAYOUT, s, end)
         return self._emit_walk(node, s, esc, end)
 
     def _emit_walk(self, node: Node, s: int, esc: bool, end: int | None):
@@ -333,8 +356,6 @@ class _Builder:
                 s = yield self._emit(it, s, esc, end if k == last else None)
             return s
         if isinstance(node, Alt):
-            if (node is LAYOUT or node is LAYOUT_NO_INDENT) and not esc:
-                return self.layout(node is LAYOUT, s, end)
             if not node.items:
                 nfa.may_dead_end = True
                 return nfa.add() if end is None else end  # nothing reaches it: the empty language
@@ -384,19 +405,8 @@ class _Builder:
             return e
         if isinstance(node, Escaped):
             return (yield self._emit(node.item, s, True, end))
-        if isinstance(node, Ref):
-            if node.name in self.cyclic:
-                r = self.rule(node.name)
-                ret = nfa.add() if end is None else end
-                c = nfa.add()
-                nfa.eps[s].append(c)
-                nfa.call[c] = (r, ret)
-                return ret
+        if isinstance(node, Ref):  # not on a cycle: inlined
             return (yield self._emit(self.g.rules[node.name], s, esc, end))
-        if isinstance(node, Auto):
-            if node.limit is not None:
-                return self.embed_counted(node.auto, node.limit, s, esc or node.escape, end)
-            return self.embed(node.auto, s, esc or node.escape, end)
         if isinstance(node, Members):
             return (yield self._members(node, s, esc, end))
         raise GrammarError(f"internal: unknown IR node {type(node).__name__}")

@@ -115,12 +115,18 @@ def productive(g: Grammar) -> dict[str, bool]:
             referrers.setdefault(ref, []).append(name)
 
     def prod(node: Node, depth: int = 0):
-        """A walk (walk.run): whether `node` derives a string, with the rules in `ok` as they stand."""
+        """Whether `node` derives a string, with the rules in `ok` as they stand (or the walk that finds out:
+        walk.run)."""
         b.tick()
         if depth > 500:
             return False
         if isinstance(node, (Chars, Auto)):
             return True
+        if isinstance(node, Ref):
+            return ok.get(node.name, False)  # an undefined rule is reported when the automaton is built
+        return prod_parts(node, depth)
+
+    def prod_parts(node: Node, depth: int):
         if isinstance(node, Seq):
             for x in node.items:
                 if not (yield prod(x, depth + 1)):
@@ -135,8 +141,6 @@ def productive(g: Grammar) -> dict[str, bool]:
             return node.min == 0 or (yield prod(node.item, depth + 1))
         if isinstance(node, Escaped):
             return (yield prod(node.item, depth + 1))
-        if isinstance(node, Ref):
-            return ok.get(node.name, False)  # an undefined rule is reported when the automaton is built
         if isinstance(node, Members):
             for x, req in node.items:
                 if req and not (yield prod(x, depth + 1)):
@@ -155,7 +159,8 @@ def productive(g: Grammar) -> dict[str, bool]:
                     found.append(name)
         again = {y for x in found for y in referrers.get(x, ()) if not ok[y]}
         todo = sorted(again, key=order.__getitem__)
-    prod = None  # it refers to itself: without this the cycle keeps the grammar for the collector to find
+    prod = None  # prod and prod_parts refer to each other: without this the cycle keeps the grammar for the
+    # collector to find
     b.where = ""
     return ok
 
@@ -169,18 +174,25 @@ def prune_unproductive(g: Grammar, ok: dict[str, bool]) -> Grammar:
     b = current()
 
     def p(node: Node):
-        """`node` pruned: the memo's node, or the walk (walk.run) that prunes it."""
+        """`node` pruned (the memo's node, or a node without parts), or the walk (walk.run) that prunes it."""
         hit = memo.get(id(node))
-        return hit if hit is not None else prune(node)
-
-    def prune(node: Node):
-        b.spend(1)  # the memo entry, and perhaps a new node
+        if hit is not None:
+            return hit
+        if isinstance(node, (Seq, Alt, Repeat, Escaped, Members)):
+            return prune(node)
+        b.spend(1)  # the memo entry
         r: Node = node
         if isinstance(node, Ref):
             if node.name not in ok:
                 raise GrammarError(f"rule {current_rule[0]!r} references undefined rule(s): {node.name}")
             r = node if ok[node.name] else NOTHING
-        elif isinstance(node, Seq):
+        memo[id(node)] = r
+        return r
+
+    def prune(node: Node):
+        b.spend(1)  # the memo entry, and perhaps a new node
+        r: Node = node
+        if isinstance(node, Seq):
             items = []
             for x in node.items:
                 items.append((yield p(x)))
