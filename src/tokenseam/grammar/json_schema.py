@@ -1,6 +1,9 @@
 """JSON Schema front end (draft 2020-12 and draft-07 keywords) lowered to the grammar IR, exactly or not at all.
 
 Declared properties are generated in schema order, then additional/pattern properties; unsupported -> error.
+Here: the compiler's dispatch over keywords ($ref, allOf/anyOf/oneOf, not, enum/const, type) and
+schema_to_grammar. The per-type lowerings and the combinators are mixins of _Compiler, one module each:
+schema_numbers, schema_strings, schema_containers, schema_combinators; keyword sets in schema_keywords.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ MAX_WS = 1000  # the largest max_ws option (longest run of spaces/tabs after a n
 
 
 class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
+    """One schema lowered to IR rules: `compile` per sub-schema; the state below is shared with the mixins."""
+
     def __init__(self, root, strict: bool, lenient: bool, compact: bool, max_ws: int) -> None:
         self.root = root
         self.strict = strict
