@@ -125,3 +125,25 @@ def test_rules_that_never_finish_are_dropped_exactly(compiler):
     assert not g.automaton.nfa.may_dead_end
     assert len(g.warnings) == 1 and "'x' can never finish" in g.warnings[0]
     assert not compiler.compile_gbnf('root ::= "a" | x\nx ::= "b" x | "c"\n').warnings
+
+
+def test_lowering_leaves_the_recursion_limit_alone(monkeypatch):
+    """build_nfa walks deep rules with explicit stacks: it never changes the process-wide recursion limit
+    (compiles run in threads beside the server), and nesting past its bound is a GrammarError."""
+    import sys
+
+    from tokenseam.grammar.gbnf import parse_gbnf
+    from tokenseam.grammar.ir import NOTHING, Alt, Grammar, Ref, Seq, lit
+    from tokenseam.grammar.nfa import build_nfa
+
+    def refuse(n):
+        raise AssertionError("sys.setrecursionlimit called")
+
+    monkeypatch.setattr(sys, "setrecursionlimit", refuse)
+    nfa = build_nfa(parse_gbnf("root ::= " + '("a" ' * 150 + ")" * 150 + " | dead\ndead ::= dead"))
+    assert nfa.size > 150
+    node = lit("x")
+    for _ in range(240):  # 480 nodes deep, with an unproductive rule to prune at each level
+        node = Alt((Seq((lit("a"), node)), Ref("dead"), NOTHING))
+    with pytest.raises(GrammarError, match="grammar nesting too deep"):
+        build_nfa(Grammar({"root": node, "dead": Ref("dead")}, "root"))

@@ -407,7 +407,7 @@ def test_commit_memo_gives_the_positions_of_a_fresh_run(monkeypatch, smollm2_voc
 
 
 def test_nfa_rows_flat_and_read_only():
-    from tokenseam.grammar.nfa import FlatRows
+    from tokenseam.grammar.flatrows import FlatRows
 
     edges = [[(1, 2, 3), (5, 5, 0)], [], [(0, 255, 2)]]
     eps = [[2], [], [0, 1]]

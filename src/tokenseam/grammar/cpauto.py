@@ -9,7 +9,7 @@ import collections
 
 from .budget import current
 from .errors import GrammarError
-from .ir import ANY_RANGES, Alt, Auto, Chars, Escaped, Node, Repeat, Seq, covers_safe, norm
+from .ir import ANY_RANGES, Alt, Auto, Chars, Escaped, Node, Repeat, Seq, covers_safe, cut_surrogates, norm
 
 MAX_DFA_STATES = 4000
 MAX_NFA_STATES = 200_000
@@ -26,6 +26,7 @@ class CPNFA:
         self.start = 0
         self.finals: set[int] = set()
         self.universal_states: set[int] | None = None  # `universal`, kept once the automaton is embedded
+        self.live_start: bool | None = None  # whether the start state can reach a final one, once trimmed
 
     def add(self) -> int:
         n = len(self.edges)
@@ -320,7 +321,7 @@ def trim(nfa: CPNFA) -> CPNFA:
 
 
 def is_empty(nfa: CPNFA) -> bool:
-    if not hasattr(nfa, "live_start"):
+    if nfa.live_start is None:
         trim(nfa)
     return not nfa.live_start
 
@@ -468,10 +469,10 @@ def not_words(words: list[str]) -> CPNFA:
         prev = 0
         for c in sorted(children[s]):
             if c > prev:
-                row.extend((a, b, sink) for a, b in _cut_surrogates(prev, c - 1))
+                row.extend((a, b, sink) for a, b in cut_surrogates(prev, c - 1))
             row.append((c, c, children[s][c]))
             prev = c + 1
-        row.extend((a, b, sink) for a, b in _cut_surrogates(prev, ANY_RANGES[-1][1]))
+        row.extend((a, b, sink) for a, b in cut_surrogates(prev, ANY_RANGES[-1][1]))
         budget.spend(2 * len(row))
         if s not in ends:
             out.finals.add(s)
@@ -483,19 +484,6 @@ def not_words(words: list[str]) -> CPNFA:
     out.live_start = True
     current().spend(out.size)
     out.universal_states = set(range(out.size))
-    return out
-
-
-def _cut_surrogates(lo: int, hi: int) -> list[tuple[int, int]]:
-    if lo > hi:
-        return []
-    if hi < 0xD800 or lo > 0xDFFF:
-        return [(lo, hi)]
-    out = []
-    if lo < 0xD800:
-        out.append((lo, 0xD7FF))
-    if hi > 0xDFFF:
-        out.append((0xE000, hi))
     return out
 
 
@@ -540,7 +528,3 @@ class Searcher:
                 return False
             cur = nxt
         return not cur.isdisjoint(nfa.finals)
-
-
-def any_string() -> Node:
-    return Repeat(Chars(ANY_RANGES), 0, None)

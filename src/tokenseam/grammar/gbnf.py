@@ -8,7 +8,7 @@ from __future__ import annotations
 from .budget import compile_budget, current
 from .errors import GrammarError
 from .ir import EMPTY, MAX_CP, Chars, Grammar, Node, Ref, Repeat, alt, complement, norm, seq
-from .nfa import productive
+from .rulegraph import productive
 
 MAX_REPEAT = 100_000
 _ESC = {"n": 10, "r": 13, "t": 9, "\\": 92, '"': 34, "[": 91, "]": 93, "/": 47, "-": 45, "'": 39, "0": 0,

@@ -22,17 +22,24 @@ def norm(ranges) -> Ranges:
             out[-1][1] = max(out[-1][1], b)
         else:
             out.append([a, b])
-    res = []
+    res: list[tuple[int, int]] = []
     for a, b in out:
-        # UTF-8 cannot carry surrogates, so they never belong to a set.
-        if b < SURROGATES[0] or a > SURROGATES[1]:
-            res.append((a, b))
-        else:
-            if a < SURROGATES[0]:
-                res.append((a, SURROGATES[0] - 1))
-            if b > SURROGATES[1]:
-                res.append((SURROGATES[1] + 1, b))
+        res.extend(cut_surrogates(a, b))
     return tuple(res)
+
+
+def cut_surrogates(lo: int, hi: int) -> list[tuple[int, int]]:
+    """The range [lo, hi] without the surrogates: UTF-8 cannot carry them, so they never belong to a set."""
+    if lo > hi:
+        return []
+    if hi < SURROGATES[0] or lo > SURROGATES[1]:
+        return [(lo, hi)]
+    out = []
+    if lo < SURROGATES[0]:
+        out.append((lo, SURROGATES[0] - 1))
+    if hi > SURROGATES[1]:
+        out.append((SURROGATES[1] + 1, hi))
+    return out
 
 
 def complement(ranges: Ranges) -> Ranges:

@@ -30,8 +30,9 @@ from . import cpauto
 from .budget import current
 from .errors import GrammarError
 from .regex import parse_regex
+from .schema_keywords import TYPES, pointer_escape
 
-TYPE_NAMES = ("null", "boolean", "object", "array", "number", "string", "integer")
+TYPE_NAMES = (*TYPES, "integer")
 _NONNEG_INT = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties", "minContains",
                "maxContains")
 _REFS = ("$ref", "$dynamicRef", "$recursiveRef")
@@ -46,10 +47,6 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 _DATA = ("enum", "const", "default", "examples", "example")
 # Keys the compiler itself adds to merged schemas; a request may not supply them.
 RESERVED = ("_not_strings",)
-
-
-def _escape(key: str) -> str:
-    return str(key).replace("~", "~0").replace("/", "~1")
 
 
 def _show(v) -> str:
@@ -77,7 +74,7 @@ def check_keywords(root) -> None:
                 if k == "enum" and not isinstance(v, list):
                     raise bad(k, "an array")
                 continue
-            at = f"{ptr}/{_escape(k)}"
+            at = f"{ptr}/{pointer_escape(k)}"
             if k in RESERVED:
                 raise GrammarError(f"keyword {k!r} at {ptr} is reserved for the compiler's own use")
             if k in _REFS:
@@ -128,7 +125,7 @@ def check_keywords(root) -> None:
                         if not all(isinstance(r, str) for r in x):
                             raise bad(k, "an object of schemas or arrays of strings")
                     else:
-                        stack.append((x, f"{at}/{_escape(name)}"))
+                        stack.append((x, f"{at}/{pointer_escape(name)}"))
             elif k in _ONE_SCHEMA:
                 stack.append((v, at))
             elif k == "items":
@@ -143,7 +140,7 @@ def check_keywords(root) -> None:
             elif k in _SCHEMA_MAPS:
                 if not isinstance(v, dict):
                     raise bad(k, "an object of schemas")
-                stack.extend((x, f"{at}/{_escape(name)}") for name, x in v.items())
+                stack.extend((x, f"{at}/{pointer_escape(name)}") for name, x in v.items())
             # Any other keyword is an annotation or a vendor extension: not read as a schema, not checked.
 
 

@@ -1,0 +1,47 @@
+"""FlatRows: the final NFA's edge and epsilon rows stored flat (offsets plus one numpy array)."""
+
+from __future__ import annotations
+
+from itertools import chain
+
+import numpy as np
+
+
+class FlatRows(dict):
+    """A list of rows kept flat once it is final: offsets plus one numpy array (`off`, `data`). Row q is made
+    into a tuple when first read and kept, so reading a row again is a plain dict lookup. Read-only.
+
+    A large grammar's NFA has tens of thousands of states, each with a list of edges and a list of epsilon
+    edges. As Python lists and tuples they are objects the cyclic GC must traverse: the first collection
+    after a compile took 10-30 ms, and every later full collection paid again. Flat, only the rows that
+    Python-side state building reads become objects; the numba walk reads the arrays themselves."""
+
+    __slots__ = ("off", "data", "_off")
+
+    def __init__(self, rows: list[list], width: int) -> None:
+        super().__init__()
+        n = len(rows)
+        self.off = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.fromiter(map(len, rows), dtype=np.int32, count=n), out=self.off[1:])
+        m = int(self.off[-1])
+        items = chain.from_iterable(chain.from_iterable(rows)) if width > 1 else chain.from_iterable(rows)
+        data = np.fromiter(items, dtype=np.int32, count=width * m)
+        self.data = data.reshape(m, width) if width > 1 else data
+        self._off = self.off.tolist()
+
+    def __missing__(self, q: int) -> tuple:
+        if not 0 <= q < len(self._off) - 1:
+            raise IndexError(q)
+        part = self.data[self._off[q]:self._off[q + 1]].tolist()
+        r = tuple(map(tuple, part)) if self.data.ndim == 2 else tuple(part)
+        dict.__setitem__(self, q, r)
+        return r
+
+    def __setitem__(self, q, row) -> None:
+        raise TypeError("FlatRows is read-only")
+
+    def __len__(self) -> int:
+        return len(self._off) - 1
+
+    def __iter__(self):
+        return (self[q] for q in range(len(self)))

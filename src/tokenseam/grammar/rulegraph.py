@@ -1,0 +1,252 @@
+"""The rule graph of a grammar IR, before it is lowered: which rules each rule refers to, which rules lie on
+a reference cycle, which rules derive at least one string, and the grammar without the ones that derive none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .budget import current
+from .errors import GrammarError
+from .ir import EMPTY, NOTHING, Alt, Auto, Chars, Escaped, Grammar, Members, Node, Ref, Repeat, Seq
+from .walk import run
+
+
+def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], dict[str, int]]:
+    """The rules each rule refers to, and how often each rule is referred to in all (one walk per rule)."""
+    refs: dict[str, set[str]] = {}
+    counts: dict[str, int] = {}
+    for name, node in g.rules.items():
+        acc: set[str] = set()
+        for ref in iter_refs(node):
+            acc.add(ref)
+            counts[ref] = counts.get(ref, 0) + 1
+        missing = {x for x in acc if x not in g.rules}
+        if missing:
+            raise GrammarError(f"rule {name!r} references undefined rule(s): {', '.join(sorted(missing))}")
+        refs[name] = acc
+    return refs, counts
+
+
+def cyclic_rules(g: Grammar, refs: dict[str, set[str]]) -> set[str]:
+    # Tarjan's SCC, iterative to survive deep grammars.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on: set[str] = set()
+    stack: list[str] = []
+    cyclic: set[str] = set()
+    counter = 0
+    for root in g.rules:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(refs[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(refs[w]))))
+                    advanced = True
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in refs[v]:
+                    cyclic.update(comp)
+    return cyclic
+
+
+def iter_refs(node: Node):
+    """Names of the rule references under `node`, once per occurrence (a shared subtree once per parent)."""
+    b = current()
+    stack = [node]
+    seen = 0
+    while stack:
+        n = stack.pop()
+        seen += 1
+        if not seen & 255:
+            b.tick(256)  # a tree of shared subtrees can be far larger than the grammar that holds it
+        if isinstance(n, Ref):
+            yield n.name
+        elif isinstance(n, (Seq, Alt)):
+            stack.extend(n.items)
+        elif isinstance(n, (Repeat, Escaped)):
+            stack.append(n.item)
+        elif isinstance(n, Members):
+            stack.extend(x for x, _ in n.items)
+            stack.append(n.sep)
+            if n.extra is not None:
+                stack.append(n.extra)
+
+
+def productive(g: Grammar) -> dict[str, bool]:
+    """Which rules derive at least one string (least fixed point).
+
+    Each round evaluates only the rules that refer to one found productive in the round before (the first
+    round: every rule, in order). Sweeping every rule until nothing changed took one sweep per link of a rule
+    chain whose rules come in the order they refer to each other: 10,000 rules cost 10,000 sweeps."""
+    b = current()
+    ok: dict[str, bool] = {name: False for name in g.rules}
+    order = {name: i for i, name in enumerate(g.rules)}
+    referrers: dict[str, list[str]] = {}
+    for name, node in g.rules.items():
+        b.where = f"rule {name!r}"
+        for ref in set(iter_refs(node)):
+            referrers.setdefault(ref, []).append(name)
+
+    def prod(node: Node, depth: int = 0):
+        """Whether `node` derives a string, with the rules in `ok` as they stand (or the walk that finds out:
+        walk.run)."""
+        b.tick()
+        if depth > 500:
+            return False
+        if isinstance(node, (Chars, Auto)):
+            return True
+        if isinstance(node, Ref):
+            return ok.get(node.name, False)  # an undefined rule is reported when the automaton is built
+        return prod_parts(node, depth)
+
+    def prod_parts(node: Node, depth: int):
+        if isinstance(node, Seq):
+            for x in node.items:
+                if not (yield prod(x, depth + 1)):
+                    return False
+            return True
+        if isinstance(node, Alt):
+            for x in node.items:
+                if (yield prod(x, depth + 1)):
+                    return True
+            return False
+        if isinstance(node, Repeat):
+            return node.min == 0 or (yield prod(node.item, depth + 1))
+        if isinstance(node, Escaped):
+            return (yield prod(node.item, depth + 1))
+        if isinstance(node, Members):
+            for x, req in node.items:
+                if req and not (yield prod(x, depth + 1)):
+                    return False
+            return True
+        return False
+
+    todo = list(g.rules)
+    while todo:
+        found = []
+        for name in todo:
+            if not ok[name]:
+                b.where = f"rule {name!r}"
+                if run(prod(g.rules[name])):
+                    ok[name] = True
+                    found.append(name)
+        again = {y for x in found for y in referrers.get(x, ()) if not ok[y]}
+        todo = sorted(again, key=order.__getitem__)
+    prod = None  # prod and prod_parts refer to each other: without this the cycle keeps the grammar for the
+    # collector to find
+    b.where = ""
+    return ok
+
+
+def prune_unproductive(g: Grammar, ok: dict[str, bool]) -> Grammar:
+    """The same language without the rules that derive nothing: references to them become the empty
+    language, which removes the sequences holding them and the alternatives they are. Every path left in
+    the automaton can then finish, so it needs no trimming pass."""
+    memo: dict[int, Node] = {}
+    current_rule = [""]
+    b = current()
+
+    def p(node: Node):
+        """`node` pruned (the memo's node, or a node without parts), or the walk (walk.run) that prunes it."""
+        hit = memo.get(id(node))
+        if hit is not None:
+            return hit
+        if isinstance(node, (Seq, Alt, Repeat, Escaped, Members)):
+            return prune(node)
+        b.spend(1)  # the memo entry
+        r: Node = node
+        if isinstance(node, Ref):
+            if node.name not in ok:
+                raise GrammarError(f"rule {current_rule[0]!r} references undefined rule(s): {node.name}")
+            r = node if ok[node.name] else NOTHING
+        memo[id(node)] = r
+        return r
+
+    def prune(node: Node):
+        b.spend(1)  # the memo entry, and perhaps a new node
+        r: Node = node
+        if isinstance(node, Seq):
+            items = []
+            for x in node.items:
+                items.append((yield p(x)))
+            if any(x is NOTHING for x in items):
+                r = NOTHING
+            elif any(x is not y for x, y in zip(items, node.items, strict=True)):
+                r = Seq(tuple(items))
+        elif isinstance(node, Alt):
+            items = []
+            for y in node.items:
+                x = yield p(y)
+                if x is not NOTHING:
+                    items.append(x)
+            if not items:
+                r = NOTHING
+            elif len(items) != len(node.items) or any(x is not y for x, y in zip(items, node.items, strict=True)):
+                r = items[0] if len(items) == 1 else Alt(tuple(items))
+        elif isinstance(node, Repeat):
+            it = yield p(node.item)
+            if it is NOTHING:
+                r = EMPTY if node.min == 0 else NOTHING
+            elif it is not node.item:
+                r = Repeat(it, node.min, node.max)
+        elif isinstance(node, Escaped):
+            it = yield p(node.item)
+            r = NOTHING if it is NOTHING else node if it is node.item else Escaped(it)
+        elif isinstance(node, Members):
+            items = []
+            for x, req in node.items:
+                px = yield p(x)
+                if px is NOTHING:
+                    if req:
+                        r = NOTHING
+                        break
+                    continue
+                items.append((px, req))
+            else:
+                extra = None if node.extra is None else (yield p(node.extra))
+                sep = yield p(node.sep)
+                if extra is NOTHING:
+                    extra = None
+                # A separator that derives nothing is not something a front end builds: left as it is.
+                if sep is not NOTHING:
+                    r = Members(tuple(items), extra, sep, node.min, node.max)
+        memo[id(node)] = r
+        return r
+
+    # Every rule is walked, the dropped ones too, so an undefined reference anywhere is still an error.
+    rules = {}
+    for name, node in g.rules.items():
+        current_rule[0] = name
+        b.where = f"rule {name!r}"
+        pruned = run(p(node))
+        if ok[name]:
+            rules[name] = pruned
+    p = None  # p and prune refer to each other: drop the cycle (it holds the memo of every node) now
+    return dataclasses.replace(g, rules=rules)

@@ -1,0 +1,171 @@
+"""JSON Schema arrays and objects lowered to the grammar IR: prefix and rest items with their counts, and
+declared, pattern and additional properties as one Members node."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from . import cpauto
+from .errors import GrammarError
+from .ir import (
+    EMPTY,
+    NOTHING,
+    Auto,
+    Members,
+    Ref,
+    Repeat,
+    alt,
+    lit,
+    seq,
+)
+from .schema_keywords import pointer_escape
+from .schema_safety import searcher
+
+
+class ContainerLowering:
+    """The `array` and `object` types of the JSON Schema compiler (json_schema._Compiler)."""
+
+    def t_array(self, s, ptr):
+        mn = s.get("minItems", 0)
+        mx = s.get("maxItems")
+        for key, v in (("minItems", mn), ("maxItems", mx)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise GrammarError(f"{key} at {ptr} must be a non-negative integer")
+        items = s.get("items", True)
+        prefix: list = []
+        if "prefixItems" in s:
+            prefix = s["prefixItems"]
+            rest = items
+        elif isinstance(items, list):
+            prefix = items
+            rest = s.get("additionalItems", True)
+        else:
+            rest = items
+        if not isinstance(prefix, list):
+            raise GrammarError(f"prefixItems at {ptr} must be an array")
+        P = len(prefix)
+        self.budget.spend(P)
+        pnodes = [self.compile(x, f"{ptr}/prefixItems/{i}") for i, x in enumerate(prefix)]
+        rnode = self.compile(rest, f"{ptr}/items")
+        if mx is not None and mx < mn:
+            return NOTHING
+        ws = self.ws
+        empty = seq(lit("["), ws, lit("]"))
+
+        first = pnodes[0] if P else rnode
+        if mx == 0 or first == NOTHING:
+            return empty if mn == 0 else NOTHING
+        # What may follow item 0, built from the back: first the items after the prefix (each `rnode`), then
+        # for each prefix item k (last to first) "stop here, or a separator, item k and the rest".
+        k = max(P, 1)
+        if rnode == NOTHING:
+            tail = EMPTY if k >= mn else NOTHING
+        elif mx is not None and mx < k:
+            tail = NOTHING
+        else:
+            tail = Repeat(seq(self.sep, rnode), max(0, mn - k), None if mx is None else mx - k)
+        for k in range(P - 1, 0, -1):
+            options = []
+            if k >= mn:
+                options.append(EMPTY)
+            if mx is None or k < mx:
+                options.append(seq(self.sep, pnodes[k], tail))
+            tail = alt(*options) if options else NOTHING
+        full = seq(lit("["), ws, first, tail, ws, lit("]"))
+        return alt(empty, full) if mn == 0 else full
+
+    def t_object(self, s, ptr):
+        props = s.get("properties", {})
+        if not isinstance(props, dict):
+            raise GrammarError(f"properties at {ptr} must be an object")
+        required = s.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise GrammarError(f"required at {ptr} must be an array of strings")
+        pprops = s.get("patternProperties", {})
+        if not isinstance(pprops, dict):
+            raise GrammarError(f"patternProperties at {ptr} must be an object")
+        addl = s.get("additionalProperties", False if self.strict else True)
+        mn = s.get("minProperties", 0)
+        mx = s.get("maxProperties")
+        for key, v in (("minProperties", mn), ("maxProperties", mx)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise GrammarError(f"{key} at {ptr} must be a non-negative integer")
+        pat_res = {}
+        for p in pprops:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise GrammarError(f"patternProperties key {p!r} at {ptr} is not a valid regex: {exc}") from exc
+            # Which declared names a pattern governs, as Python's re.search decides, without its backtracking.
+            # A pattern the regex parser refuses is refused again below, after the properties as it always was
+            # (the first error met stays the one reported).
+            try:
+                pat_res[p] = searcher(p, f"patternProperties at {ptr}")
+            except GrammarError as exc:
+                pat_res[p] = exc
+        names = list(props) + [r for r in required if r not in props]
+        # Per name: its member's IR nodes, the key's characters, and its part of the key automata.
+        self.budget.spend(1 + 4 * len(names) + sum(map(len, names)) // 8)
+        items = []
+        for name in names:
+            sp = f"{ptr}/properties/{pointer_escape(name)}"
+            matching = [p for p in pprops if not isinstance(pat_res[p], GrammarError) and pat_res[p].accepts(name)]
+            if name in props:
+                sub = props[name]
+                if matching:
+                    sub = {"allOf": [sub] + [pprops[p] for p in matching]}
+            elif matching:
+                sub = {"allOf": [pprops[p] for p in matching]}
+            else:
+                sub = addl
+            vnode = self.compile(sub, sp)
+            req = name in required
+            if vnode == NOTHING:
+                if req:
+                    return NOTHING
+                continue
+            items.append((seq(lit(json.dumps(name, ensure_ascii=False)), self.colon, vnode), req))
+        not_declared = cpauto.not_words(names)
+        extra_alts = []
+        pat_names = []
+        for p, sub in pprops.items():
+            d = self.pattern_dfa(p, ptr)
+            if isinstance(pat_res[p], GrammarError):
+                raise pat_res[p]
+            pat_names.append(p)
+            # Keys the pattern matches minus the declared ones (the product is skipped when none matches).
+            key = cpauto.product(d, not_declared) if any(cpauto.accepts(d, n) for n in names) else d
+            vnode = self.compile(sub, f"{ptr}/patternProperties/{pointer_escape(p)}")
+            if not cpauto.is_empty(key) and vnode != NOTHING:
+                extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
+        for i in range(len(pat_names)):
+            for j in range(i + 1, len(pat_names)):
+                if self.patterns_overlap(pat_names[i], pat_names[j], ptr):
+                    self.unsupported("patternProperties with overlapping patterns", ptr)
+        vnode = self.compile(addl, f"{ptr}/additionalProperties")
+        if vnode != NOTHING:
+            # Literal patterns (`^client_id$`, common in generated schemas) join the declared names; the others
+            # are intersected away.
+            words = [w for w in (self.pattern_word(p, ptr) for p in pat_names) if w is not None]
+            key = cpauto.not_words(names + words) if words else not_declared
+            for p in pat_names:
+                if self.pattern_word(p, ptr) is None:
+                    key = cpauto.product(key, self.pattern_dfa(p, ptr, complement=True))
+            if not cpauto.is_empty(key):
+                extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
+        extra = None
+        if extra_alts:
+            # Extra members (key, colon, value) are one shared called rule: every place in the object where one
+            # may start then has the same automaton states inside it, so their token masks are computed once.
+            name = f"%extra{self.extra_rules}"
+            self.extra_rules += 1
+            self.rules[name] = alt(*extra_alts)
+            self.shared.add(name)
+            extra = Ref(name)
+        if mx is not None and (mx < mn or sum(req for _, req in items) > mx):
+            return NOTHING
+        if extra is None and mn > len(items):
+            return NOTHING
+        members = Members(tuple(items), extra, self.sep, mn, mx)
+        return seq(lit("{"), self.ws, members, self.ws, lit("}"))

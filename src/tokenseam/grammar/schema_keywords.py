@@ -1,0 +1,56 @@
+"""JSON Schema keywords as the compiler sorts them (annotations, supported, unsupported), the JSON types, and
+JSON value equality and typing as the specification defines them."""
+
+from __future__ import annotations
+
+ANNOTATIONS = {
+    "$schema", "$id", "id", "$comment", "$anchor", "$vocabulary", "title", "description", "default", "examples",
+    "example", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema",
+    "$defs", "definitions", "nullable", "discriminator", "xml", "externalDocs", "markdownDescription",
+    "errorMessage", "$dynamicAnchor", "$recursiveAnchor",
+}
+SUPPORTED = {
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems",
+    "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "pattern", "format", "minLength",
+    "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties",
+    "maxProperties", "patternProperties", "uniqueItems",
+}
+UNSUPPORTED = {
+    "not", "if", "then", "else", "contains", "minContains", "maxContains", "dependentRequired",
+    "dependentSchemas", "dependencies", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
+    "$dynamicRef", "$recursiveRef",
+}
+TYPES = ("null", "boolean", "object", "array", "number", "string")
+
+
+def pointer_escape(key: str) -> str:
+    """`key` as one JSON Pointer reference token (RFC 6901: ~ and / escaped)."""
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+def json_type(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "integer" if v.is_integer() else "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    return "object"
+
+
+def json_equal(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b

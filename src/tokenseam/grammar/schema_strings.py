@@ -1,0 +1,176 @@
+"""JSON Schema strings lowered to the grammar IR: the string body (JSON escapes included), `pattern`, the
+`format`s that have a pattern, `minLength`/`maxLength`, and the patternProperties key automata."""
+
+from __future__ import annotations
+
+from . import cpauto
+from .errors import GrammarError
+from .ir import (
+    NOTHING,
+    Auto,
+    Chars,
+    Escaped,
+    Node,
+    Ref,
+    Repeat,
+    alt,
+    cls,
+    lit,
+    norm,
+    seq,
+)
+from .regex import parse_regex
+
+HEX = cls("0-9a-fA-F")
+
+
+_YEAR = r"(000[1-9]|00[1-9]\d|0[1-9]\d\d|[1-9]\d{3})"
+_LEAP = r"(\d\d(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"
+# Exact calendar dates (month lengths and leap years), as validators that assert `format` check them.
+_DATE = (_YEAR + r"-(0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|" + _YEAR + r"-(0[469]|11)-(0[1-9]|[12]\d|30)|"
+         + _YEAR + r"-02-(0[1-9]|1\d|2[0-8])|" + _LEAP + r"-02-29")
+_TIME = r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)"
+
+FORMATS = {
+    "date": _DATE,
+    "time": _TIME,
+    "duration": r"P(\d+W|(\d+Y(\d+M)?(\d+D)?|\d+M(\d+D)?|\d+D)(T(\d+H(\d+M)?(\d+S)?|\d+M(\d+S)?|\d+S))?"
+                r"|T(\d+H(\d+M)?(\d+S)?|\d+M(\d+S)?|\d+S))",
+    "email": r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+             r"@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*",
+    "hostname": r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*",
+    "ipv4": r"(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}",
+    "ipv6": r"([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|"
+            r"([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|"
+            r"([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|"
+            r"([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|"
+            r":((:[0-9a-fA-F]{1,4}){1,7}|:)",
+    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9\-._~:/?#@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*",
+    "json-pointer": r"(/([^~/]|~[01])*)*",
+    "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)",
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+}
+# Formats the specification defines (validators may assert them): one we cannot express is an error.
+STANDARD_FORMATS = {"date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
+                    "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
+                    "json-pointer", "relative-json-pointer", "regex"}
+FORMATS["date-time"] = "(" + _DATE + ")[Tt]" + _TIME
+
+
+_HEX4 = alt(seq(cls("0-9a-cA-Ce-fE-F"), HEX, HEX, HEX), seq(cls("dD"), cls("0-7"), HEX, HEX))
+# One JSON string character, any encoding (no lone surrogates, so each escape is one code point).
+JCHAR = alt(
+    Chars(norm([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)])),
+    seq(lit("\\"), alt(cls('"\\\\/bfnrt'), seq(lit("u"), _HEX4))),
+)
+
+# A pattern or format with only maxLength is unrolled (one automaton copy per length) up to this many states;
+# beyond it the length is counted at run time (see nfa._Builder.embed_counted).
+UNROLL_LIMIT = 1000
+
+
+class StringLowering:
+    """The `string` type and the pattern automata of the JSON Schema compiler (json_schema._Compiler)."""
+
+    def string_node(self, mn: int, mx: int | None) -> Node:
+        """A JSON string of mn..mx characters: its body and closing quote are one shared called rule."""
+        name = f"%str{mn}:{'' if mx is None else mx}"
+        if name not in self.rules:
+            self.rules[name] = seq(Repeat(JCHAR, mn, mx), lit('"'))
+            self.shared.add(name)
+        return seq(lit('"'), Ref(name))
+
+    def t_string(self, s, ptr):
+        mn = s.get("minLength", 0)
+        mx = s.get("maxLength")
+        for key, v in (("minLength", mn), ("maxLength", mx)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise GrammarError(f"{key} at {ptr} must be a non-negative integer")
+        if mx is not None and mx < mn:
+            return NOTHING
+        regexes = []
+        pats = s.get("pattern")
+        if pats is not None:
+            for p in pats if isinstance(pats, list) else [pats]:
+                regexes.append(parse_regex(p, search=True, where=f"pattern at {ptr}/pattern", dialect="json-schema"))
+        fmt = s.get("format")
+        if fmt is not None:
+            if fmt in FORMATS:
+                regexes.append(parse_regex(FORMATS[fmt], where=f"format {fmt}", dialect="json-schema"))  # ASCII \d
+            elif fmt in STANDARD_FORMATS:
+                self.unsupported(f"format {fmt!r}", ptr)
+            else:
+                self.warnings.append(f"format {fmt!r} at {ptr} is not enforced (annotation only)")
+        q = lit('"')
+        excluded = s.get("_not_strings")
+        if excluded:
+            # Excluding values forces the json.dumps encoding (no escapes but the required ones), so an escape
+            # cannot spell one.
+            regexes.append(Auto(cpauto.not_words(excluded)))
+        if not regexes:
+            return self.string_node(mn, mx)
+        if len(regexes) == 1 and mn == 0 and mx is None:
+            return seq(q, Escaped(regexes[0]), q)  # an Auto inside is escaped the same way
+        auto = None
+        if len(regexes) == 1:
+            auto = regexes[0].auto if isinstance(regexes[0], Auto) else cpauto.from_ir(regexes[0])
+        else:
+            for r in regexes:
+                d = r.auto if isinstance(r, Auto) else cpauto.determinize(cpauto.from_ir(r))
+                auto = d if auto is None else cpauto.product(auto, d)
+        if mx is not None and (mx + 1) * auto.size > UNROLL_LIMIT and mn < mx // 2:
+            # An upper bound on a big automaton: counted at run time rather than copied per length. A lower
+            # bound well below it is unrolled first (one copy per length up to mn, the last one looping), and
+            # the counter then caps the whole string at mx.
+            if mn:
+                auto = cpauto.count(auto, mn, None)
+            if cpauto.is_empty(auto):
+                return NOTHING
+            d = cpauto.dist_to_final(auto)[auto.start]
+            if d is None or d > mx:
+                return NOTHING
+            return seq(q, Auto(auto, escape=True, limit=mx), q)
+        if mn or mx is not None:
+            auto = cpauto.count(auto, mn, mx)
+        if cpauto.is_empty(auto):
+            return NOTHING
+        return seq(q, Auto(auto, escape=True), q)
+
+    def _pattern(self, pattern: str, ptr: str) -> dict:
+        """A patternProperties regex's key automaton (search semantics), built once per pattern since the same
+        patterns recur across a schema's objects; its complement and single word are filled in when asked."""
+        entry = self.pattern_dfas.get(pattern)
+        if entry is None:
+            d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True, dialect="json-schema",
+                                                              where=f"patternProperties at {ptr}")))
+            entry = self.pattern_dfas[pattern] = {"dfa": d}
+        return entry
+
+    def pattern_dfa(self, pattern: str, ptr: str, complement: bool = False):
+        entry = self._pattern(pattern, ptr)
+        if not complement:
+            return entry["dfa"]
+        if "not" not in entry:
+            entry["not"] = cpauto.complement(entry["dfa"])
+        return entry["not"]
+
+    def pattern_word(self, pattern: str, ptr: str) -> str | None:
+        """The one key a patternProperties regex matches, if it matches exactly one."""
+        entry = self._pattern(pattern, ptr)
+        if "word" not in entry:
+            entry["word"] = cpauto.single_word(entry["dfa"])
+        return entry["word"]
+
+    def patterns_overlap(self, p: str, q: str, ptr: str) -> bool:
+        """Whether some key matches both patternProperties regexes."""
+        hit = self.pattern_overlaps.get((p, q))
+        if hit is None:
+            wp, wq = self.pattern_word(p, ptr), self.pattern_word(q, ptr)
+            if wp is not None:
+                hit = cpauto.accepts(self.pattern_dfa(q, ptr), wp)
+            elif wq is not None:
+                hit = cpauto.accepts(self.pattern_dfa(p, ptr), wq)
+            else:
+                hit = not cpauto.is_empty(cpauto.product(self.pattern_dfa(p, ptr), self.pattern_dfa(q, ptr)))
+            self.pattern_overlaps[(p, q)] = hit
+        return hit

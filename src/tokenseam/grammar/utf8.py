@@ -1,0 +1,182 @@
+"""Code points as UTF-8 bytes for the byte automaton: a code point range as sequences of byte ranges, a code
+point set split into plain ASCII, JSON escapes and the multi-byte part, the escape bytes themselves, and
+CodePointEdges, which writes a code point set as byte edges into a ByteNFA."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from .ir import covers_safe
+
+if TYPE_CHECKING:
+    from .nfa import ByteNFA
+
+# json.dumps escapes for the code points that cannot appear raw inside a JSON string.
+_SHORT_ESC = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t", 0x08: b"\\b", 0x0C: b"\\f"}
+
+
+def json_escape_bytes(cp: int) -> bytes | None:
+    if cp in _SHORT_ESC:
+        return _SHORT_ESC[cp]
+    if cp < 0x20:
+        return b"\\u%04x" % cp
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def utf8_sequences(lo: int, hi: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Split the code point range [lo, hi] into sequences of byte ranges (one per UTF-8 shape)."""
+    out: list[list[tuple[int, int]]] = []
+    _split_code_point_range(lo, hi, out)
+    return tuple(tuple(x) for x in out)
+
+
+def _split_code_point_range(lo: int, hi: int, out: list) -> None:
+    """Append to `out` the pieces of [lo, hi] whose UTF-8 forms are exactly one byte range per position: one
+    encoded length each, and below the first differing byte only full continuation ranges."""
+    if lo > hi:
+        return
+    for mx in (0x7F, 0x7FF, 0xFFFF):
+        if lo <= mx < hi:
+            _split_code_point_range(lo, mx, out)
+            _split_code_point_range(mx + 1, hi, out)
+            return
+    if hi <= 0x7F:
+        out.append([(lo, hi)])
+        return
+    for i in range(1, 4):
+        m = (1 << (6 * i)) - 1
+        if lo & ~m != hi & ~m:
+            if lo & m != 0:
+                _split_code_point_range(lo, lo | m, out)
+                _split_code_point_range((lo | m) + 1, hi, out)
+                return
+            if hi & m != m:
+                _split_code_point_range(lo, (hi & ~m) - 1, out)
+                _split_code_point_range(hi & ~m, hi, out)
+                return
+    a = chr(lo).encode("utf-8", "surrogatepass")
+    b = chr(hi).encode("utf-8", "surrogatepass")
+    out.append(list(zip(a, b, strict=True)))
+
+
+def byte_plan(ranges, esc: bool) -> tuple[tuple, tuple, tuple]:
+    """How a code point set lowers: plain ASCII byte ranges, the code points written as escapes (when `esc`:
+    controls, quote, backslash), and the multi-byte part."""
+    plain: list[tuple[int, int]] = []
+    specials: list[int] = []
+    for lo, hi in ranges:
+        if lo >= 0x80:
+            continue
+        hi = min(hi, 0x7F)
+        if esc:
+            if lo < 0x20:
+                specials.extend(range(lo, min(hi, 0x1F) + 1))
+                lo = 0x20
+            for c in (0x22, 0x5C):
+                if lo <= c <= hi:
+                    specials.append(c)
+                    if lo < c:
+                        plain.append((lo, c - 1))
+                    lo = c + 1
+        if lo <= hi:
+            plain.append((lo, hi))
+    high = tuple((max(a, 0x80), b) for a, b in ranges if b >= 0x80)
+    return tuple(plain), tuple(sorted(specials)), high
+
+
+class CodePointEdges:
+    """Byte edges for code point sets in one ByteNFA, sharing per target state the states after a backslash,
+    the multi-byte UTF-8 part and the trailing continuation bytes."""
+
+    def __init__(self, nfa: ByteNFA) -> None:
+        self.nfa = nfa
+        self.tails: dict[tuple[int, int], int] = {}
+        self.plans: dict[tuple, tuple] = {}
+        self.high_cache: dict[tuple, int] = {}
+        self.esc_cache: dict[tuple, int] = {}
+
+    def lower(self, ranges, s: int, e: int, esc: bool) -> None:
+        """Byte edges from `s` to `e` for one code point of `ranges` (JSON-escaped when `esc`)."""
+        plan = self.plans.get((ranges, esc))
+        if plan is None:
+            plan = self.plans[(ranges, esc)] = byte_plan(ranges, esc) + (covers_safe(ranges),)
+        plain, specials, high, safe = plan
+        nfa = self.nfa
+        if safe and s == e:
+            nfa.universal.add(s)  # a loop on every string-safe character
+        row = nfa.edges[s]
+        for a, b in plain:
+            row.append((a, b, e))
+        if specials:
+            row.append((0x5C, 0x5C, self.escapes(specials, e)))
+        if high:
+            # Multi-byte UTF-8 into the same target is lowered once and shared (the states of a complement
+            # automaton, "any key but these", all share one lowering into their sink).
+            hk = (high, e)
+            y = self.high_cache.get(hk)
+            if y is None:
+                y = self.high_cache[hk] = nfa.add()
+                for lo, hi in high:
+                    self.lower_raw(lo, hi, y, e)
+            nfa.eps[s].append(y)
+
+    def escapes(self, specials: tuple[int, ...], e: int) -> int:
+        """The state after a backslash from which the escapes of `specials` lead to `e` (shared per target)."""
+        nfa = self.nfa
+        bkey = (specials, e)
+        bs = self.esc_cache.get(bkey)
+        if bs is not None:
+            return bs
+        bs = self.esc_cache[bkey] = nfa.add()
+        uhex: dict[int, list[int]] = {}
+        for c in specials:
+            code = json_escape_bytes(c)
+            if len(code) == 2:
+                nfa.edges[bs].append((code[1], code[1], e))
+            else:
+                uhex.setdefault(code[4], []).append(code[5])
+        if uhex:
+            u = nfa.add()
+            z1 = nfa.add()
+            z2 = nfa.add()
+            nfa.edges[bs].append((0x75, 0x75, u))
+            nfa.edges[u].append((0x30, 0x30, z1))
+            nfa.edges[z1].append((0x30, 0x30, z2))
+            for d1, lasts in uhex.items():
+                x = nfa.add()
+                nfa.edges[z2].append((d1, d1, x))
+                for d2 in lasts:
+                    nfa.edges[x].append((d2, d2, e))
+        return bs
+
+    def lower_raw(self, lo: int, hi: int, s: int, e: int) -> None:
+        nfa = self.nfa
+        for sq in utf8_sequences(lo, hi):
+            n = len(sq)
+            # Trailing full continuation-byte ranges end in shared per-target tail states.
+            k_full = n
+            while k_full > 1 and sq[k_full - 1] == (0x80, 0xBF):
+                k_full -= 1
+            cur = s
+            for k in range(k_full):
+                a, b = sq[k]
+                if k == n - 1:
+                    nxt = e
+                elif k == k_full - 1:
+                    nxt = self.tail(e, n - 1 - k)
+                else:
+                    nxt = nfa.add()
+                nfa.edges[cur].append((a, b, nxt))
+                cur = nxt
+
+    def tail(self, e: int, depth: int) -> int:
+        key = (e, depth)
+        t = self.tails.get(key)
+        if t is None:
+            t = self.nfa.add()
+            nxt = e if depth == 1 else self.tail(e, depth - 1)
+            self.nfa.edges[t].append((0x80, 0xBF, nxt))
+            self.tails[key] = t
+        return t
