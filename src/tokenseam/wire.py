@@ -52,7 +52,7 @@ DEFAULTS: dict[str, dict[str, tuple[str, Any]]] = {
         "max_tokens": (FILL, 16),  # the OpenAI completions default
         "echo": (DROP, False),
         "best_of": (DROP, 1),
-        "logprobs": (DROP, 0),
+        "logprobs": (DROP, None),  # absent or null: no logprobs; 0 asks for the sampled tokens' own
         "suffix": (DROP, ""),
         "top_k": (DROP, (0, -1)),
         "min_p": (DROP, 0),

@@ -17,12 +17,6 @@ from tokenseam.wire import DEFAULTS, ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_LLAMA,
 BASE = {ROUTE_CHAT: {"messages": [{"role": "user", "content": "hi"}]},
         ROUTE_COMPLETIONS: {"prompt": "hi"}, ROUTE_LLAMA: {"prompt": "hi"}}
 
-# Where the server and the cache disagree today (kept as they are; see the report of this refactor):
-# the cache drops `logprobs: 0` on /v1/completions as a default, the server reads it as "logprobs wanted,
-# no alternatives", which differs from leaving `logprobs` out.
-KNOWN_DIVERGENCES = {(ROUTE_COMPLETIONS, "logprobs")}
-
-
 def _parse(route: str, body: dict):
     return parse_llama_completion(body) if route == ROUTE_LLAMA else parse_openai(body, route)
 
@@ -39,10 +33,7 @@ def test_the_cache_default_is_the_server_default(route, name, value):
     server assumes, a DROP default can be removed without changing the answer."""
     omitted = _parse(route, dict(BASE[route]))
     sent = _parse(route, dict(BASE[route], **{name: value}))
-    if (route, name) in KNOWN_DIVERGENCES:
-        assert sent != omitted, f"{route} {name} now agrees: remove it from KNOWN_DIVERGENCES"
-    else:
-        assert sent == omitted
+    assert sent == omitted
 
 
 def test_the_cache_reads_the_wire_table():
@@ -84,3 +75,13 @@ def test_wire_imports_nothing_of_tokenseam():
             assert node.level == 0 and not (node.module or "").startswith("tokenseam"), ast.dump(node)
         elif isinstance(node, ast.Import):
             assert not any(a.name.startswith("tokenseam") for a in node.names)
+
+
+def test_completions_logprobs_zero_is_not_the_absent_default():
+    """`logprobs: 0` on /v1/completions asks for the sampled tokens' logprobs: it must not share a cache key
+    with a request that asks for none."""
+    absent = request_form.normalize_request(ROUTE_COMPLETIONS, BASE[ROUTE_COMPLETIONS])
+    zero = request_form.normalize_request(ROUTE_COMPLETIONS, dict(BASE[ROUTE_COMPLETIONS], logprobs=0))
+    null = request_form.normalize_request(ROUTE_COMPLETIONS, dict(BASE[ROUTE_COMPLETIONS], logprobs=None))
+    assert zero != absent and null == absent
+    assert _parse(ROUTE_COMPLETIONS, dict(BASE[ROUTE_COMPLETIONS], logprobs=0)).params.logprobs

@@ -135,7 +135,7 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)):
             raise bad("logprobs must be an integer from 0 to 5 on /v1/completions", "logprobs")
         want_lp = logprobs is not None
-        top_logprobs = _num(body, "logprobs", field_default(route, "logprobs"), 0, 20, integer=True)
+        top_logprobs = _num(body, "logprobs", 0, 0, 20, integer=True)  # alternatives per token
     params = SamplingParams(
         max_tokens=max_tokens,
         temperature=_num(body, "temperature", _float(route, "temperature"), 0, 2),
