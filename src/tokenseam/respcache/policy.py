@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..httpkit import sse
 from .canonical import (
     ROUTE_LLAMA,
     canonicalize_request,
@@ -45,7 +46,6 @@ from .entry import (
     entry_problem,
     replay_as_sse,
     response_from_entry,
-    sse,
     uncacheable_reason,
 )
 from .errors import CacheValueError, ResponseCacheError
