@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..engine import ChoiceEvent, Engine, GenerationRequest, RequestDone
 from ..engine.chat_template import ChatTemplate
+from ..healing import heal_prompt, request_constraint
 from ..httpkit import CatchErrors, Guard, HTTPError, read_json_body, redact_text
 from . import formatting as fmt
 from .errors import APIError, from_exception
@@ -92,8 +93,9 @@ class ServerState:
                  max_body_bytes: int = MAX_BODY_BYTES, response_cache=None, prepare_workers: int = 4,
                  prepare_queue: int = 256, grammar_workers: int = 2, grammar_queue: int = 16,
                  stall_seconds: float = 30.0, max_memory_mb: int | None = None,
-                 grammar_seconds: float | None = None) -> None:
+                 grammar_seconds: float | None = None, reasoning_end: str = "</think>") -> None:
         self.engine = engine
+        self.reasoning_end = reasoning_end  # the tag that ends a thinking model's reasoning (a grammar follows)
         self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
         self.grammar_seconds = grammar_seconds  # each compile's time budget (None: the grammar default)
         # Requests are prepared off the event loop in two pools: grammar compiles (seconds at worst, bounded by
@@ -366,51 +368,16 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
     removed = b""
     rollback = 4 if parsed.token_healing is True else int(parsed.token_healing)
     if rollback and not think:  # the thinking text comes first: nothing to heal into
-        from ..healing import heal_prompt
-
         hr = heal_prompt(ids, state.vocab, rollback)
         if hr.healed and len(hr.kept_ids) > 0:
             ids, removed = hr.kept_ids, hr.removed_bytes
             healed = {"removed_ids": hr.removed_ids, "removed_bytes": list(removed),
                       "removed_text": removed.decode("utf-8", errors="replace")}
-    gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, text_skip_bytes=len(removed))
-    if think:
-        from ..grammar import GrammarMatcher
-
-        gen.constraint_factory = lambda i: _Opaque(GrammarMatcher(compiled, reasoning_end="</think>"))
-    else:
-        gen.constraint_factory = _constraint_factory(state, compiled, removed)
+    factory = request_constraint(state.vocab, compiled, removed, reasoning_end=state.reasoning_end if think else None)
+    gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, constraint_factory=factory,
+                            text_skip_bytes=len(removed))
     return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed, tool_call=tool_call,
                     grammar_warnings=list(compiled.warnings) if compiled is not None else [])
-
-
-def _constraint_factory(state: ServerState, compiled, removed: bytes):
-    vocab = state.vocab
-    if compiled is not None:
-        from ..grammar import GrammarMatcher
-
-        if removed:
-            from ..healing import HealedGrammarConstraint
-
-            return lambda i: _Opaque(HealedGrammarConstraint(vocab, removed, GrammarMatcher(compiled)))
-        return lambda i: _Opaque(GrammarMatcher(compiled))
-    if removed:
-        from ..healing import HealingConstraint
-
-        return lambda i: HealingConstraint(vocab, removed)
-    return None
-
-
-class _Opaque:
-    """Expose only the Constraint protocol, so the engine never drops a grammar for an unrelated is_active()."""
-
-    __slots__ = ("fill_mask", "accept", "is_finished", "inner")
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.fill_mask = inner.fill_mask
-        self.accept = inner.accept
-        self.is_finished = inner.is_finished
 
 
 def _mapped(e: Exception) -> APIError | None:
