@@ -11,7 +11,7 @@ import pytest
 
 from tokenseam.respcache import RedisStore, SQLiteStore, canonicalize_request
 from tokenseam.respcache.entry import SSEParser
-from tokenseam.respcache.fake_upstream import fake_answer
+from tokenseam.testing.fake_upstream import fake_answer
 
 from .conftest import free_port
 
@@ -290,7 +290,7 @@ def test_upstream_key_replaces_client_key(fake, make_gateway):
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from tokenseam.respcache.fake_upstream import ThreadedServer
+    from tokenseam.testing.fake_upstream import ThreadedServer
 
     async def echo(request):
         seen.append(request.headers.get("authorization"))

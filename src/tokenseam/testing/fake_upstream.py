@@ -1,4 +1,5 @@
-"""A small real OpenAI-compatible HTTP server with a deterministic fake model, for gateway tests and benchmarks.
+"""Test support: a small real OpenAI-compatible HTTP server with a deterministic fake model (gateway tests and
+`tokenseam bench cache`), and `ThreadedServer`, which runs any ASGI app on a free loopback port in a thread.
 
 Answers are a pure function of the request (unless it samples: temperature > 0 and no seed); it can be told to fail.
 
@@ -27,7 +28,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .canonical import canonical_text
+from ..httpkit import error_body, sse
+from ..respcache import canonical_text
 
 WORDS = ["alpha", "beta", "gamma", "delta", "café", "naïve", "日本", "über", "seam", "token", "cache", "byte",
          "prime", "seven", "eleven", "north", "south", "river", "stone", "light"]
@@ -77,8 +79,7 @@ class FakeState:
 
 
 def _err(status: int, message: str, code: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "fake_upstream_error", "param": None, "code": code}},
-                        status_code=status)
+    return JSONResponse(error_body(message, "fake_upstream_error", code), status_code=status)
 
 
 def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -> Starlette:
@@ -195,9 +196,8 @@ def _lp(piece: str, tid: int) -> dict[str, Any]:
 async def _stream(state: FakeState, chat: bool, rid: str, created: int, model: str, answers: list, want_ids: bool,
                   want_lp: bool, include_usage: bool, usage: dict, break_midway: bool):
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        obj = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-               "model": model, "system_fingerprint": "fake-fp", "choices": choices, **extra}
-        return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
+        return sse({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+                    "model": model, "system_fingerprint": "fake-fp", "choices": choices, **extra})
 
     sent = 0
     if chat:
@@ -232,7 +232,7 @@ async def _stream(state: FakeState, chat: bool, rid: str, created: int, model: s
         yield chunk([last])
     if include_usage:
         yield chunk([], usage=usage)
-    yield b"data: [DONE]\n\n"
+    yield sse("[DONE]")
 
 
 class ThreadedServer:
