@@ -23,7 +23,7 @@ COMMANDS: dict[str, str] = {
     "serve": "tokenseam.server.cli_serve",
     "generate": "tokenseam.engine.cli_generate",
     "tokenize": "tokenseam.vocab.cli_tokenize",
-    "gateway": "tokenseam.respcache.cli_gateway",
+    "gateway": "tokenseam.gateway.cli_gateway",
     "lint-prompt": "tokenseam.healing.cli_lint",
     "plan": "tokenseam.planner.cli_plan",
     "pad": "tokenseam.planner.cli_pad",

@@ -1,5 +1,5 @@
-"""The request contract the server's parser and the response cache share: routes, per-route field defaults,
-and the `token_healing` rule.
+"""The wire contract the server, the gateway and the response cache share: routes, per-route field defaults,
+the `token_healing` rule, and how a server-sent event is framed.
 
 Imports nothing else of tokenseam, so both may import it. `DEFAULTS[route][field]` is `(mode, default)`: the
 default is what the server assumes when the field is absent or null (a tuple lists equivalent values, the
@@ -11,6 +11,7 @@ for the upstreams the cache gateway forwards to.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 ROUTE_CHAT = "/v1/chat/completions"
@@ -114,3 +115,12 @@ def check_token_healing(value: object, route_default: bool) -> bool | int:
     if isinstance(value, int) and 0 <= value <= TOKEN_HEALING_MAX:
         return value
     raise ValueError(TOKEN_HEALING_ERROR)
+
+
+# A server-sent event is `data: <compact JSON>` (or the literal `data: [DONE]`) and a blank line; UTF-8, no
+# ASCII escaping. `respcache.entry.SSEParser` reads what this writes.
+def sse(obj: Any) -> bytes:
+    """One SSE event: `obj` as compact JSON, except the literal string `[DONE]` (the OpenAI stream's end)."""
+    if obj == "[DONE]":
+        return b"data: [DONE]\n\n"
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"

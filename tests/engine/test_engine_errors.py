@@ -31,6 +31,9 @@ class FailsAfter:
     def is_finished(self) -> bool:
         return False
 
+    def is_active(self) -> bool:
+        return True
+
 
 @pytest.fixture(scope="module")
 def engine(model_paths):
@@ -51,7 +54,7 @@ def test_failing_constraint_ends_only_its_request(engine, fail_at):
     ids = engine.backend.tokenizer.encode("Once upon a time")
     params = dict(max_tokens=12, temperature=0, ignore_eos=True)
     bad = GenerationRequest(prompt_ids=ids, params=SamplingParams(n=2, **params),
-                            constraint_factory=lambda i: FailsAfter(fail_at))
+                            constraint_factory=lambda: FailsAfter(fail_at))
     good = [GenerationRequest(prompt_ids=ids, params=SamplingParams(**params)) for _ in range(2)]
     sinks = [[] for _ in range(3)]
     threads = [threading.Thread(target=_run, args=(engine, r, k)) for r, k in zip([bad, *good], sinks, strict=True)]

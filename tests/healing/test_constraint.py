@@ -90,7 +90,7 @@ def test_grammar_sees_only_text_after_removed_bytes(vocabs, fake_matcher):
     vocab = vocabs["smollm2"]
     m = fake_matcher(vocab, r"[a-z]*")  # the completion the user receives must be lowercase letters
     c = HealedGrammarConstraint(vocab, b" ", m)
-    assert isinstance(c, Constraint) and c.is_active()
+    assert isinstance(c, Constraint) and c.is_active() and c.healing.is_active()
     got = _mask(c, vocab)
     heal = _brute(vocab, b" ")
     assert not (got & ~heal).any()  # never outside the healing set
@@ -107,7 +107,7 @@ def test_grammar_sees_only_text_after_removed_bytes(vocabs, fake_matcher):
     assert c.accept(vocab.trie.tokens_equal(b" The")[0]) is False
     assert c.accept(the)
     assert m.accepted == [b"the"]
-    assert not c.is_active()
+    assert not c.healing.is_active() and c.is_active()  # healing is over; the grammar still restricts
     # After healing the mask is the matcher's own.
     assert (_mask(c, vocab) == bitmask_to_bool(_fill(m, vocab), vocab.size)).all()
 
@@ -120,7 +120,7 @@ def test_grammar_sees_removed_bytes(vocabs, fake_matcher):
     want = _brute(vocab, b" ") & bitmask_to_bool(_fill(m, vocab), vocab.size)
     assert (got == want).all() and got.any()
     space = vocab.trie.tokens_equal(b" ")[0]
-    assert c.accept(space) and m.accepted == [b" "] and not c.is_active()
+    assert c.accept(space) and m.accepted == [b" "] and not c.healing.is_active()
     one = vocab.trie.tokens_equal(b"1")[0]
     assert c.accept(one) and m.accepted == [b" ", b"1"]
     assert c.accept(vocab.trie.tokens_equal(b"x")[0]) is False
@@ -148,7 +148,7 @@ def test_with_the_real_grammar_matcher(vocabs):
     the, cap = vocab.trie.tokens_equal(b" the")[0], vocab.trie.tokens_equal(b" The")[0]
     assert got[the] and not got[cap]
     assert c.accept(cap) is False
-    assert c.accept(the) and not c.is_active()
+    assert c.accept(the) and not c.healing.is_active() and c.is_active()
     # The grammar consumed "the" only (the space belonged to the prompt): it now allows more letters or EOS.
     after = _mask(c, vocab)
     assert after[vocab.trie.tokens_equal(b"ory")[0]] and not after[the]
@@ -175,3 +175,24 @@ def test_excess_token_ids_match_a_direct_lookup(model, vocabs):
                 assert got[k] >= 0 and tb[got[k]] == rest, (rem, b)
             else:
                 assert got[k] == -1, (rem, b)
+
+
+def test_request_constraint_picks_the_stack(vocabs):
+    from tokenseam.grammar import GrammarCompiler, GrammarMatcher
+    from tokenseam.healing import request_constraint
+
+    vocab = vocabs["smollm2"]
+    compiled = GrammarCompiler(vocab).compile_regex("[a-z]+")
+    assert request_constraint(vocab) is None
+    assert request_constraint(vocab, reasoning_end="</think>") is None  # reasoning only delays a grammar
+    healing = request_constraint(vocab, removed=b" ")()
+    assert type(healing) is HealingConstraint and healing.remaining == b" "
+    plain = request_constraint(vocab, compiled)()
+    assert type(plain) is GrammarMatcher and plain.is_active()
+    healed = request_constraint(vocab, compiled, b" ")()
+    assert type(healed) is HealedGrammarConstraint and healed.is_active() and healed.healing.is_active()
+    thinking = request_constraint(vocab, compiled, reasoning_end="</think>")()
+    free = _mask(thinking, vocab)
+    assert free[vocab.trie.tokens_equal(b" The")[0]]  # free text until the tag
+    factory = request_constraint(vocab, compiled)
+    assert factory() is not factory()  # one constraint per choice

@@ -174,7 +174,7 @@ def test_public_paths_need_no_key_and_empty_key_lists_disable_auth(make_client):
 
 
 def test_streamed_responses_are_not_buffered():
-    from tokenseam.respcache.fake_upstream import ThreadedServer
+    from tokenseam.testing.fake_upstream import ThreadedServer
 
     first_read = threading.Event()
 

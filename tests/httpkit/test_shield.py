@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from tokenseam.httpkit import REQUEST_ID_HEADER, CatchErrors
-from tokenseam.respcache.fake_upstream import ThreadedServer
+from tokenseam.testing.fake_upstream import ThreadedServer
 
 SECRET = "s3cret-in-exception"
 log = logging.getLogger("tests.httpkit.shield")

@@ -71,7 +71,7 @@ def registry():
 
 @pytest.fixture(scope="session")
 def fake_upstream():
-    from tokenseam.respcache.fake_upstream import FakeUpstream
+    from tokenseam.testing.fake_upstream import FakeUpstream
 
     with FakeUpstream() as f:
         yield f
@@ -91,9 +91,9 @@ def make_gateway():
     """Start gateways in-process (uvicorn on a free port); stopped at the end of the test."""
     from prometheus_client import CollectorRegistry
 
+    from tokenseam.gateway import create_gateway_app
     from tokenseam.respcache import MemoryStore, ResponseCache
-    from tokenseam.respcache.fake_upstream import ThreadedServer
-    from tokenseam.respcache.gateway import create_gateway_app
+    from tokenseam.testing.fake_upstream import ThreadedServer
 
     running = []
 

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from tokenseam.cli import build_parser
-from tokenseam.respcache import cli_gateway
+from tokenseam.gateway import cli_gateway
 
 
 def parse(*argv):

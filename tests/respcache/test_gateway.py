@@ -10,9 +10,9 @@ import openai
 import pytest
 
 from tokenseam.respcache import RedisStore, SQLiteStore
-from tokenseam.respcache import normalize_request as canonicalize_request
+from tokenseam.respcache import normalize_request
 from tokenseam.respcache.entry import SSEParser
-from tokenseam.respcache.fake_upstream import fake_answer
+from tokenseam.testing.fake_upstream import fake_answer
 
 from .conftest import free_port
 
@@ -26,7 +26,7 @@ def client_for(gw, key="sk-test"):
 
 
 def expected_text(body, route="/v1/chat/completions", index=0):
-    return "".join(fake_answer(canonicalize_request(route, body), index)[0])
+    return "".join(fake_answer(normalize_request(route, body), index)[0])
 
 
 def sse_events(resp: httpx.Response):
@@ -291,7 +291,7 @@ def test_upstream_key_replaces_client_key(fake, make_gateway):
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from tokenseam.respcache.fake_upstream import ThreadedServer
+    from tokenseam.testing.fake_upstream import ThreadedServer
 
     async def echo(request):
         seen.append(request.headers.get("authorization"))

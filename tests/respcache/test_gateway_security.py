@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tokenseam.respcache.fake_upstream import ThreadedServer
+from tokenseam.testing.fake_upstream import ThreadedServer
 
 from .conftest import free_port
 

@@ -26,9 +26,9 @@ def tokenseam_upstream():
 def gateway(tokenseam_upstream):
     from prometheus_client import CollectorRegistry
 
+    from tokenseam.gateway import create_gateway_app
     from tokenseam.respcache import MemoryStore, ResponseCache
-    from tokenseam.respcache.fake_upstream import ThreadedServer
-    from tokenseam.respcache.gateway import create_gateway_app
+    from tokenseam.testing.fake_upstream import ThreadedServer
 
     reg = CollectorRegistry()
     # max_tokens-capped answers end with finish_reason=length; cache them here so short tests can hit.

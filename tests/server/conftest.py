@@ -24,6 +24,9 @@ class ForcedIds:
     def is_finished(self) -> bool:
         return False
 
+    def is_active(self) -> bool:
+        return True
+
 
 class RunningServer:
     def __init__(self, model: str, **kw) -> None:
@@ -34,7 +37,7 @@ class RunningServer:
             ids = body.get("_force_ids")
             if ids is None:
                 return None
-            return lambda i: ForcedIds(ids, eog, self.state.vocab.size)
+            return lambda: ForcedIds(ids, eog, self.state.vocab.size)
 
         self.state.constraint_hook = hook
         self.bg = BackgroundServer(self.app)

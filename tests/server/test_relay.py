@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from tokenseam.server.app import EventRelay
+from tokenseam.server.relay import EventRelay
 
 
 def test_events_arrive_in_order_and_share_wake_ups():

@@ -102,7 +102,7 @@ def bench_pitfalls() -> dict[str, Any]:
 
 def _sample_entry(tokens: int = 200) -> tuple[dict[str, Any], dict[str, Any]]:
     from ..respcache import ROUTE_CHAT, entry_from_stream_events
-    from ..respcache.fake_upstream import WORDS
+    from ..testing.fake_upstream import WORDS
 
     body = {"model": "m", "messages": [{"role": "user", "content": "Tell me a story."}], "temperature": 0,
             "return_token_ids": True}
@@ -265,10 +265,10 @@ class _RawClient:
 def bench_load(args: argparse.Namespace, redis_url: str | None) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
+    from ..gateway import create_gateway_app
     from ..respcache import ROUTE_CHAT, ROUTE_COMPLETIONS, ResponseCache, normalize_request, open_store
     from ..respcache.entry import SSEParser
-    from ..respcache.fake_upstream import FakeUpstream, ThreadedServer, fake_answer
-    from ..respcache.gateway import create_gateway_app
+    from ..testing.fake_upstream import FakeUpstream, ThreadedServer, fake_answer
 
     rng = random.Random(args.seed)
     pool: list[tuple[str, dict[str, Any]]] = []

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             if healed.healed and healed.kept_ids:
                 removed = healed.removed_bytes
                 request = GenerationRequest(healed.kept_ids, params, text_skip_bytes=len(removed),
-                                            constraint_factory=lambda i: HealingConstraint(backend.vocab, removed))
+                                            constraint_factory=lambda: HealingConstraint(backend.vocab, removed))
                 if args.show_ids:
                     print(f"[healed: removed {healed.removed_ids} = {removed!r}]", file=sys.stderr)
         all_ids: list[int] = []

@@ -24,8 +24,10 @@ class Constraint(Protocol):
     def is_finished(self) -> bool:
         """True when the constraint allows nothing more (generation must stop)."""
 
-    # Optional: `is_active() -> bool`. When defined and False after an accept, the constraint no longer
-    # restricts anything and the engine drops it (token healing once the removed bytes are regenerated).
+    def is_active(self) -> bool:
+        """False once the constraint restricts nothing any more (token healing after the removed bytes are
+        regenerated): asked after each accept, and the engine then drops it for the rest of the choice. A
+        constraint that restricts every token to the end (a grammar) returns True."""
 
 
 def allocate_token_bitmask(vocab_size: int, batch: int | None = None) -> np.ndarray:

@@ -288,8 +288,7 @@ class Engine:
         if c is not None:
             if not c.accept(tok):
                 log.warning("constraint refused the token it allowed (id %d)", tok)
-            is_active = getattr(c, "is_active", None)
-            if is_active is not None and not is_active():
+            if not c.is_active():
                 s.constraint = c = None  # it restricts nothing any more: no cost for later tokens
         s.generated.append(tok)
         p = s.req.request.params

@@ -1,6 +1,6 @@
 """GrammarMatcher: one request's position in a compiled grammar; masks, token commits and rollback.
 
-It also satisfies the engine's `Constraint` protocol (fill_mask / accept / is_finished).
+It also satisfies the engine's `Constraint` protocol (fill_mask / accept / is_finished / is_active).
 """
 
 from __future__ import annotations
@@ -177,6 +177,9 @@ class GrammarMatcher:
 
     def is_finished(self) -> bool:
         return self.is_terminated()
+
+    def is_active(self) -> bool:
+        return True  # a grammar restricts every token, to the end
 
     @property
     def num_accepted_tokens(self) -> int:

@@ -1,14 +1,15 @@
 """Token healing at the prompt/generation seam: rollback, the healing constraint, stable prefixes, the linter.
 
-The engine calls `heal_prompt` on prompt ids, prefills `kept_ids` and installs a `HealingConstraint`.
+A caller runs `heal_prompt` on the prompt ids, prefills `kept_ids` and generates under `request_constraint`
+(a `HealingConstraint`, or healing in front of a grammar).
 """
 
 from .constraint import (
     HealedGrammarConstraint,
     HealingConstraint,
     all_allowed_mask,
-    healing_step_ids,
     prepare_vocabulary,
+    request_constraint,
 )
 from .errors import HealingError
 from .heal import DEFAULT_MAX_ROLLBACK, HealResult, heal_prompt, resolve_token_healing
@@ -25,10 +26,10 @@ __all__ = [
     "StablePrefix",
     "all_allowed_mask",
     "heal_prompt",
-    "healing_step_ids",
     "join_stable",
     "lint_prompt",
     "prepare_vocabulary",
+    "request_constraint",
     "resolve_token_healing",
     "stable_prefix",
 ]

@@ -1,5 +1,5 @@
 """Small HTTP pieces shared by `tokenseam serve` and `tokenseam gateway`: strict JSON bodies, OpenAI-style
-errors, a Host/CORS/API-key guard, a 500 shield, and credential redaction.
+errors, the server-sent-event response, a Host/CORS/API-key guard, a 500 shield, and credential redaction.
 
 Depends only on starlette and the standard library (nothing else from tokenseam), so either app can use it.
 """
@@ -25,11 +25,12 @@ from .redact import (
     url_secrets,
 )
 from .shield import REQUEST_ID_HEADER, CatchErrors
+from .sse import SSE_HEADERS, sse_response
 
 __all__ = [
-    "DEFAULT_MAX_DEPTH", "LOOPBACK_HOSTS", "MASK", "REQUEST_ID_HEADER",
+    "DEFAULT_MAX_DEPTH", "LOOPBACK_HOSTS", "MASK", "REQUEST_ID_HEADER", "SSE_HEADERS",
     "CatchErrors", "Guard", "HTTPError", "RedactingFilter",
     "check_content_type", "default_allowed_hosts", "error_body", "find_surrogate", "host_only", "is_secret_param",
     "json_depth", "normalize_host", "parse_json_object", "read_body_bytes", "read_json_body", "redact_text",
-    "redact_url", "redacting_logs", "url_secrets",
+    "redact_url", "redacting_logs", "sse_response", "url_secrets",
 ]

@@ -40,7 +40,7 @@ def _redact_params(query: str) -> str:
     return "&".join(out)
 
 
-def _split(url: str) -> tuple[str, str, str, str, str] | None:
+def _url_parts(url: str) -> tuple[str, str, str, str | None, str | None] | None:
     """(scheme://, netloc, path, query, fragment) by plain string splitting, so the rest is rebuilt byte for byte."""
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -58,7 +58,7 @@ def _split(url: str) -> tuple[str, str, str, str, str] | None:
 
 def redact_url(url: str) -> str:
     """`http://user:pass@h/x?api_key=k&a=1` -> `http://user:***@h/x?api_key=***&a=1`; safe to show and log."""
-    parts = _split(url)
+    parts = _url_parts(url)
     if parts is None:
         return redact_text(url)
     head, netloc, path, query, fragment = parts
@@ -75,7 +75,7 @@ def redact_url(url: str) -> str:
 
 def url_secrets(url: str) -> list[str]:
     """The secret strings of a URL (password, secret query values), raw and percent-decoded, for `redact_text`."""
-    parts = _split(url)
+    parts = _url_parts(url)
     if parts is None:
         return []
     _, netloc, _, query, fragment = parts

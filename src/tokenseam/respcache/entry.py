@@ -38,7 +38,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-from ..wire import ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_LLAMA
+from ..wire import ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_LLAMA, sse
 from .errors import ResponseCacheError
 
 ENTRY_FORMAT = "tokenseam-respcache/1"
@@ -78,13 +78,6 @@ class SSEParser:
     @property
     def pending(self) -> bool:
         return bool(self._buf.strip())
-
-
-def sse(obj: Any) -> bytes:
-    """One SSE event carrying a JSON object (or the literal `[DONE]`)."""
-    if obj == "[DONE]":
-        return b"data: [DONE]\n\n"
-    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
 
 
 # ---------------------------------------------------------------- assembling a response from events

@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..wire import ROUTE_LLAMA
+from ..wire import ROUTE_LLAMA, sse
 from .entry import (
     IncompleteStreamError,
     SSEParser,
@@ -40,7 +40,6 @@ from .entry import (
     entry_problem,
     replay_as_sse,
     response_from_entry,
-    sse,
     uncacheable_reason,
 )
 from .errors import CacheValueError, ResponseCacheError

@@ -3,7 +3,8 @@
 `build_server(...)` loads a model and returns (app, state); `tokenseam serve` runs it with uvicorn.
 """
 
-from .app import ServerState, create_app
+from .app import create_app
 from .runtime import build_server
+from .state import ServerState
 
 __all__ = ["ServerState", "build_server", "create_app"]

@@ -17,6 +17,8 @@ class APIError(HTTPError):
 def from_exception(e: Exception) -> APIError:
     """Map a part's exception to an APIError (never a bare 500 for bad input)."""
     from ..engine.errors import BackendError, ContextLengthError, InvalidRequestError, QueueFullError
+    from ..grammar import GrammarError, GrammarResourceError
+    from ..healing import HealingError
 
     if isinstance(e, APIError):
         return e
@@ -30,20 +32,17 @@ def from_exception(e: Exception) -> APIError:
         return APIError(503, str(e), "server_overloaded", code="queue_full", headers={"Retry-After": "1"})
     if isinstance(e, BackendError):
         return APIError(503, f"the model backend failed: {e}", "server_error", code="backend_error")
-    try:
-        from ..healing import HealingError
-
-        if isinstance(e, HealingError):
-            return APIError(400, str(e), param="token_healing")
-    except ImportError:
-        pass
-    try:
-        from ..grammar import GrammarError, GrammarResourceError
-
-        if isinstance(e, GrammarResourceError):
-            return APIError(503, str(e), "server_overloaded", code="memory_cap", headers={"Retry-After": "5"})
-        if isinstance(e, GrammarError):
-            return APIError(400, str(e), param=getattr(e, "param", None), code="invalid_grammar")
-    except ImportError:
-        pass
+    if isinstance(e, HealingError):
+        return APIError(400, str(e), param="token_healing")
+    if isinstance(e, GrammarResourceError):
+        return APIError(503, str(e), "server_overloaded", code="memory_cap", headers={"Retry-After": "5"})
+    if isinstance(e, GrammarError):
+        return APIError(400, str(e), param=getattr(e, "param", None), code="invalid_grammar")
     return APIError(500, f"internal error: {type(e).__name__}: {e}", "server_error")
+
+
+def known_error(e: Exception) -> APIError | None:
+    """A part's error as its 4xx/503, or None for anything unexpected: that one is re-raised as it is, so
+    CatchErrors logs its traceback under the request id the client sees."""
+    err = from_exception(e)
+    return None if err.status == 500 else err

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from ..engine import BackendConfig, Engine, LlamaCppBackend
 from ..models import ALIASES, DEFAULT_MODEL, resolve_model
-from .app import ServerState, create_app
+from .app import create_app
+from .state import ServerState
 
 
 def build_server(model: str | None = None, n_ctx: int = 4096, parallel: int = 8, threads: int = 0,

@@ -1,4 +1,5 @@
-"""The gateway: tokenseam's response cache in front of any OpenAI-compatible server (vLLM, SGLang, llama-server, hosted).
+"""The gateway app: tokenseam's response cache in front of any OpenAI-compatible server (vLLM, SGLang,
+llama-server, hosted).
 
 It forwards the canonical request (streams relayed event by event with httpx), maps upstream failures to 502/504.
 Bodies are read by `tokenseam.httpkit` (strict JSON, rejected before anything is forwarded), requests pass its
@@ -22,7 +23,7 @@ import httpx
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..httpkit import (
@@ -34,13 +35,21 @@ from ..httpkit import (
     redact_text,
     redact_url,
     redacting_logs,
+    sse_response,
     url_secrets,
 )
-from ..wire import ROUTE_CHAT, ROUTE_COMPLETIONS
-from .entry import IncompleteStreamError, SSEParser
-from .errors import CacheRequestError, ResponseCacheError
-from .policy import CacheStream, ResponseCache
-from .request_form import tenant_from_api_key
+from ..respcache import (
+    ROUTE_CHAT,
+    ROUTE_COMPLETIONS,
+    CacheRequestError,
+    CacheStream,
+    IncompleteStreamError,
+    MemoryStore,
+    ResponseCache,
+    ResponseCacheError,
+    tenant_from_api_key,
+)
+from ..respcache.entry import SSEParser
 
 log = logging.getLogger("tokenseam.gateway")
 
@@ -69,11 +78,7 @@ class UpstreamError(ResponseCacheError):
         return Response(self.body, status_code=self.status, media_type=self.content_type or "application/json")
 
 
-def _bad(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse(error_body(message, "invalid_request_error", code, param), status_code=status)
-
-
-def split_upstream(upstream_url: str) -> tuple[str, str]:
+def upstream_base_and_query(upstream_url: str) -> tuple[str, str]:
     """(base without a trailing `/v1`, query string) of an upstream URL; the query is sent with every request
     (hosted endpoints put `api-version` or a key there)."""
     try:
@@ -125,7 +130,7 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
     check, no CORS). Entries are scoped by the hash of the client's key and by the (redacted) upstream URL."""
     from prometheus_client import REGISTRY, generate_latest
 
-    base, query = split_upstream(upstream_url)
+    base, query = upstream_base_and_query(upstream_url)
     target, basic = _without_userinfo(base)
     client_keys = [k for k in client_api_keys or () if k]
     secrets = [api_key, *url_secrets(upstream_url), *client_keys, basic and basic.split(" ", 1)[1]]
@@ -145,8 +150,6 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
     registry = registry if registry is not None else REGISTRY
     # The namespace is hashed into fingerprints; the redacted URL keeps entries valid across credential rotation.
     if cache is None:
-        from .stores import MemoryStore
-
         cache = ResponseCache(MemoryStore(), namespace=shown, registry=registry)
     if not cache.namespace:
         cache.namespace = shown
@@ -197,7 +200,7 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
             plan = cache.plan(route, body, request.headers,
                               tenant=tenant_from_api_key(request.headers.get("authorization")))
         except CacheRequestError as e:
-            return _bad(400, str(e), "invalid_request", e.param)
+            return HTTPError(400, str(e), "invalid_request", param=e.param).response()
         url = upstream(route)
         headers = upstream_headers(request)
         client = holder["client"]
@@ -250,12 +253,10 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         except UpstreamError as e:
             return e.response()
         except IncompleteStreamError as e:
-            return JSONResponse(error_body(f"the upstream {shown} answered a stream request without any stream "
-                                           f"event ({hide(str(e))})", "upstream_error", "upstream_bad_response"),
-                                status_code=502)
+            return HTTPError(502, f"the upstream {shown} answered a stream request without any stream event "
+                             f"({hide(str(e))})", "upstream_bad_response", type_="upstream_error").response()
         if isinstance(result, CacheStream):
-            return StreamingResponse(result.events, media_type="text/event-stream",
-                                     headers={**result.headers, "cache-control": "no-cache", "x-accel-buffering": "no"})
+            return sse_response(result.events, result.headers)
         return JSONResponse(result.body, headers=result.headers)
 
     async def models(request: Request) -> Response:
@@ -282,12 +283,11 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return JSONResponse(error_body(f"no route {request.method} {request.url.path}", "invalid_request_error",
-                                       "not_found"), status_code=404)
+        return HTTPError(404, f"no route {request.method} {request.url.path}", "not_found").response()
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        return JSONResponse(error_body(f"method {request.method} not allowed on {request.url.path}",
-                                       "invalid_request_error", "method_not_allowed"), status_code=405)
+        return HTTPError(405, f"method {request.method} not allowed on {request.url.path}",
+                         "method_not_allowed").response()
 
     app = Starlette(routes=[
         Route(ROUTE_CHAT, generation, methods=["POST"]),

@@ -69,9 +69,8 @@ def _check(args: argparse.Namespace) -> str | None:
 
 def build_app(args: argparse.Namespace):
     """The gateway app for parsed CLI arguments (raises ResponseCacheError with an actionable message)."""
-    from .gateway import create_gateway_app
-    from .policy import ResponseCache
-    from .stores import open_store
+    from ..respcache import ResponseCache, open_store
+    from .app import create_gateway_app
 
     store = open_store(args.cache_store, max_entries=args.cache_max_entries, default_ttl=args.cache_ttl)
     cache = ResponseCache(store, mode=args.cache, ttl_seconds=args.cache_ttl, cache_truncated=args.cache_truncated)
@@ -83,7 +82,7 @@ def build_app(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from ..httpkit import redact_text, url_secrets
-    from .errors import ResponseCacheError
+    from ..respcache import ResponseCacheError
 
     problem = _check(args)
     if problem:

@@ -1,4 +1,5 @@
-"""A small real OpenAI-compatible HTTP server with a deterministic fake model, for gateway tests and benchmarks.
+"""Test support: a small real OpenAI-compatible HTTP server with a deterministic fake model (gateway tests and
+`tokenseam bench cache`), and `ThreadedServer`, which runs any ASGI app on a free loopback port in a thread.
 
 Answers are a pure function of the request (unless it samples: temperature > 0 and no seed); it can be told to fail.
 
@@ -27,7 +28,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .request_form import fingerprint_text as canonical_text
+from ..httpkit import error_body
+from ..respcache import fingerprint_text
+from ..wire import sse
 
 WORDS = ["alpha", "beta", "gamma", "delta", "café", "naïve", "日本", "über", "seam", "token", "cache", "byte",
          "prime", "seven", "eleven", "north", "south", "river", "stone", "light"]
@@ -39,7 +42,7 @@ def fake_answer(body: dict[str, Any], index: int = 0, nonce: str = "") -> tuple[
 
     Deterministic in everything but `stream`/`stream_options`; `nonce` makes a sampling request vary."""
     key = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
-    h = hashlib.sha256(f"{canonical_text(key)}|{index}|{nonce}".encode("utf-8", "surrogatepass")).digest()
+    h = hashlib.sha256(f"{fingerprint_text(key)}|{index}|{nonce}".encode("utf-8", "surrogatepass")).digest()
     length = 3 + h[0] % 10
     limit = body.get("max_tokens", body.get("max_completion_tokens", 16))
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
@@ -77,8 +80,7 @@ class FakeState:
 
 
 def _err(status: int, message: str, code: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "fake_upstream_error", "param": None, "code": code}},
-                        status_code=status)
+    return JSONResponse(error_body(message, "fake_upstream_error", code), status_code=status)
 
 
 def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -> Starlette:
@@ -101,7 +103,7 @@ def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -
             state.calls += 1
             state.calls_by_route[route] += 1
             key = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
-            state.bodies[route + canonical_text(key)] += 1
+            state.bodies[route + fingerprint_text(key)] += 1
         mode = state.take_mode()
         if mode == "error":
             return _err(state.error_status, f"fake upstream failure ({state.error_status})", "fake_failure")
@@ -195,9 +197,8 @@ def _lp(piece: str, tid: int) -> dict[str, Any]:
 async def _stream(state: FakeState, chat: bool, rid: str, created: int, model: str, answers: list, want_ids: bool,
                   want_lp: bool, include_usage: bool, usage: dict, break_midway: bool):
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        obj = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-               "model": model, "system_fingerprint": "fake-fp", "choices": choices, **extra}
-        return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
+        return sse({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+                    "model": model, "system_fingerprint": "fake-fp", "choices": choices, **extra})
 
     sent = 0
     if chat:
@@ -232,7 +233,7 @@ async def _stream(state: FakeState, chat: bool, rid: str, created: int, model: s
         yield chunk([last])
     if include_usage:
         yield chunk([], usage=usage)
-    yield b"data: [DONE]\n\n"
+    yield sse("[DONE]")
 
 
 class ThreadedServer:

@@ -1,0 +1,96 @@
+"""Request preparation: a parsed request becomes an engine request (prompt ids, healing, constraint stack).
+
+Runs in a preparation pool thread (tokenizing, the chat template and grammar compiles are slow enough to hold up
+the event loop). `Prepared` carries what the response reports about how the request was built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..engine import GenerationRequest
+from ..healing import DEFAULT_MAX_ROLLBACK, heal_prompt, request_constraint
+from .errors import APIError
+from .protocol import ParsedRequest, bad, parse_llama_completion, parse_openai
+from .state import ServerState
+
+GRAMMAR_FIELDS = ("response_format", "tools", "guided_json", "guided_regex", "guided_grammar", "guided_choice",
+                  "grammar", "json_schema", "json_schema_options")
+
+
+@dataclass
+class Prepared:
+    """An engine request plus what the response needs to report about how it was built."""
+
+    gen: GenerationRequest
+    prompt_tokens: int
+    healed: dict | None = None  # {"removed_ids": [...], "removed_bytes": [...], "removed_text": ...}
+    tool_call: dict | None = None  # set when the output is constrained to a tool call
+    grammar_warnings: list[str] = field(default_factory=list)  # what a lenient schema compile ignored
+
+    def report(self) -> dict:
+        """The extension fields a response carries once (the first chunk when streaming)."""
+        out: dict = {}
+        if self.healed:
+            out["token_healing"] = self.healed
+        if self.grammar_warnings:
+            out["grammar_warnings"] = self.grammar_warnings
+        return out
+
+
+def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | None = None) -> Prepared:
+    """Tokenize the prompt and build the engine request: grammar constraint, token healing, test hooks."""
+    if parsed.model is not None and parsed.model not in state.model_names:
+        raise APIError(404, f"the model {parsed.model!r} does not exist; this server serves {state.model_id!r}",
+                       code="model_not_found", param="model")
+    if parsed.messages is not None:
+        ids = state.chat.encode(parsed.messages)
+    elif parsed.prompt_ids is not None:
+        ids = parsed.prompt_ids
+        if any(not 0 <= t < state.vocab.size for t in ids):
+            raise bad(f"prompt token ids must be in 0..{state.vocab.size - 1}", "prompt")
+    else:
+        ids = state.tokenizer.encode(parsed.prompt_text or "", add_special=True, parse_special=False)
+    # the hook sees the body as sent: the canonical one has no `_`-prefixed fields
+    hooked = state.constraint_hook(parsed, sent or body) if state.constraint_hook is not None else None
+    if hooked is not None:  # an embedder's own constraint replaces grammar and healing
+        gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, constraint_factory=hooked)
+        return Prepared(gen=gen, prompt_tokens=len(ids))
+    tool_call = None
+    if body.get("tools") and parsed.route == "/v1/chat/completions":
+        choice = body.get("tool_choice", "auto")
+        if choice == "auto":
+            raise bad("tool_choice 'auto' is not supported: this server does not parse free-form tool calls; "
+                      "use tool_choice 'required' or name a function (the call is then generated under a grammar)",
+                      "tool_choice", code="unsupported_parameter")
+        if choice != "none":
+            tool_call = {"tool_choice": choice}
+    compiled = state.compile_request_grammar(body, parsed.route)
+    think = body.get("grammar_after_think", state.chat.is_thinking and parsed.messages is not None)
+    if not isinstance(think, bool):
+        raise bad("grammar_after_think must be true or false", "grammar_after_think")
+    think = think and compiled is not None
+    healed = None
+    removed = b""
+    rollback = DEFAULT_MAX_ROLLBACK if parsed.token_healing is True else int(parsed.token_healing)
+    if rollback and not think:  # the thinking text comes first: nothing to heal into
+        hr = heal_prompt(ids, state.vocab, rollback)
+        if hr.healed and len(hr.kept_ids) > 0:
+            ids, removed = hr.kept_ids, hr.removed_bytes
+            healed = {"removed_ids": hr.removed_ids, "removed_bytes": list(removed),
+                      "removed_text": removed.decode("utf-8", errors="replace")}
+    factory = request_constraint(state.vocab, compiled, removed, reasoning_end=state.reasoning_end if think else None)
+    gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, constraint_factory=factory,
+                            text_skip_bytes=len(removed))
+    return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed, tool_call=tool_call,
+                    grammar_warnings=list(compiled.warnings) if compiled is not None else [])
+
+
+def wants_grammar(body: dict) -> bool:
+    """Whether the request asks for a grammar (it is then prepared in the grammar pool)."""
+    return any(body.get(k) not in (None, "", [], {}) for k in GRAMMAR_FIELDS)
+
+
+def parse_request(route: str, body: dict) -> ParsedRequest:
+    """The body checked and parsed for its route (raises APIError)."""
+    return parse_llama_completion(body) if route == "/completion" else parse_openai(body, route)

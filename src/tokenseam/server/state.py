@@ -1,0 +1,134 @@
+"""The server's shared state: engine, preparation pools, metrics, chat template, grammar compiler, health.
+
+One `ServerState` per served model; routes, request preparation and formatters read it, nothing else owns it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..engine import Engine
+from ..engine.chat_template import ChatTemplate
+from .errors import known_error
+from .metrics import EngineCollector, ServerMetrics
+from .pool import WorkPool
+from .protocol import ParsedRequest
+from .relay import EventRelay
+
+if TYPE_CHECKING:
+    from ..grammar import CompiledGrammar
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+GRAMMAR_NICE = 10
+
+
+class ServerState:
+    """What every request of one server shares. `reasoning_end`: the tag that ends a thinking model's reasoning
+    (a grammar then starts after it)."""
+
+    def __init__(self, engine: Engine, model_id: str, aliases: tuple[str, ...] = (),
+                 max_body_bytes: int = MAX_BODY_BYTES, response_cache=None, prepare_workers: int = 4,
+                 prepare_queue: int = 256, grammar_workers: int = 2, grammar_queue: int = 16,
+                 stall_seconds: float = 30.0, max_memory_mb: int | None = None,
+                 grammar_seconds: float | None = None, reasoning_end: str = "</think>") -> None:
+        self.engine = engine
+        self.reasoning_end = reasoning_end
+        self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
+        self.grammar_seconds = grammar_seconds  # each compile's time budget (None: the grammar default)
+        # Requests are prepared off the event loop in two pools: grammar compiles (seconds at worst, bounded by
+        # the compiler's budget) cannot take the threads that tokenize plain prompts.
+        self.prepare_pool = WorkPool("prepare", prepare_workers, prepare_queue)
+        # Compiles run at a lower CPU priority: beside them, decoding keeps the cores (measured with `tokenseam
+        # bench chaos`: a plain request's p99 beside a hostile compile 4.1x at the same priority, 1.3x at nice 10).
+        self.grammar_pool = WorkPool("grammar", grammar_workers, grammar_queue, nice=GRAMMAR_NICE)
+        self.stall_seconds = stall_seconds
+        self.backend = engine.backend
+        self.vocab = engine.vocab
+        self.tokenizer = engine.backend.tokenizer
+        self.model_id = model_id
+        self.model_names = {model_id, *aliases, engine.backend.model_name, engine.backend.path.name}
+        self.max_body_bytes = max_body_bytes
+        self.metrics = ServerMetrics()
+        self.relay = EventRelay()
+        self.metrics.registry.register(EngineCollector(engine))
+        self.chat = ChatTemplate(engine.backend.chat_template, self.vocab, self.tokenizer)
+        self.started = int(time.time())
+        self.system_fingerprint = "ts-" + self.vocab.fingerprint[:12]  # the OpenAI routes' system_fingerprint
+        # Extra per-request constraint source (an embedding application's own rules; tests use it to force
+        # exact outputs): (parsed request, body as the client sent it) -> constraint factory or None.
+        self.constraint_hook: Callable[[ParsedRequest, dict], Callable | None] | None = None
+        self.response_cache = response_cache  # tokenseam.respcache.ResponseCache or None
+        from ..healing import prepare_vocabulary
+
+        prepare_vocabulary(self.vocab)  # healing's lookup tables, built once here rather than by a request
+        self._grammar_compiler = None
+        self._grammar_lock = threading.Lock()
+
+    def health(self) -> tuple[dict, int]:
+        """The /health body and status: 503 when the engine is stuck (a load balancer should stop sending),
+        200 "degraded" when a preparation pool is full or a job in it runs past the compile budget."""
+        problems = []
+        stalled = self.engine.stalled_seconds()
+        if stalled > self.stall_seconds:
+            problems.append(f"the engine has made no progress for {stalled:.0f} s")
+        pools = {p.name: p.health() for p in (self.prepare_pool, self.grammar_pool)}
+        for name, h in pools.items():
+            if h["running"] + h["waiting"] >= h["workers"] + h["max_waiting"]:
+                problems.append(f"the {name} pool is full")
+            if h["oldest_job_seconds"] > self.stall_seconds:
+                problems.append(f"a {name} job has run for {h['oldest_job_seconds']:.0f} s")
+        cache = self.response_cache.health() if self.response_cache is not None else None
+        if cache is not None and (not cache.get("ok", True) or cache.get("degraded")):
+            problems.append("the response cache store is unavailable (requests are generated)")
+        engine_stuck = stalled > self.stall_seconds
+        body = {"status": "error" if engine_stuck else "degraded" if problems else "ok", "model": self.model_id,
+                "queue_depth": self.engine.queue_depth, "running": self.engine.running_count,
+                "engine_stalled_seconds": round(stalled, 3), "pools": pools}
+        if cache is not None:
+            body["cache"] = cache
+        if problems:
+            body["problems"] = problems
+        return body, 503 if engine_stuck else 200
+
+    def shutdown(self) -> None:
+        """Stop the engine and the preparation pools (jobs already running finish in their threads)."""
+        for pool in (self.prepare_pool, self.grammar_pool):
+            pool.shutdown()
+        self.engine.shutdown()
+
+    def busy_threads(self) -> int:
+        """Preparation jobs running or waiting in either pool."""
+        return self.prepare_pool.in_flight + self.grammar_pool.in_flight
+
+    def warm_up(self) -> None:
+        """Load what the first request would otherwise wait for: the grammar engine's numba code and vocabulary
+        tables (about a second), so no request pays for it."""
+        from ..grammar import GrammarMatcher
+
+        compiled = self.compile_request_grammar({"guided_regex": "[a-z]{1,4}"}, "/v1/completions")
+        GrammarMatcher(compiled).fill_next_token_bitmask(np.zeros(self.vocab.mask_words, dtype=np.int32))
+        self._grammar_compiler.warm_up()  # the rest of the numba code JSON schemas need
+
+    def compile_request_grammar(self, body: dict, route: str) -> CompiledGrammar | None:
+        """The request's grammar (response_format, guided_*, grammar, json_schema, tools) or None."""
+        from ..grammar import GrammarCompiler
+        from ..grammar.request import constraint_from_request
+
+        with self._grammar_lock:  # requests are prepared in worker threads
+            if self._grammar_compiler is None:
+                # compiles stop at 95 % of the cap: memory is read every 10 ms of compile work, and the rest
+                # of the process (decoding, responses) needs room too
+                rss = int(self.max_memory_bytes * 0.95) if self.max_memory_bytes else None
+                self._grammar_compiler = GrammarCompiler(self.vocab, time_budget=self.grammar_seconds,
+                                                         rss_limit=rss)
+        try:
+            return constraint_from_request(self._grammar_compiler, body, route)
+        except Exception as e:
+            if (err := known_error(e)) is None:
+                raise
+            raise err from e
