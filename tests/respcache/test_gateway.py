@@ -9,8 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tokenseam.respcache import RedisStore, SQLiteStore
-from tokenseam.respcache import normalize_request
+from tokenseam.respcache import RedisStore, SQLiteStore, normalize_request
 from tokenseam.respcache.entry import SSEParser
 from tokenseam.testing.fake_upstream import fake_answer
 
