@@ -1,5 +1,5 @@
 """The wire contract the server, the gateway and the response cache share: routes, per-route field defaults,
-the `token_healing` rule, and how a server-sent event is framed.
+the `token_healing` rule, the error object, and how a server-sent event is framed.
 
 Imports nothing else of tokenseam, so both may import it. `DEFAULTS[route][field]` is `(mode, default)`: the
 default is what the server assumes when the field is absent or null (a tuple lists equivalent values, the
@@ -124,3 +124,8 @@ def sse(obj: Any) -> bytes:
     if obj == "[DONE]":
         return b"data: [DONE]\n\n"
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
+
+
+def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    """The OpenAI error object every tokenseam app answers with: `{"error": {message, type, param, code}}`."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}

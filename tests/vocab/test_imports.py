@@ -9,13 +9,15 @@ import sys
 
 import pytest
 
+# The library's own dependencies are numpy, numba and jsonschema: the engine and the HTTP stack are extras.
 BLOCK = """
 import importlib.abc, json, sys
-class NoLlama(importlib.abc.MetaPathFinder):
+EXTRAS = {"llama_cpp", "starlette", "uvicorn", "httpx", "prometheus_client", "redis", "jinja2", "rich", "fastapi"}
+class NoExtras(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] == "llama_cpp":
-            raise ModuleNotFoundError("No module named 'llama_cpp' (blocked by the test)")
-sys.meta_path.insert(0, NoLlama())
+        if name.split(".")[0] in EXTRAS:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
+sys.meta_path.insert(0, NoExtras())
 """
 
 
@@ -25,12 +27,14 @@ def _run(body: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_vocab_grammar_and_healing_work_without_llama_cpp(model_paths):
+def test_vocab_grammar_healing_and_cache_keys_work_without_the_extras(model_paths):
     res = _run(f"""
 import numpy as np
 from tokenseam.vocab import Vocabulary
 from tokenseam.grammar import GrammarCompiler, GrammarMatcher
 from tokenseam.healing import HealingConstraint, heal_prompt
+from tokenseam.respcache import fingerprint_request
+fp = fingerprint_request("/v1/chat/completions", {{"model": "m", "messages": [{{"role": "user", "content": "hi"}}]}})
 vocab = Vocabulary.from_gguf({str(model_paths["smollm2"])!r})
 m = GrammarMatcher(GrammarCompiler(vocab).compile_json_schema({{"type": "boolean"}}))
 mask = np.zeros(vocab.mask_words, dtype=np.int32)

@@ -1,4 +1,4 @@
-"""OpenAI-style error objects: `{"error": {"message", "type", "param", "code"}}`, raised and turned into responses."""
+"""OpenAI-style errors raised by either app and turned into responses (the object itself is `wire.error_body`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-
-def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+from ..wire import error_body
 
 
 class HTTPError(Exception):

@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..wire import ROUTE_LLAMA, sse
+from ..wire import ROUTE_LLAMA, error_body, sse
 from .entry import (
     IncompleteStreamError,
     SSEParser,
@@ -497,8 +497,7 @@ class ResponseCache:
                     self.stats["not_stored_aborted"] += 1
                     self._abandon(plan, flight, LeaderAbortedError(str(e)))
                     flight = None
-                    yield sse({"error": {"message": f"stream ended early: {e}", "type": "upstream_error",
-                                         "param": None, "code": "incomplete_stream"}})
+                    yield sse(error_body(f"stream ended early: {e}", "upstream_error", "incomplete_stream"))
                     return
                 await self._finish(plan, flight, entry)
                 flight = None
@@ -514,8 +513,8 @@ class ResponseCache:
                 self._abandon(plan, flight, e if not done else LeaderAbortedError(str(e)))
                 flight = None
             log.warning("stream for %s failed mid-way: %s", plan.route, e)
-            yield sse({"error": {"message": f"generation failed mid-stream: {e}", "type": "upstream_error",
-                                 "param": None, "code": getattr(e, "code", None) or "stream_error"}})
+            yield sse(error_body(f"generation failed mid-stream: {e}", "upstream_error",
+                                 getattr(e, "code", None) or "stream_error"))
         finally:
             if flight is not None:
                 self._abandon(plan, flight, LeaderAbortedError("the leading stream stopped"))

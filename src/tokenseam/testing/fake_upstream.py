@@ -28,9 +28,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..httpkit import error_body
 from ..respcache import fingerprint_text
-from ..wire import sse
+from ..wire import error_body, sse
 
 WORDS = ["alpha", "beta", "gamma", "delta", "café", "naïve", "日本", "über", "seam", "token", "cache", "byte",
          "prime", "seven", "eleven", "north", "south", "river", "stone", "light"]
