@@ -1,6 +1,6 @@
 import numpy as np
 
-from tokenseam.engine.constraint import allocate_token_bitmask, bitmask_from_ids, bitmask_to_bool
+from tokenseam.constraint import allocate_token_bitmask, bitmask_from_ids, bitmask_to_bool
 
 
 def test_bitmask_roundtrip_matches_xgrammar_layout():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tokenseam.engine.constraint import Constraint, allocate_token_bitmask, bitmask_to_bool
+from tokenseam.constraint import Constraint, allocate_token_bitmask, bitmask_to_bool
 from tokenseam.grammar import GrammarCompiler, GrammarError, GrammarMatcher
 
 

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from tokenseam.engine.constraint import bitmask_from_ids
+from tokenseam.constraint import bitmask_from_ids
 from tokenseam.healing.cases import RAG_CHUNKS
 from tokenseam.vocab import Vocabulary
 

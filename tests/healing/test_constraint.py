@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tokenseam.engine.constraint import Constraint, allocate_token_bitmask, bitmask_to_bool
+from tokenseam.constraint import Constraint, allocate_token_bitmask, bitmask_to_bool
 from tokenseam.healing import HealedGrammarConstraint, HealingConstraint, HealingError, all_allowed_mask
 
 MODELS = ["smollm2", "gemma3"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tokenseam.engine.constraint import bitmask_from_ids
+from tokenseam.constraint import bitmask_from_ids
 from tokenseam.server.runtime import BackgroundServer, build_server
 
 

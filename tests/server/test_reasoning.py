@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenseam.engine.constraint import bitmask_to_bool
+from tokenseam.constraint import bitmask_to_bool
 from tokenseam.grammar import GrammarCompiler, GrammarMatcher
 
 

@@ -5,14 +5,13 @@ for one request (the CLI and the benchmarks).
 """
 
 from .backend import BackendConfig, LlamaCppBackend
-from .constraint import Constraint, allocate_token_bitmask, bitmask_from_ids, bitmask_to_bool
 from .errors import BackendError, ContextLengthError, EngineError, InvalidRequestError, QueueFullError
 from .llm_engine import Engine
 from .sampling import SamplingParams, TokenLogprob
 from .sequence import ChoiceEvent, GenerationRequest, RequestDone
 
 __all__ = [
-    "BackendConfig", "BackendError", "ChoiceEvent", "Constraint", "ContextLengthError", "Engine", "EngineError",
+    "BackendConfig", "BackendError", "ChoiceEvent", "ContextLengthError", "Engine", "EngineError",
     "GenerationRequest", "InvalidRequestError", "LlamaCppBackend", "QueueFullError", "RequestDone",
-    "SamplingParams", "TokenLogprob", "allocate_token_bitmask", "bitmask_from_ids", "bitmask_to_bool",
+    "SamplingParams", "TokenLogprob",
 ]

@@ -12,8 +12,8 @@ from collections import deque
 
 import numpy as np
 
+from ..constraint import bitmask_to_bool
 from .backend import LlamaCppBackend
-from .constraint import bitmask_to_bool
 from .errors import BackendError, ContextLengthError, InvalidRequestError, QueueFullError
 from .prefix_cache import HostKV, PrefixCache
 from .sequence import ChoiceEvent, Emit, GenerationRequest, RequestDone, RequestState, Sequence

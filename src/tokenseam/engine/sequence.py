@@ -9,8 +9,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..constraint import Constraint
 from ..stream import IncrementalDetokenizer
-from .constraint import Constraint
 from .sampling import Sampler, SamplingParams, TokenLogprob
 
 _ids = itertools.count(1)

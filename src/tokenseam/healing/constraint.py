@@ -7,7 +7,6 @@ consumed it allows everything. `HealedGrammarConstraint` composes healing with a
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -17,14 +16,12 @@ from ..vocab import Vocabulary
 from .errors import HealingError
 
 if TYPE_CHECKING:
-    from ..engine.constraint import Constraint
+    from ..constraint import Constraint
     from ..grammar import CompiledGrammar
 
 # Above this many ids a scratch bool array + packbits beats np.bitwise_or.at (measured on both vocabularies).
 _SCATTER_LIMIT = 2048
 
-_all_allowed_cache: weakref.WeakKeyDictionary[Vocabulary, np.ndarray] = weakref.WeakKeyDictionary()
-_rank_cache: weakref.WeakKeyDictionary[Vocabulary, np.ndarray] = weakref.WeakKeyDictionary()
 # Above this many ids a compare over the whole vocabulary (by trie rank) beats scattering the ids.
 _RANGE_COMPARE_LIMIT = 1024
 
@@ -45,14 +42,14 @@ def set_bits(out: np.ndarray, ids: np.ndarray) -> None:
 def trie_rank(vocab: Vocabulary) -> np.ndarray:
     """Each token's position in `vocab.trie.sorted_ids` (int32 max for tokens outside the trie), padded to a
     whole number of mask words; built once per vocabulary."""
-    rank = _rank_cache.get(vocab)
-    if rank is None:
+    def build() -> np.ndarray:
         trie = vocab.trie
         rank = np.full(vocab.mask_words * 32, np.iinfo(np.int32).max, dtype=np.int32)
         rank[trie.sorted_ids] = np.arange(len(trie.sorted_ids), dtype=np.int32)
         rank.setflags(write=False)
-        _rank_cache[vocab] = rank
-    return rank
+        return rank
+
+    return vocab.derived("healing.trie_rank", build)
 
 
 def set_sorted_range(out: np.ndarray, vocab: Vocabulary, lo: int, hi: int) -> None:
@@ -68,8 +65,7 @@ def set_sorted_range(out: np.ndarray, vocab: Vocabulary, lo: int, hi: int) -> No
 
 def all_allowed_mask(vocab: Vocabulary) -> np.ndarray:
     """Every non-special token plus the end-of-generation tokens (computed once per vocabulary, read-only)."""
-    mask = _all_allowed_cache.get(vocab)
-    if mask is None:
+    def build() -> np.ndarray:
         allowed = ~np.asarray(vocab.is_special, dtype=bool)
         for e in vocab.eos_token_ids:
             allowed[e] = True
@@ -77,8 +73,9 @@ def all_allowed_mask(vocab: Vocabulary) -> np.ndarray:
         flags[: vocab.size] = allowed
         mask = np.packbits(flags, bitorder="little").view(np.int32)
         mask.setflags(write=False)
-        _all_allowed_cache[vocab] = mask
-    return mask
+        return mask
+
+    return vocab.derived("healing.all_allowed", build)
 
 
 def _healing_step(vocab: Vocabulary, remaining: bytes) -> tuple[int, int, np.ndarray]:
@@ -241,9 +238,11 @@ class _TokenHashes:
         return self._lookup(self.lens[lo:hi] - len(remaining), r1, r2, lo, hi)
 
 
-_hash_cache: weakref.WeakKeyDictionary[Vocabulary, _TokenHashes] = weakref.WeakKeyDictionary()
-_excess_cache: weakref.WeakKeyDictionary[Vocabulary, dict[bytes, np.ndarray]] = weakref.WeakKeyDictionary()
 _EXCESS_CACHE_ENTRIES = 1024
+
+
+def _token_hashes(vocab: Vocabulary) -> _TokenHashes:
+    return vocab.derived("healing.token_hashes", lambda: _TokenHashes(vocab))
 
 
 def excess_token_ids(vocab: Vocabulary, remaining: bytes) -> np.ndarray:
@@ -251,15 +250,12 @@ def excess_token_ids(vocab: Vocabulary, remaining: bytes) -> np.ndarray:
     the part beyond `remaining`, -2 when nothing lies beyond (the token equals `remaining`), -1 when no token
     has exactly those bytes. Vectorised over the extensions; cached per vocabulary, since common tails
     (b" ", b":") recur across requests."""
-    per_vocab = _excess_cache.setdefault(vocab, {})
+    per_vocab: dict[bytes, np.ndarray] = vocab.derived("healing.excess_ids", dict)
     hit = per_vocab.get(remaining)
     if hit is not None:
         return hit
-    hashes = _hash_cache.get(vocab)
-    if hashes is None:
-        hashes = _hash_cache[vocab] = _TokenHashes(vocab)
     lo, hi = vocab.trie.prefix_range(remaining)
-    out = hashes.excess(lo, hi, remaining)
+    out = _token_hashes(vocab).excess(lo, hi, remaining)
     if len(per_vocab) >= _EXCESS_CACHE_ENTRIES:
         per_vocab.clear()
     per_vocab[remaining] = out
@@ -271,8 +267,8 @@ def prepare_vocabulary(vocab: Vocabulary, grammar: bool = True) -> None:
     token hashes), so the first request does not pay for them. Call once at model load."""
     trie_rank(vocab)
     all_allowed_mask(vocab)
-    if grammar and vocab not in _hash_cache:
-        _hash_cache[vocab] = _TokenHashes(vocab)
+    if grammar:
+        _token_hashes(vocab)
 
 
 def _bits_of(mask: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -1,6 +1,7 @@
 """The per-request constraint hook: how grammars and token healing restrict what the sampler may pick.
 
-The engine never looks inside a constraint; it asks for a packed int32 allowed-token bitmask and reports
+The contract between the engine (which calls it) and the grammar and healing packages (which implement it), so
+it sits below all three. The engine never looks inside a constraint; it asks for a packed int32 allowed-token bitmask and reports
 the token it sampled. Bit i of word i // 32 set (little-endian within the word) = token i allowed.
 """
 
