@@ -174,7 +174,7 @@ def test_public_paths_need_no_key_and_empty_key_lists_disable_auth(make_client):
 
 
 def test_streamed_responses_are_not_buffered():
-    from tokenseam.testing.fake_upstream import ThreadedServer
+    from tokenseam.httpkit import BackgroundServer
 
     first_read = threading.Event()
 
@@ -188,7 +188,7 @@ def test_streamed_responses_are_not_buffered():
 
     app = Starlette(routes=[Route("/stream", stream)], middleware=[Middleware(
         Guard, allowed_hosts=["127.0.0.1"], cors_origins=["https://app.example"], api_keys=[KEY])])
-    with ThreadedServer(app) as srv, httpx.Client(timeout=30) as c:
+    with BackgroundServer(app) as srv, httpx.Client(timeout=30) as c:
         with c.stream("GET", srv.url + "/stream", headers={"authorization": f"Bearer {KEY}",
                                                            "origin": "https://app.example"}) as r:
             assert r.headers["access-control-allow-origin"] == "https://app.example"

@@ -12,8 +12,7 @@ from starlette.middleware import Middleware
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from tokenseam.httpkit import REQUEST_ID_HEADER, CatchErrors
-from tokenseam.testing.fake_upstream import ThreadedServer
+from tokenseam.httpkit import REQUEST_ID_HEADER, BackgroundServer, CatchErrors
 
 SECRET = "s3cret-in-exception"
 log = logging.getLogger("tests.httpkit.shield")
@@ -43,7 +42,7 @@ def server():
     app = Starlette(routes=[Route("/boom", boom), Route("/ok", ok), Route("/broken", broken_stream)],
                     middleware=[Middleware(CatchErrors, logger=log, redact=lambda t: t.replace(SECRET, "***"),
                                            what="test server")])
-    with ThreadedServer(app) as srv:
+    with BackgroundServer(app) as srv:
         yield srv
 
 

@@ -92,8 +92,8 @@ def make_gateway():
     from prometheus_client import CollectorRegistry
 
     from tokenseam.gateway import create_gateway_app
+    from tokenseam.httpkit import BackgroundServer
     from tokenseam.respcache import MemoryStore, ResponseCache
-    from tokenseam.testing.fake_upstream import ThreadedServer
 
     running = []
 
@@ -102,7 +102,7 @@ def make_gateway():
         cache = ResponseCache(store if store is not None else MemoryStore(), mode=mode, registry=reg,
                               store_retry_seconds=kw.pop("store_retry_seconds", 5.0))
         app = create_gateway_app(upstream_url, cache=cache, registry=reg, **kw)
-        srv = ThreadedServer(app).start()
+        srv = BackgroundServer(app).start()
         srv.cache = cache
         srv.registry = reg
         running.append(srv)

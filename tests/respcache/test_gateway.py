@@ -290,13 +290,13 @@ def test_upstream_key_replaces_client_key(fake, make_gateway):
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from tokenseam.testing.fake_upstream import ThreadedServer
+    from tokenseam.httpkit import BackgroundServer
 
     async def echo(request):
         seen.append(request.headers.get("authorization"))
         return JSONResponse({"object": "list", "data": []})
 
-    with ThreadedServer(Starlette(routes=[Route("/v1/models", echo)])) as up:
+    with BackgroundServer(Starlette(routes=[Route("/v1/models", echo)])) as up:
         gw = make_gateway(up.url, api_key="sk-upstream")
         plain = make_gateway(up.url)
         with httpx.Client(timeout=20) as h:

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tokenseam.testing.fake_upstream import ThreadedServer
+from tokenseam.httpkit import BackgroundServer
 
 from .conftest import free_port
 
@@ -54,7 +54,7 @@ def echo_upstream():
 
     app = Starlette(routes=[Route("/v1/models", record), Route(CHAT, record, methods=["POST"]),
                             Route("/v1/refuse", record)])
-    with ThreadedServer(app) as srv:
+    with BackgroundServer(app) as srv:
         srv.seen = seen
         yield srv
 

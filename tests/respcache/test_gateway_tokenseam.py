@@ -13,10 +13,11 @@ pytestmark = [pytest.mark.model, pytest.mark.server]
 
 @pytest.fixture(scope="module")
 def tokenseam_upstream():
-    from tokenseam.server.runtime import BackgroundServer, build_server
+    from tokenseam.httpkit import BackgroundServer
+    from tokenseam.server.runtime import build_server
 
     app, state = build_server("smollm2", n_ctx=1024, parallel=2, threads=2)
-    bg = BackgroundServer(app)
+    bg = BackgroundServer(app).start()
     yield bg
     bg.stop()
     state.engine.shutdown()
@@ -27,13 +28,13 @@ def gateway(tokenseam_upstream):
     from prometheus_client import CollectorRegistry
 
     from tokenseam.gateway import create_gateway_app
+    from tokenseam.httpkit import BackgroundServer
     from tokenseam.respcache import MemoryStore, ResponseCache
-    from tokenseam.testing.fake_upstream import ThreadedServer
 
     reg = CollectorRegistry()
     # max_tokens-capped answers end with finish_reason=length; cache them here so short tests can hit.
     cache = ResponseCache(MemoryStore(), registry=reg, cache_truncated=True)
-    with ThreadedServer(create_gateway_app(tokenseam_upstream.url, cache=cache, registry=reg)) as gw:
+    with BackgroundServer(create_gateway_app(tokenseam_upstream.url, cache=cache, registry=reg)) as gw:
         yield gw
 
 

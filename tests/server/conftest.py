@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tokenseam.constraint import bitmask_from_ids
-from tokenseam.server.runtime import BackgroundServer, build_server
+from tokenseam.httpkit import BackgroundServer
+from tokenseam.server.runtime import build_server
 
 
 class ForcedIds:
@@ -40,7 +41,7 @@ class RunningServer:
             return lambda: ForcedIds(ids, eog, self.state.vocab.size)
 
         self.state.constraint_hook = hook
-        self.bg = BackgroundServer(self.app)
+        self.bg = BackgroundServer(self.app).start()
         self.url = self.bg.url
 
     def stop(self) -> None:

@@ -17,10 +17,9 @@ import httpx
 import pytest
 
 from tokenseam.bench.common import free_port
-from tokenseam.httpkit import default_allowed_hosts
+from tokenseam.httpkit import BackgroundServer, default_allowed_hosts
 from tokenseam.server.app import MAX_TOKENIZE_CHARS, create_app
 from tokenseam.server.pool import WorkPool
-from tokenseam.server.runtime import BackgroundServer
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -32,7 +31,7 @@ def guarded(smollm2_server):
     """A second app over the same engine, with keys, the loopback Host list and one CORS origin."""
     app = create_app(smollm2_server.state, api_keys=[KEY], allowed_hosts=default_allowed_hosts("127.0.0.1"),
                      cors_origins=["https://app.example"])
-    bg = BackgroundServer(app)
+    bg = BackgroundServer(app).start()
     yield bg.url
     bg.stop()
 

@@ -266,9 +266,10 @@ def bench_load(args: argparse.Namespace, redis_url: str | None) -> dict[str, Any
     from prometheus_client import CollectorRegistry
 
     from ..gateway import create_gateway_app
+    from ..httpkit import BackgroundServer
     from ..respcache import ROUTE_CHAT, ROUTE_COMPLETIONS, ResponseCache, normalize_request, open_store
     from ..respcache.entry import SSEParser
-    from ..testing.fake_upstream import FakeUpstream, ThreadedServer, fake_answer
+    from ..testing.fake_upstream import FakeUpstream, fake_answer
 
     rng = random.Random(args.seed)
     pool: list[tuple[str, dict[str, Any]]] = []
@@ -303,7 +304,7 @@ def bench_load(args: argparse.Namespace, redis_url: str | None) -> dict[str, Any
     wrong: list[str] = []
     lat: list[float] = []
     statuses: dict[str, int] = {}
-    with fake, ThreadedServer(create_gateway_app(fake.url, cache=cache, registry=reg)) as gw:
+    with fake, BackgroundServer(create_gateway_app(fake.url, cache=cache, registry=reg)) as gw:
         async def run() -> float:
             queue: asyncio.Queue = asyncio.Queue()
             for j in jobs:

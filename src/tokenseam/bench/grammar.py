@@ -6,7 +6,6 @@ Every engine is fed the same token sequences, single-threaded; results go to a t
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import signal
@@ -263,10 +262,11 @@ def run_engine(name: str, vocab, docs, timeout_s: float, verbose: bool = False, 
         engine = ADAPTERS[name](vocab, tokenizer) if name == "llguidance" else ADAPTERS[name](vocab)
     except ImportError as exc:
         return {"engine": name, "status": "not installed", "error": str(exc)}, [], []
-    gc.collect()
-    # What is loaded now (vocabulary, tables, the engine's code) stays: keep full collections off it, as
-    # `tokenseam serve` does before serving. Every engine gets the same treatment.
-    gc.freeze()
+    from ..server.runtime import settle_heap
+
+    # What is loaded now (vocabulary, tables, the engine's code) stays: the collector is set as `tokenseam serve`
+    # sets it before serving. Every engine gets the same treatment.
+    settle_heap()
     base_rss = _rss_mb()
     mask_times: list[float] = []
     accept_times: list[float] = []

@@ -76,11 +76,12 @@ def run(args: argparse.Namespace) -> int:
 def _bench_model(model: str, args: argparse.Namespace) -> dict:
     from ..healing.cases import RAG_CHUNKS, RAG_FIXED_PROMPTS
     from ..healing.stable import join_stable, stable_prefix
-    from ..server.runtime import BackgroundServer, build_server
+    from ..httpkit import BackgroundServer
+    from ..server.runtime import build_server
 
     if True:
         app, state = build_server(model, n_ctx=2048, parallel=8, threads=args.threads, prefix_cache_tokens=16384)
-        bg = BackgroundServer(app)
+        bg = BackgroundServer(app).start()
         url = bg.url + "/v1/completions"
         tok, vocab = state.tokenizer, state.vocab
         m: dict = {}

@@ -5,12 +5,10 @@ The cache key is the grammar kind, its canonical text, the options and the vocab
 
 from __future__ import annotations
 
-import gc
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,32 +30,6 @@ MAX_CHOICE_CHARS = 200_000
 # for the next request (requests already using the old one keep it), so a long-lived server's memory per
 # grammar stays bounded.
 REBUILD_STATES = 50_000
-_GC_LOCK = threading.Lock()
-_gc_pauses = 0  # compiles running now (in any thread)
-_gc_resume = False  # whether the last of them turns the collector back on
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while any compile runs. A compile allocates many small objects, and each
-    collection they trigger rescans the whole (large) heap of a serving process: with the collector on, a big
-    MaskBench schema took over twice as long and ran past its time budget. The collector is process-wide, so
-    overlapping compiles (worker threads) share one pause: the first turns it off if it was on, the last one
-    to finish turns it back on; a collector someone else turned off stays off. Pausing only delays
-    collection (other threads run as before), and a compile's budget bounds how long."""
-    global _gc_pauses, _gc_resume
-    with _GC_LOCK:
-        if _gc_pauses == 0:
-            _gc_resume = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _GC_LOCK:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_resume:
-                gc.enable()
 
 
 def token_table(vocab: Vocabulary) -> TokenTable:
@@ -107,7 +79,7 @@ class GrammarCompiler:
                     return hit
                 del self._cache[full]
         try:
-            with _gc_paused(), compile_budget(self.time_budget, self.size_budget, self.rss_limit):
+            with compile_budget(self.time_budget, self.size_budget, self.rss_limit):
                 grammar, kind, source = build()
                 warnings = list(grammar.warnings)
                 nfa = build_nfa(grammar)

@@ -47,7 +47,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import gc
     import logging
     import os
     import sys
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from ..models import ModelNotFoundError
     from ..respcache import ResponseCacheError
     from ..vocab import VocabularyError
-    from .runtime import build_server
+    from .runtime import build_server, settle_heap
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     problem = check_guard_arguments(args)
@@ -81,10 +80,7 @@ def run(args: argparse.Namespace) -> int:
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)
         return 2
-    # The model, vocabulary tables and grammar engine are loaded for good: move them out of the garbage
-    # collector's reach, so a full collection during decoding (70-200 ms measured) does not walk them.
-    gc.collect()
-    gc.freeze()
+    settle_heap()  # the model, vocabulary tables and grammar engine are loaded for good
     # A compile holding the interpreter lock makes the engine and event-loop threads wait up to the switch
     # interval (5 ms by default) each time they need it; 0.5 ms keeps that wait small next to a decode step.
     sys.setswitchinterval(0.0005)

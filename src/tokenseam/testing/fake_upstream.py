@@ -1,5 +1,5 @@
 """Test support: a small real OpenAI-compatible HTTP server with a deterministic fake model (gateway tests and
-`tokenseam bench cache`), and `ThreadedServer`, which runs any ASGI app on a free loopback port in a thread.
+`tokenseam bench cache`); run it with `httpkit.BackgroundServer`.
 
 Answers are a pure function of the request (unless it samples: temperature > 0 and no seed); it can be told to fail.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import socket
 import threading
 import time
 import uuid
@@ -28,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..httpkit import BackgroundServer
 from ..respcache import fingerprint_text
 from ..wire import error_body, sse
 
@@ -235,48 +235,7 @@ async def _stream(state: FakeState, chat: bool, rid: str, created: int, model: s
     yield sse("[DONE]")
 
 
-class ThreadedServer:
-    """Runs an ASGI app with uvicorn on 127.0.0.1 (a free port) in a background thread."""
-
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
-
-        self.app = app
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
-        self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(app, log_level="warning", lifespan="auto", timeout_graceful_shutdown=1,
-                                backlog=1024)
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 15.0) -> ThreadedServer:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"server on {self.url} did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self._thread.join(10)
-        self._sock.close()
-
-    def __enter__(self) -> ThreadedServer:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-
-class FakeUpstream(ThreadedServer):
+class FakeUpstream(BackgroundServer):
     """The fake OpenAI server running in a background thread; `state` controls and observes it."""
 
     def __init__(self, model: str = "fake-model", port: int = 0) -> None:
