@@ -30,7 +30,6 @@ from ..httpkit import (
     CatchErrors,
     Guard,
     HTTPError,
-    error_body,
     read_json_body,
     redact_text,
     redact_url,
@@ -50,6 +49,7 @@ from ..respcache import (
     tenant_from_api_key,
 )
 from ..respcache.entry import SSEParser
+from ..wire import error_body
 
 log = logging.getLogger("tokenseam.gateway")
 

@@ -222,7 +222,7 @@ class Grammar:
 
 ANY_RANGES: Ranges = norm([(0, MAX_CP)])
 # The code points a JSON string may hold unescaped, which the mask walk treats as "string-safe" (see
-# automaton._safe_from): printable ASCII but quote and backslash, and every non-ASCII scalar value.
+# tables._safe_from): printable ASCII but quote and backslash, and every non-ASCII scalar value.
 SAFE_RANGES: Ranges = norm([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E), (0x80, 0xD7FF), (0xE000, MAX_CP)])
 
 

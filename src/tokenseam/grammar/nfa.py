@@ -64,7 +64,7 @@ class ByteNFA:
         self.loop_step: dict[int, int] = {}  # loop id -> at least this many bytes per pass of its body (else 1)
         # States from which any string-safe text (ir.SAFE_RANGES) can be read by byte and plain epsilon edges
         # and still finish: a free string body, "any key but these", `.*`. Masks from them take every
-        # string-safe token without a walk (see Automaton.local_info). A subset: it need not name them all.
+        # string-safe token without a walk (see MaskCache.local_info). A subset: it need not name them all.
         self.universal: set[int] = set()
         # Body start of a counted loop over one character class covering every string-safe character -> its
         # loop id: with the counter at v, any string-safe text of up to max - v characters stays alive.
@@ -588,7 +588,7 @@ class _Builder:
             return e
         lid = len(nfa.loops)
         nfa.loops.append((0, limit))
-        # Guards are bounded below `limit`; counter values are clamped (Automaton.canonical) only far enough
+        # Guards are bounded below `limit`; counter values are clamped (Automaton.clamped) only far enough
         # from the lowest of those bounds.
         nfa.loop_slack[lid] = max(d for d in dist if d is not None)
         guard_lids: dict[int, int] = {}
