@@ -47,7 +47,8 @@ def test_extras_in_the_error_exist_in_pyproject():
     from tokenseam.cli import EXTRA_OF_MODULE
 
     extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     assert set(EXTRA_OF_MODULE.values()) <= set(extras)
 
 

@@ -17,8 +17,11 @@ def _untyped(fn) -> list[str]:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return []
-    missing = [p.name for p in sig.parameters.values()
-               if p.name not in ("self", "cls") and p.annotation is inspect.Parameter.empty]
+    missing = [
+        p.name
+        for p in sig.parameters.values()
+        if p.name not in ("self", "cls") and p.annotation is inspect.Parameter.empty
+    ]
     if sig.return_annotation is inspect.Signature.empty and fn.__name__ != "__init__":
         missing.append("return")
     return missing
@@ -43,7 +46,7 @@ def test_exported_functions_and_methods_are_annotated(package):
     for name in mod.__all__:
         obj = getattr(mod, name)
         if inspect.isfunction(obj):
-            if (m := _untyped(obj)):
+            if m := _untyped(obj):
                 problems.append(f"{name}: {m}")
         elif inspect.isclass(obj) and obj.__module__.startswith("tokenseam"):
             for mname, fn in _members(obj):

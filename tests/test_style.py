@@ -21,8 +21,9 @@ def _ruff() -> list[str]:
     pytest.fail("ruff is not installed (it is in the test extra: pip install -e '.[test]')")
 
 
-@pytest.mark.parametrize("args", [["check", "src", "tests"], ["format", "--check", "src", "tests"]],
-                         ids=["lint", "format"])
+@pytest.mark.parametrize(
+    "args", [["check", "src", "tests"], ["format", "--check", "src", "tests"]], ids=["lint", "format"]
+)
 def test_ruff_is_clean(args):
     r = subprocess.run(_ruff() + args, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

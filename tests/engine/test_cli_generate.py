@@ -15,8 +15,14 @@ def test_generate_streams_and_heals(capsys):
     assert out.strip()
 
 
-@pytest.mark.parametrize("argv", [["generate", "x", "--max-tokens", "0"], ["generate", "x", "--model", "nope.gguf"],
-                                  ["generate", "x", "--temperature", "-1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate", "x", "--max-tokens", "0"],
+        ["generate", "x", "--model", "nope.gguf"],
+        ["generate", "x", "--temperature", "-1"],
+    ],
+)
 def test_generate_bad_input_exits_2(argv, capsys):
     assert main(argv) == 2
     assert "error" in capsys.readouterr().err

@@ -37,8 +37,9 @@ class FailsAfter:
 
 @pytest.fixture(scope="module")
 def engine(model_paths):
-    be = LlamaCppBackend(model_paths["smollm2"], BackendConfig(n_ctx=256, n_seq=4, n_threads=2,
-                                                               prefix_cache_tokens=0))
+    be = LlamaCppBackend(
+        model_paths["smollm2"], BackendConfig(n_ctx=256, n_seq=4, n_threads=2, prefix_cache_tokens=0)
+    )
     eng = Engine(be)
     yield eng
     eng.shutdown()
@@ -53,11 +54,14 @@ def _run(engine, req, sink):
 def test_failing_constraint_ends_only_its_request(engine, fail_at):
     ids = engine.backend.tokenizer.encode("Once upon a time")
     params = dict(max_tokens=12, temperature=0, ignore_eos=True)
-    bad = GenerationRequest(prompt_ids=ids, params=SamplingParams(n=2, **params),
-                            constraint_factory=lambda: FailsAfter(fail_at))
+    bad = GenerationRequest(
+        prompt_ids=ids, params=SamplingParams(n=2, **params), constraint_factory=lambda: FailsAfter(fail_at)
+    )
     good = [GenerationRequest(prompt_ids=ids, params=SamplingParams(**params)) for _ in range(2)]
     sinks = [[] for _ in range(3)]
-    threads = [threading.Thread(target=_run, args=(engine, r, k)) for r, k in zip([bad, *good], sinks, strict=True)]
+    threads = [
+        threading.Thread(target=_run, args=(engine, r, k)) for r, k in zip([bad, *good], sinks, strict=True)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -87,7 +87,7 @@ def test_only_whole_blocks_are_inserted():
     kv.fill(0, list(range(40)))
     cache.insert(list(range(40)), 0)
     assert cache.tokens_held == 32
-    assert cache.match(list(range(40))) [0] == 32
+    assert cache.match(list(range(40)))[0] == 32
 
 
 def test_lru_eviction_under_budget_and_sequence_pool():
@@ -111,7 +111,9 @@ def test_random_workload_keeps_invariants(host_blobs):
     prefixes = [[rng.randrange(50) for _ in range(rng.randrange(4, 60))] for _ in range(10)]
     for step in range(400):
         base = rng.choice(prefixes)
-        toks = base[: rng.randrange(1, len(base) + 1)] + [rng.randrange(50) for _ in range(rng.randrange(0, 30))]
+        toks = base[: rng.randrange(1, len(base) + 1)] + [
+            rng.randrange(50) for _ in range(rng.randrange(0, 30))
+        ]
         slot = step % 4
         kv.seq_rm(slot)
         n = cache.load(toks, slot, limit=len(toks) - 1)

@@ -22,9 +22,13 @@ TIME_BUDGET = 2.0
 def anyof_required(n: int = 18) -> dict:
     """anyOf under an object at every level: each branch is merged with the level above, and the required
     lists of the 2**n paths all differ, so no merged schema is ever met twice."""
-    defs = {f"d{i}": {"type": "object", "anyOf": [{"$ref": f"#/$defs/d{i + 1}"},
-                                                   {"$ref": f"#/$defs/d{i + 1}", "required": [f"y{i}"]}]}
-            for i in range(n)}
+    defs = {
+        f"d{i}": {
+            "type": "object",
+            "anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}", "required": [f"y{i}"]}],
+        }
+        for i in range(n)
+    }
     defs[f"d{n}"] = {"type": "object", "properties": {"z": {"type": "integer"}}}
     return {"$ref": "#/$defs/d0", "$defs": defs}
 
@@ -41,29 +45,40 @@ MUST_FAIL = {
     "anyOf cross product": lambda c: c.compile_json_schema(anyof_required()),
     # Overlapping object branches: each is made exclusive of the 299 others (oneOf disjointness).
     "oneOf of 300 overlapping objects": lambda c: c.compile_json_schema(
-        {"oneOf": [{"type": "object", "required": [f"k{i}"], "properties": {f"k{i}": {"type": "integer"}}}
-                   for i in range(300)]}),
+        {
+            "oneOf": [
+                {"type": "object", "required": [f"k{i}"], "properties": {f"k{i}": {"type": "integer"}}}
+                for i in range(300)
+            ]
+        }
+    ),
     "allOf of anyOfs": lambda c: c.compile_json_schema(
-        {"allOf": [{"anyOf": [{"type": "string", "minLength": i + j} for j in range(2)]} for i in range(30)]}),
+        {"allOf": [{"anyOf": [{"type": "string", "minLength": i + j} for j in range(2)]} for i in range(30)]}
+    ),
     "enum checked over an allOf tree": lambda c: c.compile_json_schema(enum_over_allof_tree()),
     "2,000 patternProperties": lambda c: c.compile_json_schema(
-        {"type": "object", "patternProperties": {f"^p{i}_[a-z]+$": {"type": "integer"} for i in range(2000)}}),
+        {"type": "object", "patternProperties": {f"^p{i}_[a-z]+$": {"type": "integer"} for i in range(2000)}}
+    ),
     "pattern repeat nest with maxLength": lambda c: c.compile_json_schema(
-        {"type": "string", "pattern": "^((a{1,100}){1,100}){1,100}$", "maxLength": 5000}),
+        {"type": "string", "pattern": "^((a{1,100}){1,100}){1,100}$", "maxLength": 5000}
+    ),
     "GBNF chain left": lambda c: c.compile_gbnf(gbnf_chain("left")),
     "GBNF chain right": lambda c: c.compile_gbnf(gbnf_chain("right")),
     "GBNF chain alt": lambda c: c.compile_gbnf(gbnf_chain("alt")),
     "GBNF chain double": lambda c: c.compile_gbnf(gbnf_chain("double")),
     "GBNF chain left-recursive": lambda c: c.compile_gbnf(gbnf_chain("left-recursive")),
     "choice list of 60,000 three-character options": lambda c: c.compile_choice(
-        [chr(0x4E00 + i) * 3 for i in range(60_000)]),
+        [chr(0x4E00 + i) * 3 for i in range(60_000)]
+    ),
 }
 # Cases that may compile: they must finish, either way, within the bound.
 MAY_COMPILE = {
     "GBNF chain cyclic": lambda c: c.compile_gbnf(gbnf_chain("cyclic")),
     "GBNF chain nullable": lambda c: c.compile_gbnf(gbnf_chain("nullable")),
     "GBNF repeat nest": lambda c: c.compile_gbnf('root ::= (("a"{1000}){1000}){1000}'),
-    "GBNF repeat nest over rules": lambda c: c.compile_gbnf('root ::= x{1000}\nx ::= y{1000}\ny ::= "a"{1000}'),
+    "GBNF repeat nest over rules": lambda c: c.compile_gbnf(
+        'root ::= x{1000}\nx ::= y{1000}\ny ::= "a"{1000}'
+    ),
     "regex repeat nest": lambda c: c.compile_regex("((a{1,100}){1,100}){1,100}"),
     "choice list of 20,000 options": lambda c: c.compile_choice([f"opt {i}" for i in range(20_000)]),
 }
@@ -117,8 +132,9 @@ def test_size_budget_names_the_rule(smollm2_vocab):
 def test_a_compile_under_the_default_budget_is_unaffected(compiler):
     # The default limits leave room for an ordinary schema (MaskBench is checked in test_maskbench).
     assert GrammarCompiler(compiler.vocab).time_budget is None
-    compiler.compile_json_schema({"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 20}
-                                                                   for i in range(300)}})
+    compiler.compile_json_schema(
+        {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 20} for i in range(300)}}
+    )
 
 
 def test_checkpoint_yields_the_gil(small_budget, monkeypatch):
@@ -237,8 +253,9 @@ print(json.dumps(out))
 def test_memory_cap_stops_a_growing_compile_and_refuses_a_new_one():
     # In a fresh process: one that has freed memory before reuses it without its resident size growing.
     paths = [p for p in sys.path if p]
-    proc = subprocess.run([sys.executable, "-c", CAP_CHILD.format(paths=paths)], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CAP_CHILD.format(paths=paths)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     # a cap just above the memory at start: the allOf tree grows past it long before its size budget

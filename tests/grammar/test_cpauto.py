@@ -38,10 +38,14 @@ ALPHABET = 'ab\u00e9"\\\U0001f600\x00'
 def test_not_words_is_the_complement_of_the_word_set(seed):
     rnd = random.Random(seed)
     for _ in range(100):
-        words = ["".join(rnd.choice(ALPHABET) for _ in range(rnd.randint(0, 4))) for _ in range(rnd.randint(0, 5))]
+        words = [
+            "".join(rnd.choice(ALPHABET) for _ in range(rnd.randint(0, 4))) for _ in range(rnd.randint(0, 5))
+        ]
         fast = cpauto.not_words(words)
         slow = cpauto.complement(literal_set(words))
-        probes = words + ["".join(rnd.choice(ALPHABET + "c") for _ in range(rnd.randint(0, 5))) for _ in range(40)]
+        probes = words + [
+            "".join(rnd.choice(ALPHABET + "c") for _ in range(rnd.randint(0, 5))) for _ in range(40)
+        ]
         for w in probes:
             assert accepts(fast, w) == accepts(slow, w) == (w not in words), (words, w)
         assert not cpauto.is_empty(fast)
@@ -61,8 +65,18 @@ def test_is_empty_after_product():
     assert not cpauto.is_empty(cpauto.product(digits, cpauto.not_words(["1", "2"])))
 
 
-PATTERNS = ["a+b*", "(ab|ba)*c?", "[a-c]{2,4}", "\\w+\\.x", "[^a]b", "é+|ab", "(a|b)*abb", "[ab]*a[ab]{2}",
-            "x?y?z?", "[^ @]+@[^ @.]+"]
+PATTERNS = [
+    "a+b*",
+    "(ab|ba)*c?",
+    "[a-c]{2,4}",
+    "\\w+\\.x",
+    "[^a]b",
+    "é+|ab",
+    "(a|b)*abb",
+    "[ab]*a[ab]{2}",
+    "x?y?z?",
+    "[^ @]+@[^ @.]+",
+]
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -85,8 +99,18 @@ def test_determinize_and_product_match_python_re(seed):
             assert accepts(both, w) == (mp and mq), (p, q, w)
 
 
-@pytest.mark.parametrize("pattern,word", [("^abc$", "abc"), ("^(ab)c$", "abc"), ("^$", ""), ("^a+$", None),
-                                          ("^a|b$", None), ("abc", None), ("^a[bc]$", None)])
+@pytest.mark.parametrize(
+    "pattern,word",
+    [
+        ("^abc$", "abc"),
+        ("^(ab)c$", "abc"),
+        ("^$", ""),
+        ("^a+$", None),
+        ("^a|b$", None),
+        ("abc", None),
+        ("^a[bc]$", None),
+    ],
+)
 def test_single_word(pattern, word):
     from tokenseam.grammar.regex import parse_regex
 
@@ -124,8 +148,19 @@ def _random_node(rnd: random.Random, depth: int = 0):
     from tokenseam.grammar.ir import ANY_RANGES, SAFE_RANGES, Alt, complement, intersect
 
     if depth > 3 or rnd.random() < 0.3:
-        return Chars(rnd.choice([ANY_RANGES, SAFE_RANGES, intersect(SAFE_RANGES, complement(((0x61, 0x61),))), ((0x61, 0x61),),
-                                 ((0x62, 0x63),), ((0x80, 0x10FFFF),), ((0x20, 0x7E),)]))
+        return Chars(
+            rnd.choice(
+                [
+                    ANY_RANGES,
+                    SAFE_RANGES,
+                    intersect(SAFE_RANGES, complement(((0x61, 0x61),))),
+                    ((0x61, 0x61),),
+                    ((0x62, 0x63),),
+                    ((0x80, 0x10FFFF),),
+                    ((0x20, 0x7E),),
+                ]
+            )
+        )
     kind = rnd.randrange(3)
     items = tuple(_random_node(rnd, depth + 1) for _ in range(rnd.randint(1, 3)))
     if kind == 0:

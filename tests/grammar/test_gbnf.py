@@ -18,19 +18,27 @@ HERE = Path(__file__).parent / "gbnf"
 NAMES = ["json", "arithmetic", "list", "chess", "japanese", "c"]
 
 TEXTS = {
-    "json": (['{"a": [1, 2.5e3, "x\\n"], "b": {"c": null}}', "{}", '{"k":true}'],
-             ["[1]", '{"a" 1}', "{'a': 1}", '{"a": 01}']),
+    "json": (
+        ['{"a": [1, 2.5e3, "x\\n"], "b": {"c": null}}', "{}", '{"k":true}'],
+        ["[1]", '{"a" 1}', "{'a': 1}", '{"a": 01}'],
+    ),
     "arithmetic": (["x=1\n", "(a +b)*3 = y\n1=2\n"], ["x=1", "=1\n", "(a=1\n"]),
     "list": (["- milk\n- eggs\n"], ["- milk", "* milk\n", "- a\rb\n"]),
-    "chess": (["1. e4 e5\n2. Nf3 Nc6\n", "1. e4 e5\n2. O-O-O Qxd8#\n"], ["1. e4 e5\n", "1. e9 e5\n2. a3 a4\n"]),
+    "chess": (
+        ["1. e4 e5\n2. Nf3 Nc6\n", "1. e4 e5\n2. O-O-O Qxd8#\n"],
+        ["1. e4 e5\n", "1. e9 e5\n2. a3 a4\n"],
+    ),
     "japanese": (["こんにちは 世界", "カタカナ、ひらがな"], ["hello", "こんにちは  世界", ""]),
-    "c": (["int main(){return 0;}", "int f(int x){while(x<10){x = x+1;}return x;}"],
-          ["int main(){return 0}", "main(){}"]),
+    "c": (
+        ["int main(){return 0;}", "int f(int x){while(x<10){x = x+1;}return x;}"],
+        ["int main(){return 0}", "main(){}"],
+    ),
 }
 PYREGEX = {
     "list": r"(- [^\r\n\x0b\x0c\x85\u2028\u2029]+\n)+",
     "chess": r"1\. M M\n([1-9][0-9]?\. M M\n)+".replace(
-        "M", r"(?:(?:(?:[a-h]x)?[a-h][1-8](?:=[NBKQR])?|[NBKQR][a-h]?[1-8]?x?[a-h][1-8]|O-O(?:-O)?)[+#]?)"),
+        "M", r"(?:(?:(?:[a-h]x)?[a-h][1-8](?:=[NBKQR])?|[NBKQR][a-h]?[1-8]?x?[a-h][1-8]|O-O(?:-O)?)[+#]?)"
+    ),
     "japanese": r"[ぁ-ゟァ-ヿ、-〾一-鿿]+([ \t\n][ぁ-ゟァ-ヿ、-〾一-鿿]+)*",
 }
 
@@ -73,25 +81,28 @@ def test_example_grammars_on_gemma(gemma_compiler, gemma3_vocab):
         sample(g, gemma3_vocab, rng, 60, "random")
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("root = \"a\"", "'::='"),
-    ("root ::= foo", "undefined"),
-    ("root ::= \"abc", "unterminated string"),
-    ("root ::= [abc", "unterminated character class"),
-    ("root ::= root \"a\" | \"a\"", "left-recursive"),
-    ("root ::= a\na ::= b? a \"x\"\nb ::= \"y\"", "left-recursive"),
-    ("start ::= \"a\"", "no 'root'"),
-    ("root ::= \"a\"{3,1}", "bad repetition"),
-    ("root ::= \"a\"{1000000}", "too large"),
-    ("root ::= <think>", "token references"),
-    ("", "no rules"),
-    ("root ::= \"a\"\nroot ::= \"b\"", "defined twice"),
-    ("root ::= (\"a\"", "expected ')'"),
-    ("root ::= \"\\q\"", "unknown escape"),
-    ("root ::= [z-a]", "end before start"),
-    ("root ::= \"a\" @", "unexpected character"),
-    ("root ::= x\nx ::= x", "left-recursive"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ('root = "a"', "'::='"),
+        ("root ::= foo", "undefined"),
+        ('root ::= "abc', "unterminated string"),
+        ("root ::= [abc", "unterminated character class"),
+        ('root ::= root "a" | "a"', "left-recursive"),
+        ('root ::= a\na ::= b? a "x"\nb ::= "y"', "left-recursive"),
+        ('start ::= "a"', "no 'root'"),
+        ('root ::= "a"{3,1}', "bad repetition"),
+        ('root ::= "a"{1000000}', "too large"),
+        ("root ::= <think>", "token references"),
+        ("", "no rules"),
+        ('root ::= "a"\nroot ::= "b"', "defined twice"),
+        ('root ::= ("a"', "expected ')'"),
+        ('root ::= "\\q"', "unknown escape"),
+        ("root ::= [z-a]", "end before start"),
+        ('root ::= "a" @', "unexpected character"),
+        ("root ::= x\nx ::= x", "left-recursive"),
+    ],
+)
 def test_malformed_gbnf(compiler, text, needle):
     with pytest.raises(GrammarError) as ei:
         compiler.compile_gbnf(text)

@@ -25,9 +25,17 @@ PERSON = {
     "additionalProperties": False,
 }
 TREE = {
-    "$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},
-                                                         "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
-                       "required": ["value"], "additionalProperties": False}},
+    "$defs": {
+        "node": {
+            "type": "object",
+            "properties": {
+                "value": {"type": "integer"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+            },
+            "required": ["value"],
+            "additionalProperties": False,
+        }
+    },
     "$ref": "#/$defs/node",
 }
 SCHEMAS = [
@@ -51,19 +59,59 @@ SCHEMAS = [
     {"enum": ["red", "green", 3, None, {"a": [1, 2]}]},
     {"const": {"x": "y"}},
     {"type": ["string", "null"], "maxLength": 4},
-    {"anyOf": [{"type": "integer"}, {"type": "object", "properties": {"k": {"type": "boolean"}}, "required": ["k"],
-                                     "additionalProperties": False}]},
-    {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2}]},
-    {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-               {"properties": {"a": True, "b": {"type": "string"}}, "required": ["b"],
-                "additionalProperties": False}]},
-    {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False, "minItems": 1},
-    {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array", "items": [{"type": "boolean"}],
-     "additionalItems": {"type": "null"}, "maxItems": 3},
-    {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False,
-     "maxProperties": 3},
-    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
-     "minProperties": 2, "maxProperties": 2, "additionalProperties": False},
+    {
+        "anyOf": [
+            {"type": "integer"},
+            {
+                "type": "object",
+                "properties": {"k": {"type": "boolean"}},
+                "required": ["k"],
+                "additionalProperties": False,
+            },
+        ]
+    },
+    {
+        "oneOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2},
+        ]
+    },
+    {
+        "allOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {
+                "properties": {"a": True, "b": {"type": "string"}},
+                "required": ["b"],
+                "additionalProperties": False,
+            },
+        ]
+    },
+    {
+        "type": "array",
+        "prefixItems": [{"type": "integer"}, {"type": "string"}],
+        "items": False,
+        "minItems": 1,
+    },
+    {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "array",
+        "items": [{"type": "boolean"}],
+        "additionalItems": {"type": "null"},
+        "maxItems": 3,
+    },
+    {
+        "type": "object",
+        "patternProperties": {"^x-": {"type": "integer"}},
+        "additionalProperties": False,
+        "maxProperties": 3,
+    },
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+        "minProperties": 2,
+        "maxProperties": 2,
+        "additionalProperties": False,
+    },
     {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
     {"type": "object", "additionalProperties": {"type": "string"}, "propertyNames": True},
     True,
@@ -81,8 +129,11 @@ def _check_generation(compiler, vocab, schema, seed: int):
         if not done:
             continue
         doc = json.loads(out.decode("utf-8"))
-        jsonschema.validate(doc, schema if schema is not True else {},
-                            format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        jsonschema.validate(
+            doc,
+            schema if schema is not True else {},
+            format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
+        )
         produced += 1
     return produced
 
@@ -101,7 +152,7 @@ def test_generated_documents_validate_gemma(gemma_compiler, gemma3_vocab, k):
 VALID_DOCS = [
     (PERSON, {"name": "Ann", "age": 31, "tags": ["a", "c"]}),
     (TREE, {"value": 1, "children": [{"value": 2, "children": []}, {"value": 3}]}),
-    ({"type": "object"}, {"a": [1, {"b": None}], "c": "d\"\n\u00e9"}),
+    ({"type": "object"}, {"a": [1, {"b": None}], "c": 'd"\n\u00e9'}),
     ({"type": "array", "items": {"type": "number"}}, [1, -2.5, 3e10, 0.0001]),
     ({"type": "string", "minLength": 2, "maxLength": 3}, "é\n"),
 ]
@@ -110,15 +161,25 @@ VALID_DOCS = [
 @pytest.mark.parametrize("schema,doc", VALID_DOCS)
 def test_json_dumps_layouts_accepted(compiler, schema, doc):
     g = compiler.compile_json_schema(schema)
-    for text in (json.dumps(doc), json.dumps(doc, ensure_ascii=False), json.dumps(doc, indent=2),
-                 json.dumps(doc, separators=(",", ":"))):
+    for text in (
+        json.dumps(doc),
+        json.dumps(doc, ensure_ascii=False),
+        json.dumps(doc, indent=2),
+        json.dumps(doc, separators=(",", ":")),
+    ):
         assert accepts_text(g, text), text
 
 
 def test_invalid_documents_refused(compiler):
     g = compiler.compile_json_schema(PERSON)
-    for doc in ({"age": 3}, {"name": "", "age": 3}, {"name": "x", "age": 151}, {"name": "x", "age": 1, "z": 1},
-                {"name": "x", "age": 1.5}, {"name": "x", "age": 1, "tags": ["d"]}):
+    for doc in (
+        {"age": 3},
+        {"name": "", "age": 3},
+        {"name": "x", "age": 151},
+        {"name": "x", "age": 1, "z": 1},
+        {"name": "x", "age": 1.5},
+        {"name": "x", "age": 1, "tags": ["d"]},
+    ):
         assert not accepts_text(g, json.dumps(doc)), doc
 
 
@@ -126,8 +187,9 @@ def test_whitespace_runs_are_bounded(compiler):
     g = compiler.compile_json_schema({"type": "object"})
     assert accepts_text(g, "{\n" + " " * 40 + "}")
     assert not accepts_text(g, "{" + " " * 200 + "}")
-    compact = compiler.compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"}}},
-                                           compact=True)
+    compact = compiler.compile_json_schema(
+        {"type": "object", "properties": {"a": {"type": "integer"}}}, compact=True
+    )
     assert accepts_text(compact, '{"a":1}')
     assert not accepts_text(compact, '{"a": 1}')
 
@@ -141,13 +203,16 @@ def test_indentation_limit_holds_across_tokens(compiler, smollm2_vocab, limit):
     pad = b" \t"
     assert accepts_text(g, "{\n" + " \t" * (limit // 2) + "}")
     assert not accepts_text(g, "{\n" + " " * (limit + 1) + "}")
-    assert accepts_text(g, '{"a":\n' + " " * limit + '1,\n' + " " * limit + '"b": 2\n}')
-    assert not accepts_text(g, '{"a":\n' + " " * limit + '1,\n' + " " * (limit + 1) + '"b": 2\n}')
+    assert accepts_text(g, '{"a":\n' + " " * limit + "1,\n" + " " * limit + '"b": 2\n}')
+    assert not accepts_text(g, '{"a":\n' + " " * limit + "1,\n" + " " * (limit + 1) + '"b": 2\n}')
     tb = smollm2_vocab.token_bytes
     # Tokens made of spaces, and tokens of a newline plus spaces, in the vocabulary.
     spaces = {len(b): t for t, b in enumerate(tb) if b and not b.strip(b" ")}
-    nl_spaces = {len(b) - 1: t for t, b in enumerate(tb) if b[:1] == b"\n" and len(b) > 1 and not b[1:].strip(pad)
-                 and b" " in b}
+    nl_spaces = {
+        len(b) - 1: t
+        for t, b in enumerate(tb)
+        if b[:1] == b"\n" and len(b) > 1 and not b[1:].strip(pad) and b" " in b
+    }
     out = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
 
     def allowed(m, t):
@@ -209,15 +274,21 @@ def test_extra_key_cannot_alias_declared_key(compiler):
     assert accepts_text(g, '{"other": "x"}')
 
 
-@pytest.mark.parametrize("schema,keyword,where", [
-    ({"type": "object", "properties": {"a": {"not": {"minLength": 3}}}}, "'not'", "/properties/a"),
-    ({"type": "array", "uniqueItems": True}, "'uniqueItems'", "#"),
-    ({"if": {"type": "string"}, "then": {"minLength": 2}}, "'if'", "#"),
-    ({"$defs": {"x": {"type": "array", "contains": {"type": "integer"}}}, "$ref": "#/$defs/x"}, "'contains'",
-     "#/$defs/x"),
-    ({"type": "object", "dependentRequired": {"a": ["b"]}}, "'dependentRequired'", "#"),
-    ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "oneOf", "#"),
-])
+@pytest.mark.parametrize(
+    "schema,keyword,where",
+    [
+        ({"type": "object", "properties": {"a": {"not": {"minLength": 3}}}}, "'not'", "/properties/a"),
+        ({"type": "array", "uniqueItems": True}, "'uniqueItems'", "#"),
+        ({"if": {"type": "string"}, "then": {"minLength": 2}}, "'if'", "#"),
+        (
+            {"$defs": {"x": {"type": "array", "contains": {"type": "integer"}}}, "$ref": "#/$defs/x"},
+            "'contains'",
+            "#/$defs/x",
+        ),
+        ({"type": "object", "dependentRequired": {"a": ["b"]}}, "'dependentRequired'", "#"),
+        ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "oneOf", "#"),
+    ],
+)
 def test_unsupported_keywords_raise_with_location(compiler, schema, keyword, where):
     with pytest.raises(GrammarError) as ei:
         compiler.compile_json_schema(schema)
@@ -225,19 +296,37 @@ def test_unsupported_keywords_raise_with_location(compiler, schema, keyword, whe
 
 
 def test_lenient_ignores_with_warning(compiler):
-    g = compiler.compile_json_schema({"type": "array", "uniqueItems": True, "items": {"type": "integer"}},
-                                     lenient=True)
+    g = compiler.compile_json_schema(
+        {"type": "array", "uniqueItems": True, "items": {"type": "integer"}}, lenient=True
+    )
     assert any("uniqueItems" in w for w in g.warnings)
     assert accepts_text(g, "[1, 2]")
 
 
-@pytest.mark.parametrize("schema", [
-    [], 5, "not json", {"type": 5}, {"type": "strin"}, {"$ref": "#/nope"}, {"$ref": "http://x/y.json"},
-    {"properties": []}, {"required": "a", "type": "object"}, {"minLength": -1, "type": "string"},
-    {"type": "string", "pattern": "(unclosed"}, {"type": "string", "pattern": "(?=x)"}, {"enum": "x"},
-    {"anyOf": []}, {"type": "integer", "minimum": "3"}, {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
-    {"type": "array", "minItems": 5, "maxItems": 2}, False, {"type": "integer", "minimum": 5, "maximum": 4},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        [],
+        5,
+        "not json",
+        {"type": 5},
+        {"type": "strin"},
+        {"$ref": "#/nope"},
+        {"$ref": "http://x/y.json"},
+        {"properties": []},
+        {"required": "a", "type": "object"},
+        {"minLength": -1, "type": "string"},
+        {"type": "string", "pattern": "(unclosed"},
+        {"type": "string", "pattern": "(?=x)"},
+        {"enum": "x"},
+        {"anyOf": []},
+        {"type": "integer", "minimum": "3"},
+        {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
+        {"type": "array", "minItems": 5, "maxItems": 2},
+        False,
+        {"type": "integer", "minimum": 5, "maximum": 4},
+    ],
+)
 def test_malformed_schemas_raise(compiler, schema):
     with pytest.raises(GrammarError):
         compiler.compile_json_schema(schema)
@@ -259,8 +348,12 @@ def test_huge_repeat_counts_are_bounded(compiler):
 
 
 def test_schema_is_not_mutated(compiler):
-    schema = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
-                        {"properties": {"b": {"type": "string"}}, "additionalProperties": False}]}
+    schema = {
+        "allOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}},
+            {"properties": {"b": {"type": "string"}}, "additionalProperties": False},
+        ]
+    }
     before = json.dumps(schema)
     compiler.compile_json_schema(schema)
     assert json.dumps(schema) == before
@@ -268,13 +361,18 @@ def test_schema_is_not_mutated(compiler):
 
 def test_unsatisfiable_schema_is_an_error(compiler):
     with pytest.raises(GrammarError, match="accepts no"):
-        compiler.compile_json_schema({"allOf": [{"type": "object", "required": ["a"]}],
-                                      "additionalProperties": False})
+        compiler.compile_json_schema(
+            {"allOf": [{"type": "object", "required": ["a"]}], "additionalProperties": False}
+        )
 
 
-COUNTED = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
-                                           "c": {"type": "integer"}},
-           "additionalProperties": False, "minProperties": 2, "maxProperties": 2}
+COUNTED = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+    "additionalProperties": False,
+    "minProperties": 2,
+    "maxProperties": 2,
+}
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -293,8 +391,13 @@ def test_separator_is_lowered_once_per_member(compiler, smollm2_vocab):
     """After a member's comma the automaton holds one whitespace run and the next keys' opening quotes, not a
     separator per member that may come next; counts, order, extras and the end of the object still hold."""
     n = 30
-    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(n)},
-              "additionalProperties": {"type": "boolean"}, "minProperties": 2, "maxProperties": 4}
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "integer"} for i in range(n)},
+        "additionalProperties": {"type": "boolean"},
+        "minProperties": 2,
+        "maxProperties": 4,
+    }
     g = compiler.compile_json_schema(schema)
     m = GrammarMatcher(g)
     assert m.accept_bytes(b'{"p0": 1, ')
@@ -312,10 +415,18 @@ def test_separator_is_lowered_once_per_member(compiler, smollm2_vocab):
     assert not g.automaton.nfa.may_dead_end
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "minProperties": 3},
-    {"type": "object", "required": ["a", "b", "c"], "maxProperties": 2},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {
+            "type": "object",
+            "properties": {"a": {}, "b": {}},
+            "additionalProperties": False,
+            "minProperties": 3,
+        },
+        {"type": "object", "required": ["a", "b", "c"], "maxProperties": 2},
+    ],
+)
 def test_impossible_property_counts_are_an_error(compiler, schema):
     with pytest.raises(GrammarError, match="accepts no"):
         compiler.compile_json_schema(schema)
@@ -323,8 +434,11 @@ def test_impossible_property_counts_are_an_error(compiler, schema):
 
 def test_unsatisfiable_optional_property_is_left_out(compiler):
     """An optional property whose schema accepts nothing cannot be started, and no trimming pass is needed."""
-    schema = {"type": "object", "properties": {"x": {"allOf": [{"type": "string"}, {"type": "integer"}]},
-                                               "y": {"type": "integer"}}, "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"x": {"allOf": [{"type": "string"}, {"type": "integer"}]}, "y": {"type": "integer"}},
+        "additionalProperties": False,
+    }
     g = compiler.compile_json_schema(schema)
     assert not g.automaton.nfa.may_dead_end
     assert not GrammarMatcher(g).accept_bytes(b'{"x"')
@@ -339,8 +453,15 @@ def test_counted_max_length_is_exact(compiler, smollm2_vocab):
     prefix that leaves no room to finish (the pattern needs 'bc' at the end) is refused as soon as it is."""
     g = compiler.compile_json_schema(LONG_PATTERN)
     assert g.automaton.nfa.loop_slack  # the counted construction, not one copy per length
-    for text, ok in [("bc", True), ("a" * 598 + "bc", True), ("a" * 599 + "bc", False), ("a" * 596 + "bcbc", True),
-                     ("", False), ("a" * 10, False), ("bcb", False)]:
+    for text, ok in [
+        ("bc", True),
+        ("a" * 598 + "bc", True),
+        ("a" * 599 + "bc", False),
+        ("a" * 596 + "bcbc", True),
+        ("", False),
+        ("a" * 10, False),
+        ("bcb", False),
+    ]:
         assert accepts_text(g, json.dumps(text)) == ok, len(text)
     m = GrammarMatcher(g)
     assert m.accept_bytes(b'"' + b"a" * 598)
@@ -358,8 +479,14 @@ def test_counted_max_length_is_exact(compiler, smollm2_vocab):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_counted_max_length_generation_validates(compiler, smollm2_vocab, seed):
-    schema = {"type": "object", "properties": {"email": {"type": "string", "format": "email", "maxLength": 1024},
-                                               "code": LONG_PATTERN}, "required": ["email", "code"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "email": {"type": "string", "format": "email", "maxLength": 1024},
+            "code": LONG_PATTERN,
+        },
+        "required": ["email", "code"],
+    }
     assert _check_generation(compiler, smollm2_vocab, schema, seed) >= 1
 
 
@@ -368,13 +495,25 @@ def test_counted_length_with_a_minimum_is_exact(compiler, smollm2_vocab):
     schema = {"type": "string", "pattern": "^a*(bc)+$", "minLength": 5, "maxLength": 600}
     g = compiler.compile_json_schema(schema)
     assert g.automaton.nfa.loop_slack  # counted, not one copy per length
-    for text, ok in [("bc", False), ("abc", False), ("aabc", False), ("aaabc", True), ("bcbc", False),
-                     ("abcbc", True), ("a" * 598 + "bc", True), ("a" * 599 + "bc", False)]:
+    for text, ok in [
+        ("bc", False),
+        ("abc", False),
+        ("aabc", False),
+        ("aaabc", True),
+        ("bcbc", False),
+        ("abcbc", True),
+        ("a" * 598 + "bc", True),
+        ("a" * 599 + "bc", False),
+    ]:
         assert accepts_text(g, json.dumps(text)) == ok, (len(text), text[:8])
         assert jsonschema.Draft202012Validator(schema).is_valid(text) == ok
     email = {"type": "string", "pattern": r"^[^@\s]+@[^@\s]+\.[a-z]+$", "minLength": 6, "maxLength": 254}
-    assert _check_generation(compiler, smollm2_vocab, {"type": "object", "properties": {"e": email},
-                                                       "required": ["e"]}, 0) >= 1
+    assert (
+        _check_generation(
+            compiler, smollm2_vocab, {"type": "object", "properties": {"e": email}, "required": ["e"]}, 0
+        )
+        >= 1
+    )
 
 
 def test_counted_max_length_too_short_is_empty(compiler):
@@ -385,23 +524,39 @@ def test_counted_max_length_too_short_is_empty(compiler):
 def test_literal_pattern_properties_are_exact(compiler):
     """Anchored literal patterns (as generated schemas write alternate key spellings) join the declared keys:
     their key takes their schema, and an extra key can spell neither."""
-    schema = {"type": "object", "properties": {"clientId": {"type": "integer"}},
-              "patternProperties": {"^client_id$": {"type": "integer"}, "^x-": {"type": "string"}},
-              "additionalProperties": {"type": "boolean"}}
+    schema = {
+        "type": "object",
+        "properties": {"clientId": {"type": "integer"}},
+        "patternProperties": {"^client_id$": {"type": "integer"}, "^x-": {"type": "string"}},
+        "additionalProperties": {"type": "boolean"},
+    }
     g = compiler.compile_json_schema(schema)
-    docs = [{"clientId": 1}, {"client_id": 2}, {"client_id": "a"}, {"client_idx": True}, {"client_i": True},
-            {"x-y": "s"}, {"x-y": True}, {"other": True}, {"other": 1}, {"clientId": 1, "client_id": 2}]
+    docs = [
+        {"clientId": 1},
+        {"client_id": 2},
+        {"client_id": "a"},
+        {"client_idx": True},
+        {"client_i": True},
+        {"x-y": "s"},
+        {"x-y": True},
+        {"other": True},
+        {"other": 1},
+        {"clientId": 1, "client_id": 2},
+    ]
     for doc in docs:
         valid = jsonschema.Draft202012Validator(schema).is_valid(doc)
         assert accepts_text(g, json.dumps(doc)) == valid, doc
 
 
-@pytest.mark.parametrize("patterns,overlap", [
-    (["^ab$", "^a"], True),
-    (["^ab$", "^b"], False),
-    (["^ab$", "^(ab)$"], True),
-    (["^ab$", "^ac$"], False),
-])
+@pytest.mark.parametrize(
+    "patterns,overlap",
+    [
+        (["^ab$", "^a"], True),
+        (["^ab$", "^b"], False),
+        (["^ab$", "^(ab)$"], True),
+        (["^ab$", "^ac$"], False),
+    ],
+)
 def test_literal_pattern_overlaps_detected(compiler, patterns, overlap):
     schema = {"type": "object", "patternProperties": {p: {"type": "integer"} for p in patterns}}
     if overlap:
@@ -419,8 +574,11 @@ def test_cache_hits_same_object(compiler):
 
 
 def test_oneof_overlapping_objects_made_exclusive(compiler):
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-              "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
+    }
     g = compiler.compile_json_schema(schema)
     for doc in ({"a": 1}, {"b": 2}, {"a": 1, "b": 2}, {}, {"a": 1, "c": 3}):
         valid = jsonschema.Draft202012Validator(schema).is_valid(doc)
@@ -428,24 +586,42 @@ def test_oneof_overlapping_objects_made_exclusive(compiler):
 
 
 def test_recursive_allof_ref_terminates(compiler):
-    schema = {"definitions": {"item": {"type": "object", "properties": {
-        "children": {"type": "array", "items": {"allOf": [{"$ref": "#/definitions/item"}, {"required": ["x"]}]}},
-        "x": {"type": "integer"}}, "additionalProperties": False}}, "$ref": "#/definitions/item"}
+    schema = {
+        "definitions": {
+            "item": {
+                "type": "object",
+                "properties": {
+                    "children": {
+                        "type": "array",
+                        "items": {"allOf": [{"$ref": "#/definitions/item"}, {"required": ["x"]}]},
+                    },
+                    "x": {"type": "integer"},
+                },
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/definitions/item",
+    }
     g = compiler.compile_json_schema(schema)
     assert accepts_text(g, '{"children": [{"children": [{"x": 2}], "x": 1}]}')
     assert not accepts_text(g, '{"children": [{"children": []}]}')
 
 
-@pytest.mark.parametrize("schema,docs", [
-    ({"not": {"type": "string"}}, [1, "x", None, [1], {"a": "b"}]),
-    ({"type": ["string", "integer"], "not": {"type": "integer"}}, [1, "x", 2.5]),
-    ({"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}},
-     [{"a": 1}, {"a": 1, "b": 2}, {}, {"b": 1}]),
-    ({"type": "string", "not": {"enum": ["foo", "bar"]}}, ["foo", "bar", "baz", "fo"]),
-    ({"not": {"const": "x"}, "enum": ["x", "y"]}, ["x", "y"]),
-    ({"not": {}}, [1]),
-    ({"not": False, "type": "integer"}, [1, "a"]),
-])
+@pytest.mark.parametrize(
+    "schema,docs",
+    [
+        ({"not": {"type": "string"}}, [1, "x", None, [1], {"a": "b"}]),
+        ({"type": ["string", "integer"], "not": {"type": "integer"}}, [1, "x", 2.5]),
+        (
+            {"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}},
+            [{"a": 1}, {"a": 1, "b": 2}, {}, {"b": 1}],
+        ),
+        ({"type": "string", "not": {"enum": ["foo", "bar"]}}, ["foo", "bar", "baz", "fo"]),
+        ({"not": {"const": "x"}, "enum": ["x", "y"]}, ["x", "y"]),
+        ({"not": {}}, [1]),
+        ({"not": False, "type": "integer"}, [1, "a"]),
+    ],
+)
 def test_supported_not_forms_are_exact(compiler, schema, docs):
     try:
         g = compiler.compile_json_schema(schema)
@@ -457,20 +633,57 @@ def test_supported_not_forms_are_exact(compiler, schema, docs):
         assert accepts_text(g, json.dumps(doc)) == valid, doc
 
 
-@pytest.mark.parametrize("bounds", [
-    {"minimum": 0.01}, {"minimum": -2.5, "maximum": 10}, {"exclusiveMinimum": 0, "exclusiveMaximum": 1},
-    {"minimum": 1.25, "maximum": 1.5}, {"exclusiveMinimum": -1.5, "maximum": -0.25}, {"maximum": 64.0},
-    {"minimum": 3, "exclusiveMaximum": 3.001}, {"exclusiveMinimum": 0.5, "exclusiveMaximum": 0.5000001},
-])
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"minimum": 0.01},
+        {"minimum": -2.5, "maximum": 10},
+        {"exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        {"minimum": 1.25, "maximum": 1.5},
+        {"exclusiveMinimum": -1.5, "maximum": -0.25},
+        {"maximum": 64.0},
+        {"minimum": 3, "exclusiveMaximum": 3.001},
+        {"exclusiveMinimum": 0.5, "exclusiveMaximum": 0.5000001},
+    ],
+)
 def test_number_bounds_exact(compiler, bounds):
     from decimal import Decimal
 
     schema = {"type": "number", **bounds}
     g = compiler.compile_json_schema(schema)
     rng = np.random.default_rng(5)
-    texts = ["0", "0.0", "-0.5", "0.01", "0.009", "0.0100", "1.25", "1.5", "1.5000", "1.2", "1.51", "-2.5",
-             "-2.50001", "10", "10.0", "10.001", "3", "3.0009", "3.001", "0.5", "0.50000001", "-1.5", "-0.25",
-             "-0.2", "64", "64.5", "63.99", "-0.25001", "1", "0.99"]
+    texts = [
+        "0",
+        "0.0",
+        "-0.5",
+        "0.01",
+        "0.009",
+        "0.0100",
+        "1.25",
+        "1.5",
+        "1.5000",
+        "1.2",
+        "1.51",
+        "-2.5",
+        "-2.50001",
+        "10",
+        "10.0",
+        "10.001",
+        "3",
+        "3.0009",
+        "3.001",
+        "0.5",
+        "0.50000001",
+        "-1.5",
+        "-0.25",
+        "-0.2",
+        "64",
+        "64.5",
+        "63.99",
+        "-0.25001",
+        "1",
+        "0.99",
+    ]
     texts += [f"{x:.{rng.integers(0, 5)}f}" for x in rng.uniform(-4, 12, 60)]
     texts += ["0.500000000000000000001", "2.99999999999999999999", "0.0100000000000000000001"]
     for t in texts:

@@ -24,8 +24,11 @@ def test_maskbench_sample(smollm2_vocab, tokenizers):
         r["file"] = path.name
         results.append(r)
     s = summarize("tokenseam", results, times, None)
-    bad = [(r["file"], r["status"], r["error"]) for r in results if r["wrong_accepts"] or r["status"] in
-           ("crash", "timeout")]
+    bad = [
+        (r["file"], r["status"], r["error"])
+        for r in results
+        if r["wrong_accepts"] or r["status"] in ("crash", "timeout")
+    ]
     assert s["wrong_accepts"] == 0 and s["crashes"] == 0 and s["timeouts"] == 0, bad
     # Regression floor: the sample passed 54/60 when this test was written.
     assert s["passing"] >= 0.75 * SAMPLE, s

@@ -67,7 +67,11 @@ def test_accept_bytes_then_tokens(compiler, smollm2_vocab):
     assert m.accept_bytes(b"The qu")
     allowed = _allowed(m, smollm2_vocab)
     assert allowed[smollm2_vocab.trie.tokens_equal(b"ick")[0]]
-    assert not allowed[smollm2_vocab.trie.tokens_equal(b"azy")[0]] if smollm2_vocab.trie.tokens_equal(b"azy") else True
+    assert (
+        not allowed[smollm2_vocab.trie.tokens_equal(b"azy")[0]]
+        if smollm2_vocab.trie.tokens_equal(b"azy")
+        else True
+    )
     assert not m.accept_bytes(b"zzz")
     assert m.find_jump_forward_string() == "ick fox"
     m.reset()
@@ -132,13 +136,24 @@ def test_grown_grammar_is_compiled_afresh(smollm2_vocab, monkeypatch):
 
 
 def test_same_grammar_on_gemma(gemma_compiler, gemma3_vocab):
-    m = GrammarMatcher(gemma_compiler.compile_json_schema({"type": "object", "properties": {
-        "x": {"type": "integer"}}, "required": ["x"], "additionalProperties": False}))
+    m = GrammarMatcher(
+        gemma_compiler.compile_json_schema(
+            {
+                "type": "object",
+                "properties": {"x": {"type": "integer"}},
+                "required": ["x"],
+                "additionalProperties": False,
+            }
+        )
+    )
     assert m.accept_bytes(b'{"x": 12}')
     allowed = _allowed(m, gemma3_vocab)
     assert allowed[sorted(gemma3_vocab.eos_token_ids)].all()
-    assert not (allowed & gemma3_vocab.is_special & ~np.isin(np.arange(gemma3_vocab.size),
-                                                             sorted(gemma3_vocab.eos_token_ids))).any()
+    assert not (
+        allowed
+        & gemma3_vocab.is_special
+        & ~np.isin(np.arange(gemma3_vocab.size), sorted(gemma3_vocab.eos_token_ids))
+    ).any()
 
 
 def test_reasoning_phase_is_free_until_end_tag(compiler, smollm2_vocab):

@@ -43,8 +43,11 @@ def _sample(vocab, seed: int) -> list[int]:
     """Tokens around structure (quotes, brackets, commas, colons, whitespace) plus a random spread."""
     rng = np.random.default_rng(seed)
     tb = vocab.token_bytes
-    structural = [i for i in range(vocab.size) if not vocab.is_special[i] and tb[i]
-                  and any(ch in tb[i] for ch in b'"{}[],: \n')]
+    structural = [
+        i
+        for i in range(vocab.size)
+        if not vocab.is_special[i] and tb[i] and any(ch in tb[i] for ch in b'"{}[],: \n')
+    ]
     rest = [i for i in range(vocab.size) if not vocab.is_special[i] and tb[i]]
     pick = rng.choice(structural, size=min(1500, len(structural)), replace=False).tolist()
     pick += rng.choice(rest, size=500, replace=False).tolist()
@@ -83,30 +86,46 @@ def _cuts(text: str) -> list[int]:
     return sorted({k + 1 for k, ch in enumerate(data) if ch in b'{[,:"' or k % 7 == 0})
 
 
-@pytest.mark.parametrize("schema,doc", [
-    ({}, DOC),  # any JSON: a recursive rule, tokens escaping through called frames
-    ({"type": "object", "additionalProperties": {"$ref": "#"}, "properties": {
-        "a": {"type": "array", "maxItems": 20, "items": {}}, "g": {"type": "number"}}},
-     '{"a": [1, {"b": "x"}, [[2]], "s"], "g": -1.5e3, "d": {"e": {"f": {}}, "h": {}}}'),
-    # Indented layout: positions inside indentation runs, filtered by the run length so far.
-    ({}, json.dumps(json.loads(DOC), indent=2)),
-])
+@pytest.mark.parametrize(
+    "schema,doc",
+    [
+        ({}, DOC),  # any JSON: a recursive rule, tokens escaping through called frames
+        (
+            {
+                "type": "object",
+                "additionalProperties": {"$ref": "#"},
+                "properties": {"a": {"type": "array", "maxItems": 20, "items": {}}, "g": {"type": "number"}},
+            },
+            '{"a": [1, {"b": "x"}, [[2]], "s"], "g": -1.5e3, "d": {"e": {"f": {}}, "h": {}}}',
+        ),
+        # Indented layout: positions inside indentation runs, filtered by the run length so far.
+        ({}, json.dumps(json.loads(DOC), indent=2)),
+    ],
+)
 def test_positions_match_full_stack_simulation(compiler, smollm2_vocab, schema, doc):
     _check(compiler.compile_json_schema(schema), smollm2_vocab, doc, _cuts(doc))
 
 
 def test_bounded_strings_in_bounded_arrays(compiler, smollm2_vocab):
-    schema = {"type": "array", "maxItems": 15, "items": {
-        "type": "object", "properties": {"k": {"type": "string", "maxLength": 14}},
-        "required": ["k"], "additionalProperties": False}}
+    schema = {
+        "type": "array",
+        "maxItems": 15,
+        "items": {
+            "type": "object",
+            "properties": {"k": {"type": "string", "maxLength": 14}},
+            "required": ["k"],
+            "additionalProperties": False,
+        },
+    }
     doc = json.dumps([{"k": "abcdefghijklmn"[: (3 * i) % 15]} for i in range(14)])
     cuts = _cuts(doc)[::3]
     _check(compiler.compile_json_schema(schema), smollm2_vocab, doc, cuts, seed=1)
 
 
 def test_recursive_gbnf(compiler, smollm2_vocab):
-    g = compiler.compile_gbnf('root ::= list\nlist ::= "(" (item (" " item)*)? ")"\n'
-                              'item ::= list | [a-z]+ | "\\"" [^"]* "\\""\n')
+    g = compiler.compile_gbnf(
+        'root ::= list\nlist ::= "(" (item (" " item)*)? ")"\nitem ::= list | [a-z]+ | "\\"" [^"]* "\\""\n'
+    )
     text = '((ab (c "x y") ()) ("q" (((z)))))'
     _check(g, smollm2_vocab, text, list(range(1, len(text))), seed=2)
 
@@ -116,8 +135,9 @@ def _sample_with_text(vocab, seed: int) -> list[int]:
     tb = vocab.token_bytes
     rng = np.random.default_rng(seed)
     multi = [i for i in range(vocab.size) if not vocab.is_special[i] and tb[i] and max(tb[i]) >= 0x80]
-    return sorted(set(_sample(vocab, seed)) | set(rng.choice(multi, size=min(1500, len(multi)),
-                                                             replace=False).tolist()))
+    return sorted(
+        set(_sample(vocab, seed)) | set(rng.choice(multi, size=min(1500, len(multi)), replace=False).tolist())
+    )
 
 
 @pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])
@@ -130,7 +150,7 @@ def test_string_bodies_taken_whole_match_simulation(vocabs, vocab_name):
     vocab = vocabs[vocab_name]
     compiler = GrammarCompiler(vocab)
     schema = {"type": "object", "properties": {"t": {"type": "string"}, "n": {"type": "integer"}}}
-    doc = json.dumps({"t": "héllo 日本語 😀 \"q\" \\ end", "n": 3, "zé": "ü"}, ensure_ascii=False)
+    doc = json.dumps({"t": 'héllo 日本語 😀 "q" \\ end', "n": 3, "zé": "ü"}, ensure_ascii=False)
     g = compiler.compile_json_schema(schema)
     _check(g, vocab, doc, _cuts(doc), seed=3, sample=_sample_with_text)
     auto = g.automaton
@@ -146,8 +166,18 @@ def test_string_bodies_taken_whole_match_simulation(vocabs, vocab_name):
 def test_safe_from_marks_whole_safe_characters():
     from tokenseam.grammar.tables import _safe_from
 
-    toks = [b"abc", b'a"bc', b"x\\y", "é日😀".encode(), b"ab\xe6\x97", b"\xa5ab", b"a\nb", b"\xed\xa0\x80z",
-            b"", b"\x7f"]
+    toks = [
+        b"abc",
+        b'a"bc',
+        b"x\\y",
+        "é日😀".encode(),
+        b"ab\xe6\x97",
+        b"\xa5ab",
+        b"a\nb",
+        b"\xed\xa0\x80z",
+        b"",
+        b"\x7f",
+    ]
     data = np.frombuffer(b"".join(toks), dtype=np.uint8)
     offs = np.cumsum([0] + [len(t) for t in toks]).astype(np.int64)
     got = _safe_from(data, offs).tolist()
@@ -176,8 +206,13 @@ def test_long_counted_strings_match_simulation(vocabs, vocab_name):
 
     vocab = vocabs[vocab_name]
     g = GrammarCompiler(vocab).compile_json_schema(
-        {"type": "object", "properties": {"s": {"type": "string", "minLength": 150, "maxLength": 300}},
-         "required": ["s"], "additionalProperties": False})
+        {
+            "type": "object",
+            "properties": {"s": {"type": "string", "minLength": 150, "maxLength": 300}},
+            "required": ["s"],
+            "additionalProperties": False,
+        }
+    )
     body = ("abc dé 日本 " * 40)[:299]
     doc = json.dumps({"s": body}, ensure_ascii=False)
     data = doc.encode()
@@ -195,14 +230,26 @@ def test_universal_states_take_safe_tokens_whole(vocabs, vocab_name):
     from tokenseam.grammar import GrammarCompiler
 
     vocab = vocabs[vocab_name]
-    schema = {"type": "object", "properties": {
-        "format": {"type": "string", "pattern": "^zip|tar$"},
-        "name": {"type": "string"},
-        "short": {"type": "string", "maxLength": 40},
-        "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+-.*$"}}},
-        "required": ["format"]}
-    doc = json.dumps({"format": "a tar", "name": "é \"x\" 日本", "short": "a few words, then é 日本 and more words",
-                      "tags": ["ab-cd", "x-"], "extra key": 1}, ensure_ascii=False)
+    schema = {
+        "type": "object",
+        "properties": {
+            "format": {"type": "string", "pattern": "^zip|tar$"},
+            "name": {"type": "string"},
+            "short": {"type": "string", "maxLength": 40},
+            "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+-.*$"}},
+        },
+        "required": ["format"],
+    }
+    doc = json.dumps(
+        {
+            "format": "a tar",
+            "name": 'é "x" 日本',
+            "short": "a few words, then é 日本 and more words",
+            "tags": ["ab-cd", "x-"],
+            "extra key": 1,
+        },
+        ensure_ascii=False,
+    )
     fast = GrammarCompiler(vocab).compile_json_schema(schema)
     slow = GrammarCompiler(vocab, python_builder=True).compile_json_schema(schema)
     assert fast.automaton.nfa.universal
@@ -231,9 +278,16 @@ def test_counters_of_long_loop_bodies_clamp_early(compiler, smollm2_vocab):
     """A counted loop whose body takes many bytes (objects under maxItems) moves at most once or twice per
     token, so its counter is clamped close to its bounds: items past the first few reuse their masks instead of
     walking the vocabulary again per index. Masks still match the simulation near the bound."""
-    schema = {"type": "array", "maxItems": 40, "items": {
-        "type": "object", "properties": {"name": {"type": "string"}, "kind": {"enum": ["a", "bb"]}},
-        "required": ["name", "kind"], "additionalProperties": False}}
+    schema = {
+        "type": "array",
+        "maxItems": 40,
+        "items": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "kind": {"enum": ["a", "bb"]}},
+            "required": ["name", "kind"],
+            "additionalProperties": False,
+        },
+    }
     g = compiler.compile_json_schema(schema)
     items = [json.dumps({"name": f"n{i}", "kind": "a" if i % 2 else "bb"}) for i in range(40)]
     m = GrammarMatcher(g)
@@ -251,23 +305,57 @@ def test_counters_of_long_loop_bodies_clamp_early(compiler, smollm2_vocab):
 
 
 @pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])
-@pytest.mark.parametrize("kind,grammar,doc", [
-    ("schema", {}, DOC),  # recursion: calls and rule ends inside the walk
-    ("schema", {"type": "array", "maxItems": 6, "items": {"type": "object", "properties": {
-        "id": {"type": "integer"}, "name": {"type": "string", "maxLength": 30},
-        "tags": {"type": "array", "items": {"enum": ["a", "bé", "c d"]}}}, "required": ["id"]}},
-     json.dumps([{"id": 1, "name": "x é 日本", "tags": ["bé", "a"]}, {"id": -20, "tags": []}, {"id": 3}],
-                ensure_ascii=False)),  # counters: clamped rows
-    ("schema", {"type": "object", "additionalProperties": {"$ref": "#"}},
-     json.dumps({"a": {"b": {}, "c x": {"d": {}}}, "e": {}}, indent=2)),
-    ("gbnf", 'root ::= list\nlist ::= "(" (item (" " item)*)? ")"\nitem ::= list | [a-z]+ | "\\"" [^"]* "\\""\n',
-     '((ab (c "x y") ()) ("q" (((z)))))'),
-    ("regex", r"(ab|a[^x]{2,5}z)+\d{3}", "abazzzzabacdz123"),
-    ("schema", {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 30,
-                                                           "pattern": "^[a-zé]+( [a-z日本]+)*$"}},
-     json.dumps(["ab", "cdé 日本 x", "xyz", "qq", "a b c d e f"], ensure_ascii=False)),  # counters with guards
-    ("regex", r"(a|bc){13,}x{2,40}y{0,3}", "aaaaaaabcbcbcbcbcbcabcxxxxxxxxxxxxxxxxxxxy"),  # a counter without a max
-])
+@pytest.mark.parametrize(
+    "kind,grammar,doc",
+    [
+        ("schema", {}, DOC),  # recursion: calls and rule ends inside the walk
+        (
+            "schema",
+            {
+                "type": "array",
+                "maxItems": 6,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "integer"},
+                        "name": {"type": "string", "maxLength": 30},
+                        "tags": {"type": "array", "items": {"enum": ["a", "bé", "c d"]}},
+                    },
+                    "required": ["id"],
+                },
+            },
+            json.dumps(
+                [{"id": 1, "name": "x é 日本", "tags": ["bé", "a"]}, {"id": -20, "tags": []}, {"id": 3}],
+                ensure_ascii=False,
+            ),
+        ),  # counters: clamped rows
+        (
+            "schema",
+            {"type": "object", "additionalProperties": {"$ref": "#"}},
+            json.dumps({"a": {"b": {}, "c x": {"d": {}}}, "e": {}}, indent=2),
+        ),
+        (
+            "gbnf",
+            'root ::= list\nlist ::= "(" (item (" " item)*)? ")"\nitem ::= list | [a-z]+ | "\\"" [^"]* "\\""\n',
+            '((ab (c "x y") ()) ("q" (((z)))))',
+        ),
+        ("regex", r"(ab|a[^x]{2,5}z)+\d{3}", "abazzzzabacdz123"),
+        (
+            "schema",
+            {
+                "type": "array",
+                "maxItems": 20,
+                "items": {"type": "string", "maxLength": 30, "pattern": "^[a-zé]+( [a-z日本]+)*$"},
+            },
+            json.dumps(["ab", "cdé 日本 x", "xyz", "qq", "a b c d e f"], ensure_ascii=False),
+        ),  # counters with guards
+        (
+            "regex",
+            r"(a|bc){13,}x{2,40}y{0,3}",
+            "aaaaaaabcbcbcbcbcbcabcxxxxxxxxxxxxxxxxxxxy",
+        ),  # a counter without a max
+    ],
+)
 def test_walk_builds_the_states_python_builds(vocabs, vocab_name, kind, grammar, doc):
     """The walk builds missing transitions itself (localbuild.fill); masks equal those of an automaton whose
     every state is built in Python, over the whole vocabulary at every byte of a document."""
@@ -281,7 +369,8 @@ def test_mask_walks_build_counter_states_in_numba(monkeypatch, smollm2_vocab):
     from tokenseam.grammar.automaton import Automaton
 
     g = GrammarCompiler(smollm2_vocab).compile_json_schema(
-        {"type": "array", "minItems": 2, "maxItems": 20, "items": {"type": "string", "maxLength": 30}})
+        {"type": "array", "minItems": 2, "maxItems": 20, "items": {"type": "string", "maxLength": 30}}
+    )
     assert g.automaton.has_counters
     in_mask = [False]
     python_fills = []
@@ -304,13 +393,25 @@ def test_mask_walks_build_counter_states_in_numba(monkeypatch, smollm2_vocab):
     assert python_fills == []
 
 
-@pytest.mark.parametrize("schema,doc", [
-    ({}, DOC),  # recursion: positions in several call frames
-    # counter frames in the parts' local stacks
-    ({"type": "object", "patternProperties": {"^[0-9a-zA-Z_-]{1,255}$": {
-        "type": "object", "properties": {"a": {"type": "string", "maxLength": 300}, "b": {"type": "number"}}}}},
-     json.dumps({"key1": {"a": "x y é", "b": 123}, "key_2": {"b": -1.5}, "k": {}}, ensure_ascii=False)),
-])
+@pytest.mark.parametrize(
+    "schema,doc",
+    [
+        ({}, DOC),  # recursion: positions in several call frames
+        # counter frames in the parts' local stacks
+        (
+            {
+                "type": "object",
+                "patternProperties": {
+                    "^[0-9a-zA-Z_-]{1,255}$": {
+                        "type": "object",
+                        "properties": {"a": {"type": "string", "maxLength": 300}, "b": {"type": "number"}},
+                    }
+                },
+            },
+            json.dumps({"key1": {"a": "x y é", "b": 123}, "key_2": {"b": -1.5}, "k": {}}, ensure_ascii=False),
+        ),
+    ],
+)
 def test_split_and_escapes_in_numba_match_python(smollm2_vocab, schema, doc):
     """A position whose configurations sit in several call frames is split into one mask key per frame by
     localbuild.group_by_frame, and where a local state's escapes lead on a real stack is found by
@@ -335,12 +436,23 @@ def test_split_and_escapes_in_numba_match_python(smollm2_vocab, schema, doc):
         assert (auto.clamped(k) if k >= 0 and clamp else k, q, acc) == (k2, p2, acc2)
 
 
-@pytest.mark.parametrize("schema,doc", [
-    ({}, DOC),
-    ({"type": "array", "maxItems": 6, "items": {"type": "object", "properties": {
-        "name": {"type": "string", "maxLength": 30}, "n": {"type": "integer"}}}},
-     json.dumps([{"name": "x é 日本", "n": 12}, {"n": -3}, {}], ensure_ascii=False)),
-])
+@pytest.mark.parametrize(
+    "schema,doc",
+    [
+        ({}, DOC),
+        (
+            {
+                "type": "array",
+                "maxItems": 6,
+                "items": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string", "maxLength": 30}, "n": {"type": "integer"}},
+                },
+            },
+            json.dumps([{"name": "x é 日本", "n": 12}, {"n": -3}, {}], ensure_ascii=False),
+        ),
+    ],
+)
 def test_walk_builder_grows_its_arrays(monkeypatch, smollm2_vocab, schema, doc):
     """Every array of the walk's builder starting with one row: each is grown (and the hash tables rebuilt)
     many times while walks are under way; masks are unchanged."""
@@ -367,7 +479,7 @@ def _compare_builders(vocab, kind, grammar, doc) -> None:
     data = doc.encode()
     for cut in range(len(data) + 1):
         if cut:
-            assert ma.accept_bytes(data[cut - 1:cut]) and mb.accept_bytes(data[cut - 1:cut])
+            assert ma.accept_bytes(data[cut - 1 : cut]) and mb.accept_bytes(data[cut - 1 : cut])
         ma.fill_next_token_bitmask(oa)
         mb.fill_next_token_bitmask(ob)
         assert np.array_equal(oa, ob), data[:cut]
@@ -383,10 +495,16 @@ def test_commit_memo_gives_the_positions_of_a_fresh_run(monkeypatch, smollm2_voc
     default one reach the same positions and masks on every token, over two requests of the same schema."""
     from tokenseam.grammar import GrammarCompiler, automaton
 
-    schema = {"type": "array", "items": {"type": "object", "properties": {
-        "id": {"type": "integer"}, "name": {"type": "string", "maxLength": 12}}}}
-    doc = json.dumps([{"id": 1, "name": "ab"}, {"id": 22, "name": "ab"}, {"id": 1, "name": "é x"}],
-                     ensure_ascii=False)
+    schema = {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "name": {"type": "string", "maxLength": 12}},
+        },
+    }
+    doc = json.dumps(
+        [{"id": 1, "name": "ab"}, {"id": 22, "name": "ab"}, {"id": 1, "name": "é x"}], ensure_ascii=False
+    )
     toks = tokenizers["smollm2"].encode(doc)
     runs = []
     for limit in (2, automaton.STEP_MEMO_ENTRIES):
@@ -431,10 +549,20 @@ def test_compiling_leaves_no_reference_cycles(compiler, smollm2_vocab):
 
     from tokenseam.grammar import GrammarCompiler
 
-    schema = {"type": "object", "properties": {
-        "a": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "maxLength": 5}],
-              "items": {"enum": ["x", "y"]}, "maxItems": 4},
-        "b": {"$ref": "#"}, "c": {"type": "string", "pattern": "^[a-z]+$"}}, "required": ["c"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {
+                "type": "array",
+                "prefixItems": [{"type": "integer"}, {"type": "string", "maxLength": 5}],
+                "items": {"enum": ["x", "y"]},
+                "maxItems": 4,
+            },
+            "b": {"$ref": "#"},
+            "c": {"type": "string", "pattern": "^[a-z]+$"},
+        },
+        "required": ["c"],
+    }
     gc.collect()
     was = gc.isenabled()
     gc.disable()
@@ -447,9 +575,12 @@ def test_compiling_leaves_no_reference_cycles(compiler, smollm2_vocab):
         del m
         gc.set_debug(gc.DEBUG_SAVEALL)
         gc.collect()
-        ours = [o for o in gc.garbage
-                if (getattr(type(o), "__module__", "") or "").startswith("tokenseam.grammar")
-                or (callable(o) and (getattr(o, "__module__", "") or "").startswith("tokenseam.grammar"))]
+        ours = [
+            o
+            for o in gc.garbage
+            if (getattr(type(o), "__module__", "") or "").startswith("tokenseam.grammar")
+            or (callable(o) and (getattr(o, "__module__", "") or "").startswith("tokenseam.grammar"))
+        ]
         assert not ours, ours[:5]
     finally:
         gc.set_debug(0)
@@ -458,11 +589,17 @@ def test_compiling_leaves_no_reference_cycles(compiler, smollm2_vocab):
             gc.enable()
 
 
-@pytest.mark.parametrize("grammar,text", [
-    ('root ::= "[" item ("," item)* "]"\nitem ::= root | [a-z]+\n', "[ab,[c,[d]],e]"),
-    # counters: commits build the real successors (values not clamped), masks the clamped ones
-    ('root ::= "[" item ("," item){0,20} "]"\nitem ::= root | [a-z]{1,30}\n', "[ab,[c,[d,x,y]],abcdefghijklmnopq,e]"),
-])
+@pytest.mark.parametrize(
+    "grammar,text",
+    [
+        ('root ::= "[" item ("," item)* "]"\nitem ::= root | [a-z]+\n', "[ab,[c,[d]],e]"),
+        # counters: commits build the real successors (values not clamped), masks the clamped ones
+        (
+            'root ::= "[" item ("," item){0,20} "]"\nitem ::= root | [a-z]{1,30}\n',
+            "[ab,[c,[d,x,y]],abcdefghijklmnopq,e]",
+        ),
+    ],
+)
 def test_commits_build_states_in_the_walks_builder(smollm2_vocab, grammar, text):
     """A commit that meets a transition no mask has built builds it with localbuild.fill, and reaches the
     same positions as when Python builds every state."""
@@ -506,15 +643,23 @@ def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
         def call(*args):
             calls.append((name, args[2] if name in ("fill", "group_by_frame", "escape_target") else None))
             return fn(*args)
+
         return call
 
-    for module, name in ((masks, "walk_esc"), (automaton, "fill"), (masks, "group_by_frame"),
-                         (automaton, "escape_target")):
+    for module, name in (
+        (masks, "walk_esc"),
+        (automaton, "fill"),
+        (masks, "group_by_frame"),
+        (automaton, "escape_target"),
+    ):
         monkeypatch.setattr(module, name, counting(name, getattr(module, name)))
     compiler = GrammarCompiler(smollm2_vocab)
     compiler.warm_up()
     assert {name for name, _ in calls} == {"walk_esc", "fill", "group_by_frame", "escape_target"}
-    assert ("escape_target", True) in calls and ("escape_target", False) in calls  # clamped (masks, counters), real
+    assert ("escape_target", True) in calls and (
+        "escape_target",
+        False,
+    ) in calls  # clamped (masks, counters), real
     assert len(compiler._cache) == 0
 
 
@@ -525,16 +670,27 @@ def test_layout_lowering_matches_the_general_one(monkeypatch, smollm2_vocab, max
     and the same layouts are accepted and refused."""
     from tokenseam.grammar import GrammarCompiler, nfa
 
-    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}},
-                                               "b": {"type": "string"}}, "required": ["a"]}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "array", "items": {"type": "integer"}}, "b": {"type": "string"}},
+        "required": ["a"],
+    }
     fast = GrammarCompiler(smollm2_vocab).compile_json_schema(schema, max_ws=max_ws)
     monkeypatch.setattr(nfa, "LAYOUT", object())  # no node is these any more: the general lowering
     monkeypatch.setattr(nfa, "LAYOUT_NO_INDENT", object())
     slow = GrammarCompiler(smollm2_vocab).compile_json_schema(schema, max_ws=max_ws)
-    assert fast.automaton.nfa.size + (1 if max_ws else 0) <= slow.automaton.nfa.size  # one state fewer per layout with indentation
+    assert (
+        fast.automaton.nfa.size + (1 if max_ws else 0) <= slow.automaton.nfa.size
+    )  # one state fewer per layout with indentation
     value = {"a": [1, 22], "b": "x y"}
-    docs = [json.dumps(value), json.dumps(value, indent=2), json.dumps(value, separators=(",", ":")),
-            '{\t"a" :[1 ,\r\n22],\r\n"b":  "x y"}', '{"a": [1,   2]}', '{"a":\n\t\t[]}']
+    docs = [
+        json.dumps(value),
+        json.dumps(value, indent=2),
+        json.dumps(value, separators=(",", ":")),
+        '{\t"a" :[1 ,\r\n22],\r\n"b":  "x y"}',
+        '{"a": [1,   2]}',
+        '{"a":\n\t\t[]}',
+    ]
     oa = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
     ob = oa.copy()
     for doc in docs:

@@ -19,7 +19,10 @@ def test_a_compile_leaves_the_collector_and_recursion_limit_alone(smollm2_vocab,
     monkeypatch.setattr(sys, "setrecursionlimit", lambda n: calls.append("setrecursionlimit"))
     deep: dict = {"type": "integer"}
     for _ in range(60):
-        deep = {"type": "object", "properties": {"a": {"anyOf": [deep, {"type": "null"}]}, "b": {"type": "string"}}}
+        deep = {
+            "type": "object",
+            "properties": {"a": {"anyOf": [deep, {"type": "null"}]}, "b": {"type": "string"}},
+        }
     c = GrammarCompiler(smollm2_vocab, cache_size=1)
     for schema in (deep, {"type": "array", "items": {"$ref": "#"}}):
         try:

@@ -39,8 +39,15 @@ def test_regex_language(compiler, pattern, good, bad):
         assert not accepts_text(g, s), s
 
 
-@pytest.mark.parametrize("pattern", [r"[a-f0-9]{8}-[a-f0-9]{4}", r"(yes|no|maybe)!{1,3}", r"-?\d+(\.\d+)?",
-                                     r"[A-Z][a-z]{2,20} [A-Z][a-z]{2,20}"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"[a-f0-9]{8}-[a-f0-9]{4}",
+        r"(yes|no|maybe)!{1,3}",
+        r"-?\d+(\.\d+)?",
+        r"[A-Z][a-z]{2,20} [A-Z][a-z]{2,20}",
+    ],
+)
 def test_generated_strings_match(compiler, smollm2_vocab, pattern):
     g = compiler.compile_regex(pattern)
     rng = np.random.default_rng(1)
@@ -55,12 +62,25 @@ def test_generated_strings_match(compiler, smollm2_vocab, pattern):
             assert re.fullmatch(pattern, out.decode("utf-8")), out
 
 
-@pytest.mark.parametrize("pattern,needle", [
-    (r"(?=a)b", "lookaround"), (r"(a)\1", "backreference"), (r"a\bb", "boundary"), (r"(?i)abc", "flags"),
-    (r"a{5,2}", "max < min"), (r"a{1000000}", "too large"), (r"(ab", "missing ')'"), (r"ab)", "unbalanced"),
-    (r"[abc", "unterminated"), (r"*a", "nothing to repeat"), (r"a$b", "anchors"), (r"\p{L}", "unsupported"),
-    (r"a++", "possessive"), (r"[z-a]", "bad character range"),
-])
+@pytest.mark.parametrize(
+    "pattern,needle",
+    [
+        (r"(?=a)b", "lookaround"),
+        (r"(a)\1", "backreference"),
+        (r"a\bb", "boundary"),
+        (r"(?i)abc", "flags"),
+        (r"a{5,2}", "max < min"),
+        (r"a{1000000}", "too large"),
+        (r"(ab", "missing ')'"),
+        (r"ab)", "unbalanced"),
+        (r"[abc", "unterminated"),
+        (r"*a", "nothing to repeat"),
+        (r"a$b", "anchors"),
+        (r"\p{L}", "unsupported"),
+        (r"a++", "possessive"),
+        (r"[z-a]", "bad character range"),
+    ],
+)
 def test_bad_regex_is_grammar_error(compiler, pattern, needle):
     with pytest.raises(GrammarError) as ei:
         compiler.compile_regex(pattern)
@@ -100,15 +120,48 @@ def test_jump_forward_and_rollback(compiler, smollm2_vocab):
 
 # Characters on which the readings differ: Unicode letters and digits, the spaces only one of ECMA-262 and
 # Python counts (\x1c, \x85, \ufeff), line separators, and plain ASCII.
-PROBE = ["a", "Z", "_", "7", "é", "ß", "日", "٣", "５", " ", "\t", "\n", "\r", "\x1c", "\x85", "\xa0", "\u2028",
-         "\u3000", "\ufeff", "@", "-", ".", "😀"]
+PROBE = [
+    "a",
+    "Z",
+    "_",
+    "7",
+    "é",
+    "ß",
+    "日",
+    "٣",
+    "５",
+    " ",
+    "\t",
+    "\n",
+    "\r",
+    "\x1c",
+    "\x85",
+    "\xa0",
+    "\u2028",
+    "\u3000",
+    "\ufeff",
+    "@",
+    "-",
+    ".",
+    "😀",
+]
 # Each pattern, and the same class as ECMA-262 (no flags) reads it, written for Python's re.
 ECMA_SPACE = "\t-\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 SHORTHANDS = {
-    r"\w": "[A-Za-z0-9_]", r"\W": "[^A-Za-z0-9_]", r"\d": "[0-9]", r"\D": "[^0-9]",
-    r"\s": f"[{ECMA_SPACE}]", r"\S": f"[^{ECMA_SPACE}]", r".": "[^\n\r\u2028\u2029]",
-    r"[^\s@]": f"[^@{ECMA_SPACE}]", r"[^\d]": "[^0-9]", r"[^\w.]": "[^A-Za-z0-9_.]", r"[\w-]": "[A-Za-z0-9_-]",
-    r"[\D5]": "[^0-46-9]", r"[^\W_]": "[A-Za-z0-9]", r"[\s\S]": r"[\s\S]",
+    r"\w": "[A-Za-z0-9_]",
+    r"\W": "[^A-Za-z0-9_]",
+    r"\d": "[0-9]",
+    r"\D": "[^0-9]",
+    r"\s": f"[{ECMA_SPACE}]",
+    r"\S": f"[^{ECMA_SPACE}]",
+    r".": "[^\n\r\u2028\u2029]",
+    r"[^\s@]": f"[^@{ECMA_SPACE}]",
+    r"[^\d]": "[^0-9]",
+    r"[^\w.]": "[^A-Za-z0-9_.]",
+    r"[\w-]": "[A-Za-z0-9_-]",
+    r"[\D5]": "[^0-46-9]",
+    r"[^\W_]": "[A-Za-z0-9]",
+    r"[\s\S]": r"[\s\S]",
 }
 
 

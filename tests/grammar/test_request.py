@@ -13,29 +13,53 @@ from tokenseam.grammar.request import constraint_from_request
 
 from .conftest import accepts_text, sample
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
-    "required": ["city"], "additionalProperties": False}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
 TIME = {"type": "function", "function": {"name": "get_time"}}
 
 
 def test_no_constraint(compiler):
     assert constraint_from_request(compiler, {"messages": []}, "/v1/chat/completions") is None
-    assert constraint_from_request(compiler, {"response_format": {"type": "text"}}, "/v1/chat/completions") is None
-    assert constraint_from_request(compiler, {"tools": [WEATHER], "tool_choice": "auto"}, "/v1/chat/completions") is None
+    assert (
+        constraint_from_request(compiler, {"response_format": {"type": "text"}}, "/v1/chat/completions")
+        is None
+    )
+    assert (
+        constraint_from_request(compiler, {"tools": [WEATHER], "tool_choice": "auto"}, "/v1/chat/completions")
+        is None
+    )
     assert constraint_from_request(compiler, {"grammar": ""}, "/completion") is None
 
 
 def test_response_format_json_object(compiler):
-    g = constraint_from_request(compiler, {"response_format": {"type": "json_object"}}, "/v1/chat/completions")
+    g = constraint_from_request(
+        compiler, {"response_format": {"type": "json_object"}}, "/v1/chat/completions"
+    )
     assert accepts_text(g, '{"a": [1]}')
     assert not accepts_text(g, "[1]")
 
 
 def test_response_format_json_schema_strict(compiler):
-    body = {"response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "strict": True, "schema": {"type": "object", "properties": {"a": {"type": "integer"}},
-                                                "required": ["a"]}}}}
+    body = {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "x",
+                "strict": True,
+                "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            },
+        }
+    }
     g = constraint_from_request(compiler, body, "/v1/chat/completions")
     assert accepts_text(g, '{"a": 1}')
     assert not accepts_text(g, '{"a": 1, "b": 2}')
@@ -44,15 +68,18 @@ def test_response_format_json_schema_strict(compiler):
     assert accepts_text(g, '{"a": 1, "b": 2}')
 
 
-@pytest.mark.parametrize("body,good,bad", [
-    ({"guided_json": {"type": "integer"}}, "12", "1.5"),
-    ({"guided_json": '{"type": "boolean"}'}, "true", "1"),
-    ({"guided_regex": "[0-9]{3}"}, "123", "12"),
-    ({"guided_grammar": 'root ::= "yes" | "no"'}, "yes", "maybe"),
-    ({"guided_choice": ["red", "blue"]}, "blue", "green"),
-    ({"grammar": 'root ::= [a-c]+'}, "abc", "abd"),
-    ({"json_schema": {"type": "string", "maxLength": 2}}, '"ab"', '"abc"'),
-])
+@pytest.mark.parametrize(
+    "body,good,bad",
+    [
+        ({"guided_json": {"type": "integer"}}, "12", "1.5"),
+        ({"guided_json": '{"type": "boolean"}'}, "true", "1"),
+        ({"guided_regex": "[0-9]{3}"}, "123", "12"),
+        ({"guided_grammar": 'root ::= "yes" | "no"'}, "yes", "maybe"),
+        ({"guided_choice": ["red", "blue"]}, "blue", "green"),
+        ({"grammar": "root ::= [a-c]+"}, "abc", "abd"),
+        ({"json_schema": {"type": "string", "maxLength": 2}}, '"ab"', '"abc"'),
+    ],
+)
 def test_guided_and_llama_server_fields(compiler, body, good, bad):
     g = constraint_from_request(compiler, body, "/completion")
     assert accepts_text(g, good)
@@ -60,7 +87,10 @@ def test_guided_and_llama_server_fields(compiler, body, good, bad):
 
 
 def test_forced_tool_call_shape(compiler, smollm2_vocab):
-    body = {"tools": [WEATHER, TIME], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    body = {
+        "tools": [WEATHER, TIME],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    }
     g = constraint_from_request(compiler, body, "/v1/chat/completions")
     assert accepts_text(g, '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}')
     assert not accepts_text(g, '{"name": "get_time", "arguments": {}}')
@@ -74,34 +104,48 @@ def test_forced_tool_call_shape(compiler, smollm2_vocab):
 
 
 def test_required_tool_choice_any_function(compiler):
-    g = constraint_from_request(compiler, {"tools": [WEATHER, TIME], "tool_choice": "required"}, "/v1/chat/completions")
+    g = constraint_from_request(
+        compiler, {"tools": [WEATHER, TIME], "tool_choice": "required"}, "/v1/chat/completions"
+    )
     assert accepts_text(g, '{"name": "get_time", "arguments": {"tz": "UTC"}}')
     assert accepts_text(g, '{"name": "get_weather", "arguments": {"city": "x"}}')
     assert not accepts_text(g, '{"name": "other", "arguments": {}}')
 
 
-@pytest.mark.parametrize("body,needle", [
-    ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "conflicting"),
-    ({"guided_json": {"type": "integer"}, "grammar": 'root ::= "a"'}, "conflicting"),
-    ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "conflicting"),
-    ({"response_format": "json"}, "response_format"),
-    ({"response_format": {"type": "yaml"}}, "unsupported response_format"),
-    ({"response_format": {"type": "json_schema"}}, "json_schema"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}}}, "strict"),
-    ({"guided_json": "{not json"}, "not valid JSON"),
-    ({"guided_json": [1]}, "JSON Schema"),
-    ({"guided_regex": 5}, "guided_regex"),
-    ({"guided_regex": "(?=x)"}, "lookaround"),
-    ({"guided_grammar": "root ::= nope"}, "undefined"),
-    ({"guided_choice": []}, "non-empty"),
-    ({"guided_choice": ["a", 1]}, "choice[1]"),
-    ({"grammar": 7}, "GBNF"),
-    ({"tool_choice": "required"}, "tools"),
-    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "not in 'tools'"),
-    ({"tools": [{"type": "function"}], "tool_choice": "required"}, "tools[0]"),
-    ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
-    ({"json_schema": {"type": "array", "uniqueItems": True}}, "uniqueItems"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "conflicting"),
+        ({"guided_json": {"type": "integer"}, "grammar": 'root ::= "a"'}, "conflicting"),
+        (
+            {"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}},
+            "conflicting",
+        ),
+        ({"response_format": "json"}, "response_format"),
+        ({"response_format": {"type": "yaml"}}, "unsupported response_format"),
+        ({"response_format": {"type": "json_schema"}}, "json_schema"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}}},
+            "strict",
+        ),
+        ({"guided_json": "{not json"}, "not valid JSON"),
+        ({"guided_json": [1]}, "JSON Schema"),
+        ({"guided_regex": 5}, "guided_regex"),
+        ({"guided_regex": "(?=x)"}, "lookaround"),
+        ({"guided_grammar": "root ::= nope"}, "undefined"),
+        ({"guided_choice": []}, "non-empty"),
+        ({"guided_choice": ["a", 1]}, "choice[1]"),
+        ({"grammar": 7}, "GBNF"),
+        ({"tool_choice": "required"}, "tools"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "not in 'tools'",
+        ),
+        ({"tools": [{"type": "function"}], "tool_choice": "required"}, "tools[0]"),
+        ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+        ({"json_schema": {"type": "array", "uniqueItems": True}}, "uniqueItems"),
+    ],
+)
 def test_bad_requests(compiler, body, needle):
     with pytest.raises(GrammarError) as ei:
         constraint_from_request(compiler, body, "/v1/chat/completions")
@@ -115,50 +159,70 @@ def test_body_must_be_object(compiler):
 
 def test_json_schema_options(compiler):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    g = constraint_from_request(compiler, {"guided_json": schema, "json_schema_options": {"compact": True}},
-                                "/v1/completions")
+    g = constraint_from_request(
+        compiler, {"guided_json": schema, "json_schema_options": {"compact": True}}, "/v1/completions"
+    )
     assert accepts_text(g, '{"a":1}') and not accepts_text(g, '{"a": 1}')
-    g = constraint_from_request(compiler, {"json_schema": schema, "json_schema_options": {"max_ws": 2}},
-                                "/completion")
+    g = constraint_from_request(
+        compiler, {"json_schema": schema, "json_schema_options": {"max_ws": 2}}, "/completion"
+    )
     assert accepts_text(g, '{\n  "a": 1\n}') and not accepts_text(g, '{\n   "a": 1\n}')
-    body = {"response_format": {"type": "json_schema", "json_schema": {"strict": True, "schema": {
-        "type": "array", "uniqueItems": True}}}, "json_schema_options": {"lenient": True}}
+    body = {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"strict": True, "schema": {"type": "array", "uniqueItems": True}},
+        },
+        "json_schema_options": {"lenient": True},
+    }
     g = constraint_from_request(compiler, body, "/v1/chat/completions")
     assert g.warnings and "uniqueItems" in g.warnings[0]
     # strict comes from response_format, not from the options
-    body = {"response_format": {"type": "json_schema", "json_schema": {"strict": True, "schema": schema}},
-            "json_schema_options": {"compact": True}}
+    body = {
+        "response_format": {"type": "json_schema", "json_schema": {"strict": True, "schema": schema}},
+        "json_schema_options": {"compact": True},
+    }
     g = constraint_from_request(compiler, body, "/v1/chat/completions")
     assert accepts_text(g, '{"a":1}') and not accepts_text(g, '{"a":1,"b":2}')
 
 
-@pytest.mark.parametrize("opts,match", [
-    ({"compact": "yes"}, "compact must be true or false"),
-    ({"max_ws": True}, "max_ws must be an integer"),
-    ({"max_ws": 5000}, "max_ws must be an integer between"),
-    ({"max_ws": -1}, "max_ws must be an integer between"),
-    ({"indent": 2}, "not an option"),
-    ([1], "must be an object"),
-    ("compact", "must be an object"),
-])
+@pytest.mark.parametrize(
+    "opts,match",
+    [
+        ({"compact": "yes"}, "compact must be true or false"),
+        ({"max_ws": True}, "max_ws must be an integer"),
+        ({"max_ws": 5000}, "max_ws must be an integer between"),
+        ({"max_ws": -1}, "max_ws must be an integer between"),
+        ({"indent": 2}, "not an option"),
+        ([1], "must be an object"),
+        ("compact", "must be an object"),
+    ],
+)
 def test_bad_json_schema_options(compiler, opts, match):
     with pytest.raises(GrammarError, match=match) as info:
-        constraint_from_request(compiler, {"guided_json": {"type": "object"}, "json_schema_options": opts},
-                                "/v1/completions")
+        constraint_from_request(
+            compiler, {"guided_json": {"type": "object"}, "json_schema_options": opts}, "/v1/completions"
+        )
     assert info.value.param == "json_schema_options"
 
 
 def test_compile_errors_name_their_request_field(compiler):
-    for body, field in (({"guided_json": {"not": {}}}, "guided_json"), ({"guided_regex": "(?=a)"}, "guided_regex"),
-                        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"if": {}}}}},
-                         "response_format")):
+    for body, field in (
+        ({"guided_json": {"not": {}}}, "guided_json"),
+        ({"guided_regex": "(?=a)"}, "guided_regex"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": {"if": {}}}}},
+            "response_format",
+        ),
+    ):
         with pytest.raises(GrammarError) as info:
             constraint_from_request(compiler, body, "/v1/chat/completions")
         assert info.value.param == field
 
 
 def test_json_schema_options_need_a_json_constraint(compiler):
-    for body in ({"json_schema_options": {"compact": True}},
-                 {"guided_regex": "a+", "json_schema_options": {"compact": True}}):
+    for body in (
+        {"json_schema_options": {"compact": True}},
+        {"guided_regex": "a+", "json_schema_options": {"compact": True}},
+    ):
         with pytest.raises(GrammarError, match="needs a JSON Schema constraint"):
             constraint_from_request(compiler, body, "/v1/completions")

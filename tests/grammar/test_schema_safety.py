@@ -40,7 +40,9 @@ def listener():
                 conn.settimeout(1)
                 try:
                     seen.append(conn.recv(4096))
-                    conn.sendall(b'HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{"type": "integer"}')
+                    conn.sendall(
+                        b'HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{"type": "integer"}'
+                    )
                 except OSError:
                     seen.append(b"")
 
@@ -64,14 +66,22 @@ def _remote_cases(url: str) -> list[tuple[dict, str]]:
         ({**enum_a, "$id": f"{url}/root.json", "properties": {"a": {"$ref": "evil.json"}}}, "evil.json"),
         ({**enum_a, "properties": {"a": {"$dynamicRef": f"{url}/d.json#x"}}}, f"{url}/d.json#x"),
         ({**enum_a, "properties": {"a": {"$recursiveRef": f"{url}/r.json"}}}, f"{url}/r.json"),
-        ({**enum_a, "properties": {"a": {"$ref": "https://json-schema.org/draft/2020-12/schema"}}},
-         "https://json-schema.org/draft/2020-12/schema"),
+        (
+            {**enum_a, "properties": {"a": {"$ref": "https://json-schema.org/draft/2020-12/schema"}}},
+            "https://json-schema.org/draft/2020-12/schema",
+        ),
         ({"$schema": f"{url}/meta.json", **enum_a, "properties": {"a": {"$ref": evil}}}, evil),
         # Only '#' references, but under an $id the validator resolves '#/c' against that URL, and that
         # resource is not in the document's registry (it sits under an unknown keyword): the registry's
         # retrieval is what refuses it.
-        ({"enum": [{"a": {"b": 1}}], "properties": {"a": {"$ref": "#/x-vendor"}},
-          "x-vendor": {"properties": {"b": {"$id": f"{url}/z.json", "$ref": "#/c"}}}}, f"{url}/z.json"),
+        (
+            {
+                "enum": [{"a": {"b": 1}}],
+                "properties": {"a": {"$ref": "#/x-vendor"}},
+                "x-vendor": {"properties": {"b": {"$id": f"{url}/z.json", "$ref": "#/c"}}},
+            },
+            f"{url}/z.json",
+        ),
     ]
 
 
@@ -88,8 +98,13 @@ def test_no_reference_reaches_the_network_or_files(listener):
 
 def test_remote_schema_keyword_is_not_fetched(listener):
     url, seen = listener
-    g = schema_to_grammar({"$schema": f"{url}/meta.json", "enum": [{"a": 1}, {"a": "x"}],
-                           "properties": {"a": {"type": "integer"}}})
+    g = schema_to_grammar(
+        {
+            "$schema": f"{url}/meta.json",
+            "enum": [{"a": 1}, {"a": "x"}],
+            "properties": {"a": {"type": "integer"}},
+        }
+    )
     assert g.rules["root"] is not None
     time.sleep(0.2)
     assert seen == []
@@ -115,8 +130,12 @@ def test_present_and_missing_files_give_the_same_error():
 
 
 def test_local_references_still_work():
-    schema = {"$id": "https://example.com/root.json", "enum": [{"a": 1}, {"a": "x"}],
-              "properties": {"a": {"$ref": "#/$defs/int"}}, "$defs": {"int": {"type": "integer"}}}
+    schema = {
+        "$id": "https://example.com/root.json",
+        "enum": [{"a": 1}, {"a": "x"}],
+        "properties": {"a": {"$ref": "#/$defs/int"}},
+        "$defs": {"int": {"type": "integer"}},
+    }
     assert schema_to_grammar(schema).rules["root"] is not None
 
 
@@ -168,15 +187,18 @@ def test_wrong_typed_keyword_is_an_error(schema, named):
     assert named in str(info.value)
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "number", "exclusiveMinimum": True, "minimum": 0},  # draft 4
-    {"type": "array", "items": [{"type": "string"}], "additionalItems": False},  # draft 7
-    {"type": "object", "dependencies": {"a": ["b"], "c": {"required": ["d"]}}},
-    {"type": "string", "title": 5, "description": ["x"], "default": {"format": 5}, "examples": "x"},
-    {"enum": [{"format": 5, "$ref": "http://x"}]},  # values, not keywords
-    {"type": "object", "properties": {"format": {"type": "integer"}, "$ref": {"type": "string"}}},
-    {"type": "string", "x-vendor": {"minLength": -1}},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "number", "exclusiveMinimum": True, "minimum": 0},  # draft 4
+        {"type": "array", "items": [{"type": "string"}], "additionalItems": False},  # draft 7
+        {"type": "object", "dependencies": {"a": ["b"], "c": {"required": ["d"]}}},
+        {"type": "string", "title": 5, "description": ["x"], "default": {"format": 5}, "examples": "x"},
+        {"enum": [{"format": 5, "$ref": "http://x"}]},  # values, not keywords
+        {"type": "object", "properties": {"format": {"type": "integer"}, "$ref": {"type": "string"}}},
+        {"type": "string", "x-vendor": {"minLength": -1}},
+    ],
+)
 def test_well_typed_schemas_are_accepted(schema):
     check_keywords(schema)
     schema_to_grammar(schema, lenient=True)  # lenient: `dependencies` is checked but not compiled
@@ -201,17 +223,29 @@ def test_nested_schema_keyword_does_not_escape_the_linear_matcher():
     # A sub-schema declaring a known $schema would get jsonschema's stock validator (and Python's re).
     t = time.monotonic()
     with pytest.raises(GrammarError, match="accepts no value"):
-        schema_to_grammar({"enum": [{"a": EVIL}], "properties": {"a": {
-            "$schema": "http://json-schema.org/draft-07/schema#", "pattern": "^(a+)+$"}}})
+        schema_to_grammar(
+            {
+                "enum": [{"a": EVIL}],
+                "properties": {
+                    "a": {"$schema": "http://json-schema.org/draft-07/schema#", "pattern": "^(a+)+$"}
+                },
+            }
+        )
     assert time.monotonic() - t < 1.0
 
 
 def test_property_names_matched_against_a_catastrophic_pattern_quickly(compiler):
     name = EVIL
     t = time.monotonic()
-    cg = compiler.compile_json_schema({"type": "object", "properties": {name: {}, "aaa": {}},
-                                       "patternProperties": {"^(a+)+$": {"type": "integer"}},
-                                       "required": [name, "aaa"], "additionalProperties": False})
+    cg = compiler.compile_json_schema(
+        {
+            "type": "object",
+            "properties": {name: {}, "aaa": {}},
+            "patternProperties": {"^(a+)+$": {"type": "integer"}},
+            "required": [name, "aaa"],
+            "additionalProperties": False,
+        }
+    )
     assert time.monotonic() - t < 2.0
     # "aaa" matches the pattern, so its value must be an integer; the long name does not match.
     assert accepts_text(cg, f'{{"{name}": "x", "aaa": 1}}')
@@ -221,13 +255,33 @@ def test_property_names_matched_against_a_catastrophic_pattern_quickly(compiler)
 def test_pattern_properties_in_the_validator_are_matched_linearly():
     t = time.monotonic()
     with pytest.raises(GrammarError, match="accepts no value"):
-        schema_to_grammar({"enum": [{EVIL: 1}], "patternProperties": {"^(a+)+$": {"type": "string"}},
-                           "additionalProperties": False})
+        schema_to_grammar(
+            {
+                "enum": [{EVIL: 1}],
+                "patternProperties": {"^(a+)+$": {"type": "string"}},
+                "additionalProperties": False,
+            }
+        )
     assert time.monotonic() - t < 1.0
 
 
-PATTERNS = ["a+b", "^(a|ab)*c$", "[a-c]{2,3}", "^x?y*$", r"\d+\.\d*", "(ab|ba)+$", "^$", "b", r"^\w+@\w+$",
-            "[^ab]c", "a.c", "^(a+)+$", "(?:ab){2}", r"\s", "^a{0,2}b{1,}$"]
+PATTERNS = [
+    "a+b",
+    "^(a|ab)*c$",
+    "[a-c]{2,3}",
+    "^x?y*$",
+    r"\d+\.\d*",
+    "(ab|ba)+$",
+    "^$",
+    "b",
+    r"^\w+@\w+$",
+    "[^ab]c",
+    "a.c",
+    "^(a+)+$",
+    "(?:ab){2}",
+    r"\s",
+    "^a{0,2}b{1,}$",
+]
 
 
 def test_searcher_agrees_with_re_search():

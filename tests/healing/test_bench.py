@@ -11,7 +11,9 @@ from tokenseam.cli import main
 
 def test_bench_healing_small(tmp_path, capsys):
     out = tmp_path / "healing.json"
-    rc = main(["bench", "healing", "--models", "smollm2", "--repeats", "1", "--limit", "15", "--out", str(out)])
+    rc = main(
+        ["bench", "healing", "--models", "smollm2", "--repeats", "1", "--limit", "15", "--out", str(out)]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "token healing" in printed and "per token" in printed

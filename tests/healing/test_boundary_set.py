@@ -17,7 +17,9 @@ def test_healing_is_canonical_on_the_boundary_set(model, vocabs, tokenizers):
     bad = [(r.prefix, r.continuation, r.reason) for r in results if not r.canonical_with]
     assert bad == []
     without = sum(r.canonical_without for r in results)
-    print(f"\n{model}: canonical with healing {len(results)}/{len(results)}, without {without}/{len(results)}")
+    print(
+        f"\n{model}: canonical with healing {len(results)}/{len(results)}, without {without}/{len(results)}"
+    )
     # The set is made of seams that break without healing: most of them must.
     assert len(results) - without >= len(results) // 3
     for r in results:
@@ -39,5 +41,5 @@ def test_healed_output_starts_with_removed_bytes(vocabs, tokenizers):
     r = check_seam(tok, vocab, "http:", "//")
     assert r.removed_bytes == b":" and r.healed_steps == 1
     canon = tok.encode("http://")
-    out = canon[len(tok.encode("http:")) - len(r.removed_ids):]
+    out = canon[len(tok.encode("http:")) - len(r.removed_ids) :]
     assert vocab.decode_bytes(out).startswith(r.removed_bytes)

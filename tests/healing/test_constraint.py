@@ -14,7 +14,9 @@ REMOVED = [b":", b" ", b"http", b"\n    ", "共和".encode(), b"\xe5", b"_", b"z
 
 def _brute(vocab, rem):
     tb, sp = vocab.token_bytes, vocab.is_special
-    return np.array([bool(b) and not sp[i] and (b.startswith(rem) or rem.startswith(b)) for i, b in enumerate(tb)])
+    return np.array(
+        [bool(b) and not sp[i] and (b.startswith(rem) or rem.startswith(b)) for i, b in enumerate(tb)]
+    )
 
 
 def _mask(c, vocab):
@@ -168,7 +170,7 @@ def test_excess_token_ids_match_a_direct_lookup(model, vocabs):
         lo, hi = trie.prefix_range(rem)
         assert len(got) == hi - lo
         for k, b in enumerate(trie.sorted_bytes[lo:hi]):
-            rest = b[len(rem):]
+            rest = b[len(rem) :]
             if not rest:
                 assert got[k] == -2
             elif trie.tokens_equal(rest):

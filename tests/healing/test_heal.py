@@ -102,9 +102,18 @@ def test_numpy_ids_are_accepted(vocabs, tokenizers):
     assert r.removed_ids == [ids[-1]] and all(type(t) is int for t in r.removed_ids)
 
 
-@pytest.mark.parametrize("value,default,want", [
-    (None, True, 4), (None, False, 0), (True, False, 4), (False, True, 0), (0, True, 0), (2, True, 2), (16, True, 16),
-])
+@pytest.mark.parametrize(
+    "value,default,want",
+    [
+        (None, True, 4),
+        (None, False, 0),
+        (True, False, 4),
+        (False, True, 0),
+        (0, True, 0),
+        (2, True, 2),
+        (16, True, 16),
+    ],
+)
 def test_resolve_token_healing(value, default, want):
     from tokenseam.healing import resolve_token_healing
 

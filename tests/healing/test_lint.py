@@ -65,7 +65,11 @@ def test_chat_template_seams(vocabs, tokenizers, model_paths):
     tmpl = load_chat_template(model_paths["smollm2"])
     r = lint_chat_prompt(tok, vocab, tmpl, "What is the capital of France?", "smollm2")
     wheres = [b.where for b in r.boundaries]
-    assert "before user text" in wheres and "after user text" in wheres and wheres[-1] == "end of generation prompt"
+    assert (
+        "before user text" in wheres
+        and "after user text" in wheres
+        and wheres[-1] == "end of generation prompt"
+    )
     after_user = [b for b in r.boundaries if b.where == "after user text"]
     assert all(b.stable for b in after_user)  # <|im_end|> is a special token: nothing merges across it
     end = r.boundaries[-1]
@@ -107,13 +111,16 @@ def test_cli_chat_template(capsys):
     assert "no chat template" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["lint-prompt"], "exactly one of FILE or --text"),
-    (["lint-prompt", "x.txt", "--text", "a"], "exactly one of FILE or --text"),
-    (["lint-prompt", "--text", ""], "empty"),
-    (["lint-prompt", "/nonexistent/prompt.txt"], "not found"),
-    (["lint-prompt", "--text", "hi", "--model", "no-such-model"], "no model"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["lint-prompt"], "exactly one of FILE or --text"),
+        (["lint-prompt", "x.txt", "--text", "a"], "exactly one of FILE or --text"),
+        (["lint-prompt", "--text", ""], "empty"),
+        (["lint-prompt", "/nonexistent/prompt.txt"], "not found"),
+        (["lint-prompt", "--text", "hi", "--model", "no-such-model"], "no model"),
+    ],
+)
 def test_cli_usage_errors(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err

@@ -9,10 +9,28 @@ from tokenseam.healing.cases import BOUNDARY_CASES, RAG_CHUNKS, STABLE_PROMPTS
 from tokenseam.healing.lint import CONTINUATIONS
 
 MODELS = ["smollm2", "gemma3"]
-PROMPTS = sorted({c.prefix for c in BOUNDARY_CASES} | set(STABLE_PROMPTS) | {
-    "Context:\n", "Answer: ", "```python\n", "以下是一段中文句子。", "System: you are terse.\n\nUser:",
-    "Use the documents below.\n\nContext:\n"})
-EXTRA = [c.continuation for c in BOUNDARY_CASES] + ["s://x", "://", "zzz", "ß", "\u00a0x", "\n\n\n", "!!!", "0.5"]
+PROMPTS = sorted(
+    {c.prefix for c in BOUNDARY_CASES}
+    | set(STABLE_PROMPTS)
+    | {
+        "Context:\n",
+        "Answer: ",
+        "```python\n",
+        "以下是一段中文句子。",
+        "System: you are terse.\n\nUser:",
+        "Use the documents below.\n\nContext:\n",
+    }
+)
+EXTRA = [c.continuation for c in BOUNDARY_CASES] + [
+    "s://x",
+    "://",
+    "zzz",
+    "ß",
+    "\u00a0x",
+    "\n\n\n",
+    "!!!",
+    "0.5",
+]
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -100,7 +118,7 @@ def test_special_tokens_in_the_prefix(vocabs, tokenizers):
     assert sp.ids[0] == tok.encode("<|im_start|>", parse_special=True)[0]
     for chunk in ["The", "'single'", "\nblank", "中文"]:
         ids = join_stable(tok, sp, chunk)
-        assert ids == tok.encode(head, parse_special=True)[: len(sp.ids)] + ids[len(sp.ids):]
+        assert ids == tok.encode(head, parse_special=True)[: len(sp.ids)] + ids[len(sp.ids) :]
         assert tok.encode(head + chunk, parse_special=True) == ids
 
 

@@ -28,8 +28,14 @@ def make_app(max_bytes: int = MAX_BYTES, **guard) -> Starlette:
         return JSONResponse({"body": body})
 
     middleware = [Middleware(Guard, **guard)] if guard else []
-    return Starlette(routes=[Route("/echo", echo, methods=["POST"]), Route("/hello", hello, methods=["GET"]),
-                             Route("/health", hello, methods=["GET"])], middleware=middleware)
+    return Starlette(
+        routes=[
+            Route("/echo", echo, methods=["POST"]),
+            Route("/hello", hello, methods=["GET"]),
+            Route("/health", hello, methods=["GET"]),
+        ],
+        middleware=middleware,
+    )
 
 
 @pytest.fixture

@@ -30,11 +30,22 @@ def test_a_valid_object_is_returned_and_duplicate_keys_keep_the_last(client):
     assert r.json()["body"] == {"a": 2, "text": "ü 日本 😀", "n": [1.5, 0, 1e300]}
 
 
-@pytest.mark.parametrize("content_type", [None, "", "text/plain", "text/plain; charset=utf-8",
-                                          "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-                                          "application/json-patch+json", "application/json-patch",
-                                          "application/jsonx", "application/json; charset=latin-1",
-                                          "application/json; charset=utf-16"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "",
+        "text/plain",
+        "text/plain; charset=utf-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json-patch+json",
+        "application/json-patch",
+        "application/jsonx",
+        "application/json; charset=latin-1",
+        "application/json; charset=utf-16",
+    ],
+)
 def test_content_types_other_than_json_are_415(client, content_type):
     headers = {} if content_type is None else {"content-type": content_type}
     r = client.post("/echo", content=b'{"a": 1}', headers=headers)
@@ -43,8 +54,16 @@ def test_content_types_other_than_json_are_415(client, content_type):
     assert "application/json" in err["message"] or "must be UTF-8" in err["message"]
 
 
-@pytest.mark.parametrize("content_type", ["application/json", "APPLICATION/JSON", " application/json ",
-                                          'application/json; charset="utf-8"', "application/json;charset=UTF8"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/json",
+        "APPLICATION/JSON",
+        " application/json ",
+        'application/json; charset="utf-8"',
+        "application/json;charset=UTF8",
+    ],
+)
 def test_json_content_types_are_accepted(client, content_type):
     assert post(client, b'{"a": 1}', {"content-type": content_type}).json() == {"body": {"a": 1}}
 
@@ -70,7 +89,7 @@ def test_the_depth_limit_is_exact_and_brackets_in_strings_do_not_count():
 
 def _random_json(rng: random.Random, depth: int):
     if depth == 0 or rng.random() < 0.3:
-        return rng.choice(['a"[b', "]}\\", "{[\\\"", 1, -2.5, None, True, "plain"])
+        return rng.choice(['a"[b', "]}\\", '{[\\"', 1, -2.5, None, True, "plain"])
     if rng.random() < 0.5:
         return [_random_json(rng, depth - 1) for _ in range(rng.randint(0, 3))]
     return {f'k{i}]"{{': _random_json(rng, depth - 1) for i in range(rng.randint(0, 3))}
@@ -91,16 +110,22 @@ def test_json_depth_matches_a_recursive_walk_on_random_documents():
         assert json_depth(json.dumps(doc)) == _depth(doc), doc
 
 
-@pytest.mark.parametrize("raw,param", [
-    (b'{"content": "\\ud800"}', "content"),
-    (b'{"content": "\\udfff"}', "content"),
-    (b'{"content": "x\\uDC00y"}', "content"),
-    (b'{"content": "\\ude00\\ud83d"}', "content"),  # a pair in the wrong order is two lone halves
-    (b'{"messages": [{"content": "ok"}, {"role": "user", "content": "a\\ud800"}]}', "messages[1].content"),
-    (b'{"stop": ["fine", "\\udbff"]}', "stop[1]"),
-    (b'{"\\ud800": 1}', None),
-    (b'{"tools": [{"\\udfffname": 1}]}', "tools[0]"),
-])
+@pytest.mark.parametrize(
+    "raw,param",
+    [
+        (b'{"content": "\\ud800"}', "content"),
+        (b'{"content": "\\udfff"}', "content"),
+        (b'{"content": "x\\uDC00y"}', "content"),
+        (b'{"content": "\\ude00\\ud83d"}', "content"),  # a pair in the wrong order is two lone halves
+        (
+            b'{"messages": [{"content": "ok"}, {"role": "user", "content": "a\\ud800"}]}',
+            "messages[1].content",
+        ),
+        (b'{"stop": ["fine", "\\udbff"]}', "stop[1]"),
+        (b'{"\\ud800": 1}', None),
+        (b'{"tools": [{"\\udfffname": 1}]}', "tools[0]"),
+    ],
+)
 def test_lone_surrogates_are_rejected_naming_where(client, raw, param):
     err = error_of(post(client, raw), 400)
     assert err["code"] == "invalid_json" and "surrogate" in err["message"]
@@ -113,8 +138,10 @@ def test_an_escaped_backslash_before_u_is_not_a_surrogate(client):
     assert post(client, b'{"path": "C:\\\\ud800"}').json() == {"body": {"path": "C:\\ud800"}}
 
 
-@pytest.mark.parametrize("raw", [b'{"a": "\xff"}', b'{"a": "\xc0\xaf"}', b'{"a": "\xed\xa0\x80"}',
-                                 b'{"a": "\xe6\x97"}', b"\xfe\xff{}"])
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"a": "\xff"}', b'{"a": "\xc0\xaf"}', b'{"a": "\xed\xa0\x80"}', b'{"a": "\xe6\x97"}', b"\xfe\xff{}"],
+)
 def test_invalid_utf8_is_a_400(client, raw):
     err = error_of(post(client, raw), 400)
     assert err["code"] == "invalid_json" and "UTF-8" in err["message"]
@@ -126,15 +153,33 @@ def test_non_finite_numbers_are_rejected(client, literal):
     assert err["code"] == "invalid_json"
 
 
-@pytest.mark.parametrize("raw,kind", [(b"[1, 2]", "an array"), (b'"text"', "a string"), (b"3", "a number"),
-                                      (b"null", "null"), (b"true", "a boolean")])
+@pytest.mark.parametrize(
+    "raw,kind",
+    [
+        (b"[1, 2]", "an array"),
+        (b'"text"', "a string"),
+        (b"3", "a number"),
+        (b"null", "null"),
+        (b"true", "a boolean"),
+    ],
+)
 def test_the_top_level_must_be_an_object(client, raw, kind):
     err = error_of(post(client, raw), 400)
     assert err["code"] == "invalid_request" and err["message"].endswith(kind)
 
 
-@pytest.mark.parametrize("raw", [b"", b"  \n\t", b"{not json", b'{"a": 1} trailing', b'{"a": 1,}', b"\xef\xbb\xbf{}",
-                                 b'{"n": ' + b"7" * 4400 + b"}"])  # beyond int()'s 4300-digit limit
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"  \n\t",
+        b"{not json",
+        b'{"a": 1} trailing',
+        b'{"a": 1,}',
+        b"\xef\xbb\xbf{}",
+        b'{"n": ' + b"7" * 4400 + b"}",
+    ],
+)  # beyond int()'s 4300-digit limit
 def test_empty_and_malformed_bodies_are_400(make_client, raw):
     assert error_of(post(make_client(max_bytes=8192), raw), 400)["code"] == "invalid_json"
 

@@ -13,9 +13,20 @@ def test_httpkit_imports_only_itself_the_wire_contract_starlette_and_the_standar
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(json.loads(out))
     ours = {m for m in loaded if m.split(".")[0] == "tokenseam"}
-    assert ours and all(m in ("tokenseam", "tokenseam.wire") or m.startswith("tokenseam.httpkit") for m in ours), ours
+    assert ours and all(
+        m in ("tokenseam", "tokenseam.wire") or m.startswith("tokenseam.httpkit") for m in ours
+    ), ours
     # starlette's own dependencies (anyio, sniffio, typing_extensions) are fine; the heavy or app-level ones not
-    assert not loaded & {"llama_cpp", "fastapi", "httpx", "numpy", "numba", "prometheus_client", "redis", "uvicorn"}
+    assert not loaded & {
+        "llama_cpp",
+        "fastapi",
+        "httpx",
+        "numpy",
+        "numba",
+        "prometheus_client",
+        "redis",
+        "uvicorn",
+    }
 
 
 def test_the_wire_contract_imports_nothing_of_tokenseam():

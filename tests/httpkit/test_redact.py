@@ -7,20 +7,34 @@ import pytest
 from tokenseam.httpkit import is_secret_param, redact_text, redact_url, url_secrets
 
 
-@pytest.mark.parametrize("url,shown", [
-    ("http://user:pass@h", "http://user:***@h"),
-    ("https://:tok@h:8443/v1", "https://:***@h:8443/v1"),
-    ("http://user:p@ss@h/x", "http://user:***@h/x"),  # an unencoded "@" in the password: the host is after the last
-    ("http://user@h/x", "http://user@h/x"),  # a user name alone is kept: there is no password to hide
-    ("http://h/v1?api_key=k1&model=m", "http://h/v1?api_key=***&model=m"),
-    ("http://h/?key=a&token=b&password=c&secret=d&sig=e&X-Api-Key=f&api-version=2024",
-     "http://h/?key=***&token=***&password=***&secret=***&sig=***&X-Api-Key=***&api-version=2024"),
-    ("http://h/?access_token=a&client_secret=b&keep=1&key=", "http://h/?access_token=***&client_secret=***&keep=1&key="),
-    ("http://u:s3cret@127.0.0.1:9/v1?api_key=s3cret#token=t", "http://u:***@127.0.0.1:9/v1?api_key=***#token=***"),
-    ("http://[::1]:8000/v1", "http://[::1]:8000/v1"),
-    ("redis://:pw@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
-    ("not a url ?token=abc", "not a url ?token=***"),
-])
+@pytest.mark.parametrize(
+    "url,shown",
+    [
+        ("http://user:pass@h", "http://user:***@h"),
+        ("https://:tok@h:8443/v1", "https://:***@h:8443/v1"),
+        (
+            "http://user:p@ss@h/x",
+            "http://user:***@h/x",
+        ),  # an unencoded "@" in the password: the host is after the last
+        ("http://user@h/x", "http://user@h/x"),  # a user name alone is kept: there is no password to hide
+        ("http://h/v1?api_key=k1&model=m", "http://h/v1?api_key=***&model=m"),
+        (
+            "http://h/?key=a&token=b&password=c&secret=d&sig=e&X-Api-Key=f&api-version=2024",
+            "http://h/?key=***&token=***&password=***&secret=***&sig=***&X-Api-Key=***&api-version=2024",
+        ),
+        (
+            "http://h/?access_token=a&client_secret=b&keep=1&key=",
+            "http://h/?access_token=***&client_secret=***&keep=1&key=",
+        ),
+        (
+            "http://u:s3cret@127.0.0.1:9/v1?api_key=s3cret#token=t",
+            "http://u:***@127.0.0.1:9/v1?api_key=***#token=***",
+        ),
+        ("http://[::1]:8000/v1", "http://[::1]:8000/v1"),
+        ("redis://:pw@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
+        ("not a url ?token=abc", "not a url ?token=***"),
+    ],
+)
 def test_redact_url(url, shown):
     assert redact_url(url) == shown
 
@@ -31,16 +45,29 @@ def test_url_secrets_are_raw_and_decoded():
     assert url_secrets("garbage") == []
 
 
-@pytest.mark.parametrize("name,secret", [("api_key", True), ("API-KEY", True), ("x-api-key", True),
-                                         ("upstream_token", True), ("sig", True), ("model", False),
-                                         ("api-version", False), ("keyword", False), ("monkey", False)])
+@pytest.mark.parametrize(
+    "name,secret",
+    [
+        ("api_key", True),
+        ("API-KEY", True),
+        ("x-api-key", True),
+        ("upstream_token", True),
+        ("sig", True),
+        ("model", False),
+        ("api-version", False),
+        ("keyword", False),
+        ("monkey", False),
+    ],
+)
 def test_is_secret_param(name, secret):
     assert is_secret_param(name) is secret
 
 
 def test_redact_text_masks_known_secrets_and_urls_in_messages():
-    text = ("ConnectError: cannot connect to http://bob:hunter2@10.0.0.1:8000/v1/chat?api_key=k-9 "
-            "(store redis:redis://:redispw@cache:6379/0), key sk-abcdef sent, see https://docs.example/x?page=2")
+    text = (
+        "ConnectError: cannot connect to http://bob:hunter2@10.0.0.1:8000/v1/chat?api_key=k-9 "
+        "(store redis:redis://:redispw@cache:6379/0), key sk-abcdef sent, see https://docs.example/x?page=2"
+    )
     out = redact_text(text, ["sk-abcdef", None, ""])
     for s in ("hunter2", "k-9", "redispw", "sk-abcdef"):
         assert s not in out

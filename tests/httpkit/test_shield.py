@@ -30,6 +30,7 @@ async def broken_stream(request):
     async def gen():
         yield b"partial"
         raise RuntimeError(f"mid-stream {SECRET}")
+
     return StreamingResponse(gen(), media_type="text/plain")
 
 
@@ -39,9 +40,12 @@ def local_port(r: httpx.Response) -> int:
 
 @pytest.fixture
 def server():
-    app = Starlette(routes=[Route("/boom", boom), Route("/ok", ok), Route("/broken", broken_stream)],
-                    middleware=[Middleware(CatchErrors, logger=log, redact=lambda t: t.replace(SECRET, "***"),
-                                           what="test server")])
+    app = Starlette(
+        routes=[Route("/boom", boom), Route("/ok", ok), Route("/broken", broken_stream)],
+        middleware=[
+            Middleware(CatchErrors, logger=log, redact=lambda t: t.replace(SECRET, "***"), what="test server")
+        ],
+    )
     with BackgroundServer(app) as srv:
         yield srv
 
@@ -64,7 +68,12 @@ def test_a_500_is_json_with_a_logged_request_id_and_the_connection_is_kept(serve
     assert SECRET not in r.text and "RuntimeError" not in r.text and "upstream" not in r.text
     assert after.status_code == 200 and ports[0] == ports[1] == ports[2]
     logged = [rec.getMessage() for rec in caplog.records if rec.name == log.name]
-    assert len(logged) == 1 and rid in logged[0] and "RuntimeError" in logged[0] and "http://u:***@upstream" in logged[0]
+    assert (
+        len(logged) == 1
+        and rid in logged[0]
+        and "RuntimeError" in logged[0]
+        and "http://u:***@upstream" in logged[0]
+    )
     assert SECRET not in caplog.text
     # nothing reached uvicorn's own error log (which would print the raw traceback)
     assert SECRET not in capfd.readouterr().err

@@ -83,8 +83,11 @@ def make_handler(state: FakeState):
             code, text = state.respond(prompt)
             if code != 200:
                 return self._send(code, {"error": {"message": text}})
-            choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                      if self.path.endswith("chat/completions") else {"index": 0, "text": text, "finish_reason": "stop"})
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                if self.path.endswith("chat/completions")
+                else {"index": 0, "text": text, "finish_reason": "stop"}
+            )
             self._send(200, {"object": "chat.completion", "choices": [choice]})
 
     return Handler

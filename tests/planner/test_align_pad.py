@@ -83,7 +83,9 @@ def _examples(n=60, seed=3):
     out = []
     for _ in range(n):
         a, b = rng.randint(10, 999), rng.randint(10, 999)
-        filler = " ".join(rng.choice(["apples", "boxes", "trains", "rivers"]) for _ in range(rng.randint(1, 14)))
+        filler = " ".join(
+            rng.choice(["apples", "boxes", "trains", "rivers"]) for _ in range(rng.randint(1, 14))
+        )
         out.append(f"Q: What is {a} + {b}? Context: {filler}.\nA: {a + b}.")
     return out
 
@@ -146,30 +148,57 @@ def _write(tmp_path, text, name="x.jsonl"):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "tokenseam.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tokenseam.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_pad_cli(tmp_path):
     prompt = _write(tmp_path, "You are terse. Reply with a number.\n" * 12, "prompt.txt")
     ex = _write(tmp_path, "\n".join(json.dumps({"text": e}) for e in _examples()), "ex.jsonl")
     out = tmp_path / "padded.txt"
-    r = _cli("pad", str(prompt), "--examples", str(ex), "--profile", "openai", "--tokenizer", "smollm2",
-             "--out", str(out), "--json")
+    r = _cli(
+        "pad",
+        str(prompt),
+        "--examples",
+        str(ex),
+        "--profile",
+        "openai",
+        "--tokenizer",
+        "smollm2",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     rep = json.loads((tmp_path / "padded.txt.report.json").read_text())
     assert rep["final_tokens"] == 1024 and out.read_text().startswith("You are terse.")
     # Unreachable -> exit 3 with the reason, nothing written.
-    r = _cli("pad", str(prompt), "--examples", str(ex), "--profile", "anthropic-4096", "--tokenizer", "smollm2",
-             "--out", str(tmp_path / "no.txt"))
+    r = _cli(
+        "pad",
+        str(prompt),
+        "--examples",
+        str(ex),
+        "--profile",
+        "anthropic-4096",
+        "--tokenizer",
+        "smollm2",
+        "--out",
+        str(tmp_path / "no.txt"),
+    )
     assert r.returncode == 3 and "never pads with filler" in r.stderr and not (tmp_path / "no.txt").exists()
     # Missing prompt, empty examples, unknown profile, bad flag -> clear errors, exit 2.
     r = _cli("pad", str(tmp_path / "absent.txt"), "--examples", str(ex), "--profile", "openai")
     assert r.returncode == 2 and "prompt file not found" in r.stderr
-    r = _cli("pad", str(prompt), "--examples", str(_write(tmp_path, "", "empty.jsonl")), "--profile", "openai")
+    r = _cli(
+        "pad", str(prompt), "--examples", str(_write(tmp_path, "", "empty.jsonl")), "--profile", "openai"
+    )
     assert r.returncode == 2 and "holds no examples" in r.stderr
     r = _cli("pad", str(prompt), "--examples", str(ex), "--profile", "nope")
     assert r.returncode == 2 and "unknown profile 'nope'" in r.stderr
-    r = _cli("pad", str(prompt), "--examples", str(ex), "--profile", "openai", "--tokenizer", "/no/model.gguf")
+    r = _cli(
+        "pad", str(prompt), "--examples", str(ex), "--profile", "openai", "--tokenizer", "/no/model.gguf"
+    )
     assert r.returncode == 2 and "/no/model.gguf" in r.stderr
     r = _cli("pad", str(prompt), "--profile", "openai")
     assert r.returncode == 2 and "--examples" in r.stderr
@@ -242,13 +271,17 @@ def test_pad_local_chat_prefix_is_block_aligned_in_rendered_requests(model_paths
     from tokenseam.vocab.gguf import read_gguf_metadata
 
     counter = make_counter("smollm2", leading_tokens="chat")
-    res = pad_prompt("Solve the task. Reply with the answer only.", _examples(40), load_profiles().get("local"),
-                     counter)
+    res = pad_prompt(
+        "Solve the task. Reply with the answer only.", _examples(40), load_profiles().get("local"), counter
+    )
     n = res.report["final_tokens"]
     assert n % 16 == 0 and counter.leading_tokens > 0
     path = model_paths["smollm2"]
-    tmpl = ChatTemplate(read_gguf_metadata(path).get("tokenizer.chat_template"), Vocabulary.from_gguf(path),
-                        Tokenizer.from_gguf(path))
+    tmpl = ChatTemplate(
+        read_gguf_metadata(path).get("tokenizer.chat_template"),
+        Vocabulary.from_gguf(path),
+        Tokenizer.from_gguf(path),
+    )
     a = tmpl.encode([{"role": "user", "content": res.text + "\n\nQuestion: what is 2 + 2?"}])
     b = tmpl.encode([{"role": "user", "content": res.text + "\n\nThe list: pear, fig."}])
     common = 0
@@ -258,4 +291,4 @@ def test_pad_local_chat_prefix_is_block_aligned_in_rendered_requests(model_paths
     assert a[:n] == b[:n]
     # The n shared tokens end exactly where the padded text ends: the header plus the padded text is n tokens.
     tok = Tokenizer.from_gguf(path)
-    assert tok.decode(a[:n]).endswith(res.text[-30:].encode()) and tok.decode(a[n:n + 1]).startswith(b"\n")
+    assert tok.decode(a[:n]).endswith(res.text[-30:].encode()) and tok.decode(a[n : n + 1]).startswith(b"\n")

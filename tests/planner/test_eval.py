@@ -41,9 +41,24 @@ def setup(tmp_path):
 
 
 def _eval(tmp_path, url, *extra):
-    return main(["eval", "--tasks", str(tmp_path / "tasks.jsonl"), "--variant", str(tmp_path / "A.txt"),
-                 "--variant", str(tmp_path / "B.txt"), "--upstream", url, "--out", str(tmp_path / "out"),
-                 "--no-progress", "--json", *extra])
+    return main(
+        [
+            "eval",
+            "--tasks",
+            str(tmp_path / "tasks.jsonl"),
+            "--variant",
+            str(tmp_path / "A.txt"),
+            "--variant",
+            str(tmp_path / "B.txt"),
+            "--upstream",
+            url,
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+            "--json",
+            *extra,
+        ]
+    )
 
 
 def _expected(tasks):
@@ -62,7 +77,9 @@ def test_eval_end_to_end(setup, capsys):
     assert summary["pairs"] == 40 and set(summary["groups"]) == set(GROUPS)
     for g in GROUPS:
         idx = [i for i, t in enumerate(tasks) if t.group == g]
-        assert summary["groups"][g] == pytest.approx(paired_summary([a[i] for i in idx], [b[i] for i in idx]).to_dict())
+        assert summary["groups"][g] == pytest.approx(
+            paired_summary([a[i] for i in idx], [b[i] for i in idx]).to_dict()
+        )
     out = tmp_path / "out"
     assert (out / "paired.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "summary.json").read_text())["overall"] == summary["overall"]
@@ -145,7 +162,10 @@ def test_eval_unreachable_upstream(setup, capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert _eval(tmp_path, f"http://127.0.0.1:{port}", "--retries", "1", "--concurrency", "1", "--limit", "1") == 1
+    assert (
+        _eval(tmp_path, f"http://127.0.0.1:{port}", "--retries", "1", "--concurrency", "1", "--limit", "1")
+        == 1
+    )
     assert "ConnectError" in capsys.readouterr().err
 
 
@@ -156,39 +176,71 @@ def test_eval_refuses_mixing_runs(setup, capsys):
     assert "holds results for max_tokens=32" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--variant", "A", "--upstream", "U"], "exactly two --variant"),
-    (["--variant", "A", "--variant", "B"], "either --upstream URL or --model local"),
-    (["--variant", "A", "--variant", "B", "--upstream", "U", "--model", "local"], "either --upstream"),
-    (["--variant", "A", "--variant", "A", "--upstream", "U"], "identical"),
-    (["--variant", "A", "--variant", "MISSING", "--upstream", "U"], "variant file not found"),
-    (["--variant", "A", "--variant", "B", "--upstream", "ftp://x"], "http(s) URL"),
-    (["--variant", "A", "--variant", "B", "--upstream", "U", "--api-key-env", "TS_SURELY_UNSET_VAR"], "not set"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--variant", "A", "--upstream", "U"], "exactly two --variant"),
+        (["--variant", "A", "--variant", "B"], "either --upstream URL or --model local"),
+        (["--variant", "A", "--variant", "B", "--upstream", "U", "--model", "local"], "either --upstream"),
+        (["--variant", "A", "--variant", "A", "--upstream", "U"], "identical"),
+        (["--variant", "A", "--variant", "MISSING", "--upstream", "U"], "variant file not found"),
+        (["--variant", "A", "--variant", "B", "--upstream", "ftp://x"], "http(s) URL"),
+        (
+            ["--variant", "A", "--variant", "B", "--upstream", "U", "--api-key-env", "TS_SURELY_UNSET_VAR"],
+            "not set",
+        ),
+    ],
+)
 def test_eval_bad_flags(setup, capsys, args, needle):
     tmp_path, tasks, state, url = setup
-    sub = {"A": str(tmp_path / "A.txt"), "B": str(tmp_path / "B.txt"), "U": url, "MISSING": str(tmp_path / "nope")}
-    rc = main(["eval", "--tasks", str(tmp_path / "tasks.jsonl"), "--out", str(tmp_path / "o"),
-               *[sub.get(a, a) for a in args]])
+    sub = {
+        "A": str(tmp_path / "A.txt"),
+        "B": str(tmp_path / "B.txt"),
+        "U": url,
+        "MISSING": str(tmp_path / "nope"),
+    }
+    rc = main(
+        [
+            "eval",
+            "--tasks",
+            str(tmp_path / "tasks.jsonl"),
+            "--out",
+            str(tmp_path / "o"),
+            *[sub.get(a, a) for a in args],
+        ]
+    )
     assert rc == 2 and needle in capsys.readouterr().err
     assert state.requests == 0
 
 
 def test_eval_argparse_errors(tmp_path, capsys):
-    for argv, needle in ((["eval", "--limit", "0"], "--limit"), (["eval", "make-tasks"], "--out"),
-                         (["eval", "make-tasks", "--out", "x", "--n", "-1"], "--n"), (["eval", "--frob"], "--frob")):
+    for argv, needle in (
+        (["eval", "--limit", "0"], "--limit"),
+        (["eval", "make-tasks"], "--out"),
+        (["eval", "make-tasks", "--out", "x", "--n", "-1"], "--n"),
+        (["eval", "--frob"], "--frob"),
+    ):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 2 and needle in capsys.readouterr().err
     assert main(["eval", "--variant", "a"]) == 2 and "--tasks" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("body, needle", [
-    ("", "holds no tasks"), ("{oops\n", "line 1: not valid JSON"), ('[1]\n', "expected an object"),
-    ('{"id": "a", "input": "x"}\n', "'answer'"), ('{"id": "", "input": "x", "answer": "1"}\n', "'id'"),
-    ('{"id": "a", "input": "x", "answer": "1"}\n{"id": "a", "input": "y", "answer": "2"}\n', "duplicate id"),
-    ('{"id": "a", "input": "x", "answer": "1", "group": 3}\n', "'group'"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("", "holds no tasks"),
+        ("{oops\n", "line 1: not valid JSON"),
+        ("[1]\n", "expected an object"),
+        ('{"id": "a", "input": "x"}\n', "'answer'"),
+        ('{"id": "", "input": "x", "answer": "1"}\n', "'id'"),
+        (
+            '{"id": "a", "input": "x", "answer": "1"}\n{"id": "a", "input": "y", "answer": "2"}\n',
+            "duplicate id",
+        ),
+        ('{"id": "a", "input": "x", "answer": "1", "group": 3}\n', "'group'"),
+    ],
+)
 def test_malformed_tasks(tmp_path, body, needle):
     f = tmp_path / "t.jsonl"
     f.write_text(body)
@@ -200,8 +252,22 @@ def test_make_tasks_deterministic_and_well_formed(tmp_path):
     files = []
     for name, seed in (("a", 7), ("b", 7), ("c", 8)):
         p = tmp_path / f"{name}.jsonl"
-        r = subprocess.run([sys.executable, "-m", "tokenseam.cli", "eval", "make-tasks", "--out", str(p),
-                            "--seed", str(seed)], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tokenseam.cli",
+                "eval",
+                "make-tasks",
+                "--out",
+                str(p),
+                "--seed",
+                str(seed),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         files.append(p.read_bytes())
     assert files[0] == files[1] and files[0] != files[2]
@@ -241,8 +307,9 @@ def test_extraction_and_normalisation():
 
 def test_local_server_wrapper_waits_for_health_and_stops(tmp_path):
     fake = Path(fake_openai.__file__)
-    with LocalServer(cmd=[sys.executable, str(fake), "--port", "{port}"], log_path=tmp_path / "log",
-                     startup_timeout=60) as srv:
+    with LocalServer(
+        cmd=[sys.executable, str(fake), "--port", "{port}"], log_path=tmp_path / "log", startup_timeout=60
+    ) as srv:
         import httpx
 
         assert httpx.get(srv.base_url + "/health").status_code == 200
@@ -258,10 +325,30 @@ def test_local_server_wrapper_waits_for_health_and_stops(tmp_path):
 def test_eval_against_real_local_server(tmp_path, capsys):
     write_tasks(make_tasks(8, seed=1), tmp_path / "tasks.jsonl")
     (tmp_path / "A.txt").write_text("Answer with the answer only.")
-    (tmp_path / "B.txt").write_text("Q: Compute 3 + 4. Reply with the number only.\nA: 7\n\nAnswer with the answer only.")
-    rc = main(["eval", "--tasks", str(tmp_path / "tasks.jsonl"), "--variant", str(tmp_path / "A.txt"),
-               "--variant", str(tmp_path / "B.txt"), "--model", "local", "--out", str(tmp_path / "out"),
-               "--limit", "4", "--max-tokens", "16", "--no-progress", "--json"])
+    (tmp_path / "B.txt").write_text(
+        "Q: Compute 3 + 4. Reply with the number only.\nA: 7\n\nAnswer with the answer only."
+    )
+    rc = main(
+        [
+            "eval",
+            "--tasks",
+            str(tmp_path / "tasks.jsonl"),
+            "--variant",
+            str(tmp_path / "A.txt"),
+            "--variant",
+            str(tmp_path / "B.txt"),
+            "--model",
+            "local",
+            "--out",
+            str(tmp_path / "out"),
+            "--limit",
+            "4",
+            "--max-tokens",
+            "16",
+            "--no-progress",
+            "--json",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     s = json.loads(capsys.readouterr().out)
     o = s["overall"]

@@ -18,7 +18,10 @@ def test_shipped_profiles():
     assert floors == [512, 1024, 2048, 4096]
     for p in ps.profiles.values():
         if p.provider == "anthropic":
-            assert {(w.name, w.multiplier, w.ttl_seconds) for w in p.writes} == {("5m", 1.25, 300), ("1h", 2.0, 3600)}
+            assert {(w.name, w.multiplier, w.ttl_seconds) for w in p.writes} == {
+                ("5m", 1.25, 300),
+                ("1h", 2.0, 3600),
+            }
             assert p.read_multiplier == 0.1
         assert p.verified and p.source
     assert ps.get("gemini").provider == "google" and ps.get("deepseek").provider == "deepseek"
@@ -34,7 +37,9 @@ def _write(tmp_path, text):
 
 
 def test_user_file_overrides_and_extends(tmp_path):
-    f = _write(tmp_path, """
+    f = _write(
+        tmp_path,
+        """
 [profiles.openai-gpt-5]
 read_multiplier = 0.2
 [profiles.myco]
@@ -47,31 +52,41 @@ source = "my invoice"
 writes = [{name = "x", multiplier = 1.5, ttl_seconds = 60}]
 [aliases]
 mine = "myco"
-""")
+""",
+    )
     ps = load_profiles(f)
     assert ps.get("openai").read_multiplier == 0.2 and ps.get("openai").floor == 1024
     assert ps.get("mine").floor == 256 and ps.get("myco").origin == str(f)
 
 
-@pytest.mark.parametrize("body, needles", [
-    ("[profiles.x\nfloor = 1", ["mine.toml", "not valid TOML"]),
-    ('[profiles.x]\nprovider = "a"\n', ["mine.toml", "'x'", "missing", "floor"]),
-    ("[profiles.openai-gpt-5]\nfloor = -5\n", ["mine.toml", "openai-gpt-5", "'floor'", ">= 0"]),
-    ('[profiles.openai-gpt-5]\nfloor = "many"\n', ["openai-gpt-5", "'floor'", "integer"]),
-    ("[profiles.openai-gpt-5]\nfloor = 10.5\n", ["'floor'", "integer"]),
-    ("[profiles.openai-gpt-5]\nblock = 0\n", ["'block'", ">= 1"]),
-    ("[profiles.openai-gpt-5]\nread_multiplier = nan\n", ["'read_multiplier'", "NaN"]),
-    ("[profiles.openai-gpt-5]\nread_multiplier = true\n", ["'read_multiplier'", "number"]),
-    ("[profiles.openai-gpt-5]\nwrites = []\n", ["'writes'", "non-empty"]),
-    ('[profiles.openai-gpt-5]\nwrites = [{name="a", multiplier=1}]\n', ["writes[0]", "ttl_seconds"]),
-    ('[profiles.openai-gpt-5]\nwrites = [{name="a", multiplier=1, ttl_seconds=0}]\n', ["writes[0]", "> 0"]),
-    ('[profiles.openai-gpt-5]\nwrites = [{name="a", multiplier=-1, ttl_seconds=5}]\n', ["'multiplier'", ">= 0"]),
-    ('[profiles.openai-gpt-5]\nverified = "last week"\n', ["'verified'", "YYYY-MM-DD"]),
-    ("[profiles.openai-gpt-5]\nflor = 3\n", ["unknown field", "'flor'"]),
-    ('[aliases]\nfoo = "nope"\n', ["alias 'foo'", "'nope'"]),
-    ("[stuff]\na = 1\n", ["unknown top-level", "stuff"]),
-    ("profiles = 3\n", ["profiles"]),
-])
+@pytest.mark.parametrize(
+    "body, needles",
+    [
+        ("[profiles.x\nfloor = 1", ["mine.toml", "not valid TOML"]),
+        ('[profiles.x]\nprovider = "a"\n', ["mine.toml", "'x'", "missing", "floor"]),
+        ("[profiles.openai-gpt-5]\nfloor = -5\n", ["mine.toml", "openai-gpt-5", "'floor'", ">= 0"]),
+        ('[profiles.openai-gpt-5]\nfloor = "many"\n', ["openai-gpt-5", "'floor'", "integer"]),
+        ("[profiles.openai-gpt-5]\nfloor = 10.5\n", ["'floor'", "integer"]),
+        ("[profiles.openai-gpt-5]\nblock = 0\n", ["'block'", ">= 1"]),
+        ("[profiles.openai-gpt-5]\nread_multiplier = nan\n", ["'read_multiplier'", "NaN"]),
+        ("[profiles.openai-gpt-5]\nread_multiplier = true\n", ["'read_multiplier'", "number"]),
+        ("[profiles.openai-gpt-5]\nwrites = []\n", ["'writes'", "non-empty"]),
+        ('[profiles.openai-gpt-5]\nwrites = [{name="a", multiplier=1}]\n', ["writes[0]", "ttl_seconds"]),
+        (
+            '[profiles.openai-gpt-5]\nwrites = [{name="a", multiplier=1, ttl_seconds=0}]\n',
+            ["writes[0]", "> 0"],
+        ),
+        (
+            '[profiles.openai-gpt-5]\nwrites = [{name="a", multiplier=-1, ttl_seconds=5}]\n',
+            ["'multiplier'", ">= 0"],
+        ),
+        ('[profiles.openai-gpt-5]\nverified = "last week"\n', ["'verified'", "YYYY-MM-DD"]),
+        ("[profiles.openai-gpt-5]\nflor = 3\n", ["unknown field", "'flor'"]),
+        ('[aliases]\nfoo = "nope"\n', ["alias 'foo'", "'nope'"]),
+        ("[stuff]\na = 1\n", ["unknown top-level", "stuff"]),
+        ("profiles = 3\n", ["profiles"]),
+    ],
+)
 def test_malformed_profile_files(tmp_path, body, needles):
     f = _write(tmp_path, body)
     with pytest.raises(PlannerError) as e:

@@ -8,8 +8,16 @@ from statsmodels.stats.contingency_tables import mcnemar
 from tokenseam.planner.stats import mcnemar_chi2, mcnemar_exact_p, paired_diff_ci, paired_summary
 
 # (both right, A only, B only, both wrong)
-TABLES = [(50, 3, 12, 35), (40, 10, 10, 40), (0, 0, 5, 0), (100, 25, 5, 70), (10, 1, 0, 4),
-          (300, 41, 63, 96), (7, 2, 9, 1), (0, 1, 1, 0)]
+TABLES = [
+    (50, 3, 12, 35),
+    (40, 10, 10, 40),
+    (0, 0, 5, 0),
+    (100, 25, 5, 70),
+    (10, 1, 0, 4),
+    (300, 41, 63, 96),
+    (7, 2, 9, 1),
+    (0, 1, 1, 0),
+]
 
 
 def _outcomes(rr, a_only, b_only, ww):
@@ -50,7 +58,11 @@ def test_paired_ci_matches_normal_interval_on_item_differences(table):
     a_ok, b_ok = _outcomes(*table)
     d = np.array(b_ok, float) - np.array(a_ok, float)
     n = len(d)
-    lo, hi = sps.norm.interval(0.95, loc=d.mean(), scale=d.std(ddof=0) / np.sqrt(n)) if d.std() else (d.mean(),) * 2
+    lo, hi = (
+        sps.norm.interval(0.95, loc=d.mean(), scale=d.std(ddof=0) / np.sqrt(n))
+        if d.std()
+        else (d.mean(),) * 2
+    )
     diff, got_lo, got_hi = paired_diff_ci(b, c, n)
     assert diff == pytest.approx(d.mean())
     assert (got_lo, got_hi) == pytest.approx((lo, hi), abs=1e-12)

@@ -26,12 +26,31 @@ def running_redis(workdir, password: str | None = None) -> Iterator[int]:
     """A redis-server on a free loopback port (with `password` if given), ready when this yields its port."""
     exe = REDIS_SERVER if os.path.exists(REDIS_SERVER) else shutil.which("redis-server")
     if not exe:
-        pytest.skip("redis-server is not installed at /usr/bin/redis-server; Redis store tests need a real server")
+        pytest.skip(
+            "redis-server is not installed at /usr/bin/redis-server; Redis store tests need a real server"
+        )
     port = free_port()
     auth = ["--requirepass", password] if password else []
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir), "--save", "",
-                             "--appendonly", "no", "--protected-mode", "yes", *auth],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(workdir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "yes",
+            *auth,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     import redis
 
     client = redis.Redis(host="127.0.0.1", port=port, password=password)
@@ -99,8 +118,12 @@ def make_gateway():
 
     def make(upstream_url, store=None, mode="deterministic", **kw):
         reg = CollectorRegistry()
-        cache = ResponseCache(store if store is not None else MemoryStore(), mode=mode, registry=reg,
-                              store_retry_seconds=kw.pop("store_retry_seconds", 5.0))
+        cache = ResponseCache(
+            store if store is not None else MemoryStore(),
+            mode=mode,
+            registry=reg,
+            store_retry_seconds=kw.pop("store_retry_seconds", 5.0),
+        )
         app = create_gateway_app(upstream_url, cache=cache, registry=reg, **kw)
         srv = BackgroundServer(app).start()
         srv.cache = cache

@@ -15,7 +15,6 @@ from .conftest import free_port
 pytestmark = pytest.mark.server
 
 
-
 def _wait_health(proc, url: str) -> httpx.Response:
     """The gateway's first /health answer, waiting up to 60 s for it to start (failing if it exits)."""
     deadline = time.monotonic() + 60
@@ -28,20 +27,42 @@ def _wait_health(proc, url: str) -> httpx.Response:
         assert time.monotonic() < deadline, "gateway did not start"
         time.sleep(0.1)
 
+
 def test_gateway_command_serves_from_sqlite(fake, tmp_path):
     port = free_port()
     db = tmp_path / "cli.sqlite"
     env = dict(os.environ, TS_UP_KEY="sk-up", TS_CLIENT_KEYS="ck-1,ck-2")
-    proc = subprocess.Popen([sys.executable, "-m", "tokenseam.cli", "gateway", "--upstream", fake.url,
-                             "--port", str(port), "--cache-store", f"sqlite:{db}", "--upstream-key-env", "TS_UP_KEY",
-                             "--api-key-env", "TS_CLIENT_KEYS"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokenseam.cli",
+            "gateway",
+            "--upstream",
+            fake.url,
+            "--port",
+            str(port),
+            "--cache-store",
+            f"sqlite:{db}",
+            "--upstream-key-env",
+            "TS_UP_KEY",
+            "--api-key-env",
+            "TS_CLIENT_KEYS",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         assert _wait_health(proc, url).status_code == 200
         body = {"model": "fake-model", "messages": [{"role": "user", "content": "cli"}], "temperature": 0}
-        a = httpx.post(url + "/v1/chat/completions", json=body, timeout=20, headers={"authorization": "Bearer ck-1"})
-        b = httpx.post(url + "/v1/chat/completions", json=body, timeout=20, headers={"authorization": "Bearer ck-1"})
+        a = httpx.post(
+            url + "/v1/chat/completions", json=body, timeout=20, headers={"authorization": "Bearer ck-1"}
+        )
+        b = httpx.post(
+            url + "/v1/chat/completions", json=body, timeout=20, headers={"authorization": "Bearer ck-1"}
+        )
         assert (a.headers["x-tokenseam-cache"], b.headers["x-tokenseam-cache"]) == ("miss", "hit")
         assert a.json()["choices"] == b.json()["choices"]
         assert httpx.post(url + "/v1/chat/completions", json=body, timeout=20).status_code == 401
@@ -60,14 +81,34 @@ def test_gateway_process_never_prints_credentials(tmp_path):
     port, dead = free_port(), free_port()
     env = dict(os.environ, TS_UP_KEY="sk-up-s3cret")
     upstream = f"http://user:s3cret@127.0.0.1:{dead}/v1?api_key=s3cret"
-    proc = subprocess.Popen([sys.executable, "-m", "tokenseam.cli", "gateway", "--upstream", upstream,
-                             "--port", str(port), "--cache-store", "memory", "--upstream-key-env", "TS_UP_KEY",
-                             "--no-client-auth"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokenseam.cli",
+            "gateway",
+            "--upstream",
+            upstream,
+            "--port",
+            str(port),
+            "--cache-store",
+            "memory",
+            "--upstream-key-env",
+            "TS_UP_KEY",
+            "--no-client-auth",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         health = _wait_health(proc, url)
-        r = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
-                                                           "temperature": 0}, timeout=20)
+        r = httpx.post(
+            url + "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "x"}], "temperature": 0},
+            timeout=20,
+        )
         assert r.status_code == 502
         for text in (health.text, r.text):
             assert "s3cret" not in text and "***" in text

@@ -22,18 +22,61 @@ from tokenseam.respcache.entry import IncompleteStreamError, SSEParser, validate
 
 
 def chat_stream(with_usage=True):
-    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "system_fingerprint": "fp"}
-    chunks = [dict(head, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                   "finish_reason": None}])]
+    head = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "system_fingerprint": "fp",
+    }
+    chunks = [
+        dict(
+            head,
+            choices=[
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+        )
+    ]
     # "é" split across two tokens: the first event carries no text but its id.
     for text, ids in (("Caf", [10]), ("", [11]), ("é", [12]), (" ok", [13])):
-        chunks.append(dict(head, choices=[{"index": 0, "delta": {"content": text}, "logprobs": None,
-                                           "finish_reason": None, "token_ids": ids}]))
-    chunks.append(dict(head, choices=[{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop",
-                                       "token_ids": [2], "all_token_ids": [10, 11, 12, 13, 2]}]))
+        chunks.append(
+            dict(
+                head,
+                choices=[
+                    {
+                        "index": 0,
+                        "delta": {"content": text},
+                        "logprobs": None,
+                        "finish_reason": None,
+                        "token_ids": ids,
+                    }
+                ],
+            )
+        )
+    chunks.append(
+        dict(
+            head,
+            choices=[
+                {
+                    "index": 0,
+                    "delta": {},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                    "token_ids": [2],
+                    "all_token_ids": [10, 11, 12, 13, 2],
+                }
+            ],
+        )
+    )
     if with_usage:
-        chunks.append(dict(head, choices=[], usage={"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}))
+        chunks.append(
+            dict(head, choices=[], usage={"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10})
+        )
     return chunks
 
 
@@ -41,7 +84,11 @@ def test_chat_stream_entry_serves_non_stream_and_replays_event_by_event():
     entry = entry_from_stream_events(ROUTE_CHAT, chat_stream())
     assert validate_entry(entry) and entry["source"] == "stream"
     resp = response_from_entry(entry)
-    assert resp["object"] == "chat.completion" and resp["id"].startswith("chatcmpl-") and resp["id"] != "chatcmpl-1"
+    assert (
+        resp["object"] == "chat.completion"
+        and resp["id"].startswith("chatcmpl-")
+        and resp["id"] != "chatcmpl-1"
+    )
     ch = resp["choices"][0]
     assert ch["message"] == {"role": "assistant", "content": "Café ok"}
     assert ch["token_ids"] == [10, 11, 12, 13, 2] and ch["finish_reason"] == "stop"
@@ -74,14 +121,28 @@ def test_replay_as_sse_yields_one_event_per_token():
 
 
 def test_chat_response_with_logprob_bytes_becomes_per_token_events():
-    lps = [{"token": "Caf", "logprob": -0.1, "bytes": list(b"Caf"), "top_logprobs": []},
-           {"token": "bytes:\\xc3", "logprob": -0.2, "bytes": [0xC3], "top_logprobs": []},
-           {"token": "bytes:\\xa9", "logprob": -0.3, "bytes": [0xA9], "top_logprobs": []},
-           {"token": " ok", "logprob": -0.4, "bytes": list(b" ok"), "top_logprobs": []}]
-    resp = {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Café ok"},
-                         "logprobs": {"content": lps}, "finish_reason": "stop", "token_ids": [10, 11, 12, 13]}],
-            "usage": {"total_tokens": 3}}
+    lps = [
+        {"token": "Caf", "logprob": -0.1, "bytes": list(b"Caf"), "top_logprobs": []},
+        {"token": "bytes:\\xc3", "logprob": -0.2, "bytes": [0xC3], "top_logprobs": []},
+        {"token": "bytes:\\xa9", "logprob": -0.3, "bytes": [0xA9], "top_logprobs": []},
+        {"token": " ok", "logprob": -0.4, "bytes": list(b" ok"), "top_logprobs": []},
+    ]
+    resp = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Café ok"},
+                "logprobs": {"content": lps},
+                "finish_reason": "stop",
+                "token_ids": [10, 11, 12, 13],
+            }
+        ],
+        "usage": {"total_tokens": 3},
+    }
     entry = entry_from_response(ROUTE_CHAT, resp)
     evs = entry["events"]
     assert [e["delta"].get("content") for e in evs] == ["Caf", "", "é", " ok", None]
@@ -98,10 +159,21 @@ def test_chat_response_with_logprob_bytes_becomes_per_token_events():
 
 
 def test_chat_response_without_alignment_streams_words_and_ids_at_the_end():
-    resp = {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "one two  three"},
-                         "finish_reason": "stop", "token_ids": [1, 2, 3, 4]},
-                        {"index": 1, "message": {"role": "assistant", "content": "four"}, "finish_reason": "stop"}]}
+    resp = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "one two  three"},
+                "finish_reason": "stop",
+                "token_ids": [1, 2, 3, 4],
+            },
+            {"index": 1, "message": {"role": "assistant", "content": "four"}, "finish_reason": "stop"},
+        ],
+    }
     entry = entry_from_response(ROUTE_CHAT, resp)
     chunks = replay_chunks(entry)
     texts = [c["choices"][0]["delta"].get("content") for c in chunks[:-1] if c["choices"][0]["index"] == 0]
@@ -115,19 +187,53 @@ def test_chat_response_without_alignment_streams_words_and_ids_at_the_end():
 def test_tool_call_deltas_merge():
     head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
     chunks = [
-        dict(head, choices=[{"index": 0, "delta": {"role": "assistant", "tool_calls": [
-            {"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": ""}}]},
-            "finish_reason": None}]),
-        dict(head, choices=[{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\":"}}]},
-                             "finish_reason": None}]),
-        dict(head, choices=[{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]},
-                             "finish_reason": "tool_calls"}]),
+        dict(
+            head,
+            choices=[
+                {
+                    "index": 0,
+                    "delta": {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "add", "arguments": ""},
+                            }
+                        ],
+                    },
+                    "finish_reason": None,
+                }
+            ],
+        ),
+        dict(
+            head,
+            choices=[
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"a":'}}]},
+                    "finish_reason": None,
+                }
+            ],
+        ),
+        dict(
+            head,
+            choices=[
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+        ),
     ]
     resp = entry_from_stream_events(ROUTE_CHAT, chunks)["response"]
     msg = resp["choices"][0]["message"]
     assert msg["content"] is None
-    assert msg["tool_calls"] == [{"id": "call_1", "type": "function", "function": {"name": "add",
-                                                                                   "arguments": "{\"a\":1}"}}]
+    assert msg["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a":1}'}}
+    ]
     assert uncacheable_reason(entry_from_response(ROUTE_CHAT, resp)) is None
     events = entry_from_response(ROUTE_CHAT, resp)["events"]
     assert events[0]["delta"]["tool_calls"][0]["index"] == 0
@@ -135,9 +241,21 @@ def test_tool_call_deltas_merge():
 
 def test_completions_stream_and_logprob_lists_merge():
     head = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m"}
-    chunks = [dict(head, choices=[{"index": 0, "text": t, "logprobs": {"tokens": [t], "token_logprobs": [lp]},
-                                   "finish_reason": fr, "token_ids": [i]}])
-              for t, lp, fr, i in (("A", -1.0, None, 5), ("B", -2.0, None, 6), ("C", -3.0, "stop", 7))]
+    chunks = [
+        dict(
+            head,
+            choices=[
+                {
+                    "index": 0,
+                    "text": t,
+                    "logprobs": {"tokens": [t], "token_logprobs": [lp]},
+                    "finish_reason": fr,
+                    "token_ids": [i],
+                }
+            ],
+        )
+        for t, lp, fr, i in (("A", -1.0, None, 5), ("B", -2.0, None, 6), ("C", -3.0, "stop", 7))
+    ]
     entry = entry_from_stream_events(ROUTE_COMPLETIONS, chunks)
     ch = entry["response"]["choices"][0]
     assert ch["text"] == "ABC" and ch["token_ids"] == [5, 6, 7]
@@ -152,23 +270,38 @@ def test_completions_stream_and_logprob_lists_merge():
 
 def test_llama_completion_shapes():
     # tokenseam's own /completion stream: the final event carries content, its ids and `all_tokens`.
-    events = [{"index": 0, "content": "Hel", "tokens": [1], "stop": False, "id_slot": -1},
-              {"index": 0, "content": "lo", "tokens": [2], "stop": False, "id_slot": -1},
-              {"index": 0, "content": "!", "tokens": [3], "stop": True, "stop_type": "eos", "tokens_predicted": 3,
-               "all_tokens": [1, 2, 3], "model": "m"}]
+    events = [
+        {"index": 0, "content": "Hel", "tokens": [1], "stop": False, "id_slot": -1},
+        {"index": 0, "content": "lo", "tokens": [2], "stop": False, "id_slot": -1},
+        {
+            "index": 0,
+            "content": "!",
+            "tokens": [3],
+            "stop": True,
+            "stop_type": "eos",
+            "tokens_predicted": 3,
+            "all_tokens": [1, 2, 3],
+            "model": "m",
+        },
+    ]
     entry = entry_from_stream_events(ROUTE_LLAMA, events)
     resp = response_from_entry(entry)
     assert resp["content"] == "Hello!" and resp["tokens"] == [1, 2, 3] and resp["stop"] is True
     assert resp["stop_type"] == "eos" and "all_tokens" not in resp
     assert replay_chunks(entry) == events  # verbatim, no [DONE]
     # llama-server's shape: the final event has empty content and `tokens: []`.
-    srv = [{"content": "a", "tokens": [7], "stop": False}, {"content": "b", "tokens": [8], "stop": False},
-           {"content": "", "tokens": [], "stop": True, "stop_type": "limit", "truncated": False}]
+    srv = [
+        {"content": "a", "tokens": [7], "stop": False},
+        {"content": "b", "tokens": [8], "stop": False},
+        {"content": "", "tokens": [], "stop": True, "stop_type": "limit", "truncated": False},
+    ]
     e2 = entry_from_stream_events(ROUTE_LLAMA, srv)
     assert e2["response"]["tokens"] == [7, 8]
     assert uncacheable_reason(e2) == "length" and uncacheable_reason(e2, cache_truncated=True) is None
     # a non-streamed /completion response replays as several events ending with stop
-    e3 = entry_from_response(ROUTE_LLAMA, {"content": "x y z", "tokens": [1, 2, 3], "stop": True, "stop_type": "eos"})
+    e3 = entry_from_response(
+        ROUTE_LLAMA, {"content": "x y z", "tokens": [1, 2, 3], "stop": True, "stop_type": "eos"}
+    )
     ch = replay_chunks(e3)
     assert [c["content"] for c in ch] == ["x", " y", " z", ""] and ch[-1]["stop"] is True
     assert sum((c["tokens"] for c in ch), []) == [1, 2, 3]
@@ -185,15 +318,29 @@ def test_aborted_streams_are_rejected():
         entry_from_stream_events(ROUTE_LLAMA, [{"content": "a", "tokens": [1], "stop": False}])
 
 
-@pytest.mark.parametrize("choices,reason", [
-    ([{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "length"}], "length"),
-    ([{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}], "empty"),
-    ([{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": None}], "aborted"),
-    ([{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "abort"}], "aborted"),
-    ([], "empty"),
-    ([{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"},
-      {"index": 1, "message": {"role": "assistant", "content": "y"}, "finish_reason": "length"}], "length"),
-])
+@pytest.mark.parametrize(
+    "choices,reason",
+    [
+        (
+            [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "length"}],
+            "length",
+        ),
+        ([{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}], "empty"),
+        ([{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": None}], "aborted"),
+        (
+            [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "abort"}],
+            "aborted",
+        ),
+        ([], "empty"),
+        (
+            [
+                {"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"},
+                {"index": 1, "message": {"role": "assistant", "content": "y"}, "finish_reason": "length"},
+            ],
+            "length",
+        ),
+    ],
+)
 def test_uncacheable_reasons(choices, reason):
     entry = entry_from_response(ROUTE_CHAT, {"id": "i", "model": "m", "choices": choices})
     assert uncacheable_reason(entry) == reason
@@ -204,7 +351,7 @@ def test_uncacheable_reasons(choices, reason):
 
 def test_sse_parser_handles_split_events_crlf_and_comments():
     p = SSEParser()
-    assert p.feed(b": keepalive\n\ndata: {\"a\"") == []
+    assert p.feed(b': keepalive\n\ndata: {"a"') == []
     assert p.feed(b":1}\r\n\r\ndata: [DONE]\n") == [{"a": 1}]
     assert p.feed(b"\n") == ["[DONE]"]
     assert p.feed(b"event: x\nid: 3\n\n") == []

@@ -35,13 +35,19 @@ def sse_events(resp: httpx.Response):
 def test_openai_non_streamed_miss_then_hit(fake, make_gateway):
     gw = make_gateway(fake.url)
     c = client_for(gw)
-    raw1 = c.chat.completions.with_raw_response.create(model="fake-model", messages=MSG, temperature=0, max_tokens=50)
-    raw2 = c.chat.completions.with_raw_response.create(model="fake-model", messages=list(reversed(MSG))[::-1],
-                                                       temperature=0.0, max_tokens=50, user="bob")
+    raw1 = c.chat.completions.with_raw_response.create(
+        model="fake-model", messages=MSG, temperature=0, max_tokens=50
+    )
+    raw2 = c.chat.completions.with_raw_response.create(
+        model="fake-model", messages=list(reversed(MSG))[::-1], temperature=0.0, max_tokens=50, user="bob"
+    )
     r1, r2 = raw1.parse(), raw2.parse()
     assert raw1.headers["x-tokenseam-cache"] == "miss" and raw2.headers["x-tokenseam-cache"] == "hit"
-    assert r1.choices[0].message.content == r2.choices[0].message.content == expected_text(
-        {"model": "fake-model", "messages": MSG, "temperature": 0, "max_tokens": 50})
+    assert (
+        r1.choices[0].message.content
+        == r2.choices[0].message.content
+        == expected_text({"model": "fake-model", "messages": MSG, "temperature": 0, "max_tokens": 50})
+    )
     assert r1.id != r2.id and fake.state.calls == 1
     # a sampling request is not cached by default
     raw3 = c.chat.completions.with_raw_response.create(model="fake-model", messages=MSG, max_tokens=50)
@@ -51,13 +57,20 @@ def test_openai_non_streamed_miss_then_hit(fake, make_gateway):
 def test_openai_streaming_miss_then_replayed_hit_event_by_event(fake, make_gateway):
     gw = make_gateway(fake.url)
     c = client_for(gw)
-    kw = dict(model="fake-model", messages=MSG, temperature=0, max_tokens=50, stream=True,
-              extra_body={"return_token_ids": True})
+    kw = dict(
+        model="fake-model",
+        messages=MSG,
+        temperature=0,
+        max_tokens=50,
+        stream=True,
+        extra_body={"return_token_ids": True},
+    )
     live = list(c.chat.completions.create(**kw))
     replay = list(c.chat.completions.create(**kw))
     assert fake.state.calls == 1
-    text = expected_text({"model": "fake-model", "messages": MSG, "temperature": 0, "max_tokens": 50,
-                          "return_token_ids": True})
+    text = expected_text(
+        {"model": "fake-model", "messages": MSG, "temperature": 0, "max_tokens": 50, "return_token_ids": True}
+    )
     assert "".join(ch.choices[0].delta.content or "" for ch in live) == text
     assert len(replay) == len(live) > 3  # token by token, not one aggregated chunk
     for a, b in zip(live, replay, strict=True):
@@ -66,7 +79,8 @@ def test_openai_streaming_miss_then_replayed_hit_event_by_event(fake, make_gatew
         assert a.choices[0].finish_reason == b.choices[0].finish_reason
         assert a.choices[0].model_extra.get("token_ids") == b.choices[0].model_extra.get("token_ids")
     assert replay[-1].choices[0].model_extra["all_token_ids"] == sum(
-        (ch.choices[0].model_extra.get("token_ids") or [] for ch in replay[:-1]), [])
+        (ch.choices[0].model_extra.get("token_ids") or [] for ch in replay[:-1]), []
+    )
     # usage arrives only when asked for
     with_usage = list(c.chat.completions.create(**kw, stream_options={"include_usage": True}))
     assert with_usage[-1].choices == [] and with_usage[-1].usage.completion_tokens > 0
@@ -77,8 +91,10 @@ def test_stream_entry_serves_non_stream_and_back(fake, make_gateway):
     gw = make_gateway(fake.url)
     c = client_for(gw)
     base = dict(model="fake-model", temperature=0, max_tokens=40)
-    streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
-        messages=MSG, stream=True, **base))
+    streamed = "".join(
+        ch.choices[0].delta.content or ""
+        for ch in c.chat.completions.create(messages=MSG, stream=True, **base)
+    )
     raw = c.chat.completions.with_raw_response.create(messages=MSG, **base)
     assert raw.headers["x-tokenseam-cache"] == "hit" and raw.parse().choices[0].message.content == streamed
     other = [{"role": "user", "content": "Another question."}]
@@ -93,8 +109,14 @@ def test_stream_entry_serves_non_stream_and_back(fake, make_gateway):
 
 def test_completions_route_and_raw_sse_shapes(fake, make_gateway):
     gw = make_gateway(fake.url)
-    body = {"model": "fake-model", "prompt": "The river", "temperature": 0, "max_tokens": 30, "stream": True,
-            "return_token_ids": True}
+    body = {
+        "model": "fake-model",
+        "prompt": "The river",
+        "temperature": 0,
+        "max_tokens": 30,
+        "stream": True,
+        "return_token_ids": True,
+    }
     with httpx.Client(timeout=20) as h:
         live = h.post(gw.url + "/v1/completions", json=body)
         hit = h.post(gw.url + "/v1/completions", json=body)
@@ -118,11 +140,22 @@ def test_bypass_header_and_tenant_isolation(fake, make_gateway):
         h.post(gw.url + "/v1/chat/completions", json=body, headers={"authorization": "Bearer k1"})
         same = h.post(gw.url + "/v1/chat/completions", json=body, headers={"authorization": "Bearer k1"})
         other = h.post(gw.url + "/v1/chat/completions", json=body, headers={"authorization": "Bearer k2"})
-        byp = h.post(gw.url + "/v1/chat/completions", json=body,
-                     headers={"authorization": "Bearer k1", "x-tokenseam-cache": "bypass"})
-        nc = h.post(gw.url + "/v1/chat/completions", json=body,
-                    headers={"authorization": "Bearer k1", "cache-control": "no-cache"})
-    assert [r.headers["x-tokenseam-cache"] for r in (same, other, byp, nc)] == ["hit", "miss", "bypass", "bypass"]
+        byp = h.post(
+            gw.url + "/v1/chat/completions",
+            json=body,
+            headers={"authorization": "Bearer k1", "x-tokenseam-cache": "bypass"},
+        )
+        nc = h.post(
+            gw.url + "/v1/chat/completions",
+            json=body,
+            headers={"authorization": "Bearer k1", "cache-control": "no-cache"},
+        )
+    assert [r.headers["x-tokenseam-cache"] for r in (same, other, byp, nc)] == [
+        "hit",
+        "miss",
+        "bypass",
+        "bypass",
+    ]
     assert fake.state.calls == 4
 
 
@@ -147,7 +180,9 @@ def test_timeouts_become_504_and_unreachable_upstream_502(fake, make_gateway):
     fake.set_mode("hang", count=2)
     with httpx.Client(timeout=20) as h:
         for stream in (False, True):
-            r = h.post(gw.url + "/v1/chat/completions", json={"messages": MSG, "temperature": 0, "stream": stream})
+            r = h.post(
+                gw.url + "/v1/chat/completions", json={"messages": MSG, "temperature": 0, "stream": stream}
+            )
             assert r.status_code == 504
             err = r.json()["error"]
             assert set(err) == {"message", "type", "param", "code"} and err["code"] == "upstream_timeout"
@@ -158,7 +193,9 @@ def test_timeouts_become_504_and_unreachable_upstream_502(fake, make_gateway):
     assert ei.value.status_code == 502 and ei.value.body["code"] == "upstream_unreachable"
     with httpx.Client(timeout=20) as h:
         assert h.get(dead.url + "/v1/models").status_code == 502
-        r = h.post(dead.url + "/v1/chat/completions", json={"messages": MSG, "temperature": 0, "stream": True})
+        r = h.post(
+            dead.url + "/v1/chat/completions", json={"messages": MSG, "temperature": 0, "stream": True}
+        )
         assert r.status_code == 502
 
 
@@ -180,17 +217,20 @@ def test_garbage_and_broken_streams_from_upstream(fake, make_gateway):
         assert again.headers["x-tokenseam-cache"] == "miss" and sse_events(again)[-1] == "[DONE]"
 
 
-@pytest.mark.parametrize("raw,status,code", [
-    (b"{not json", 400, "invalid_json"),
-    (b"", 400, "invalid_json"),
-    (b"[1, 2]", 400, "invalid_request"),
-    (b"\"text\"", 400, "invalid_request"),
-    (b"\xff\xfe", 400, "invalid_json"),
-    (b"{\"messages\": []}", 400, "invalid_request"),
-    (b"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"temperature\": NaN}", 400, "invalid_json"),
-    (b"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": \"two\"}", 400, "invalid_request"),
-    (b"{\"messages\": [{\"role\": \"user\", \"content\": \"" + b"x" * 3000 + b"\"}]}", 413, "request_too_large"),
-])
+@pytest.mark.parametrize(
+    "raw,status,code",
+    [
+        (b"{not json", 400, "invalid_json"),
+        (b"", 400, "invalid_json"),
+        (b"[1, 2]", 400, "invalid_request"),
+        (b'"text"', 400, "invalid_request"),
+        (b"\xff\xfe", 400, "invalid_json"),
+        (b'{"messages": []}', 400, "invalid_request"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}', 400, "invalid_json"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "n": "two"}', 400, "invalid_request"),
+        (b'{"messages": [{"role": "user", "content": "' + b"x" * 3000 + b'"}]}', 413, "request_too_large"),
+    ],
+)
 def test_malformed_and_oversized_bodies(fake, make_gateway, raw, status, code):
     gw = make_gateway(fake.url, max_body_bytes=2048)
     with httpx.Client(timeout=20) as h:
@@ -203,8 +243,12 @@ def test_malformed_and_oversized_bodies(fake, make_gateway, raw, status, code):
 
 def test_deeply_nested_bodies_are_rejected(fake, make_gateway):
     gw = make_gateway(fake.url)
-    deep_msg = b'{"messages": [{"role": "user", "content": "x"}], "temperature": 0, "extra": ' + \
-        b"[" * 900 + b"]" * 900 + b"}"
+    deep_msg = (
+        b'{"messages": [{"role": "user", "content": "x"}], "temperature": 0, "extra": '
+        + b"[" * 900
+        + b"]" * 900
+        + b"}"
+    )
     json_ct = {"content-type": "application/json"}
     with httpx.Client(timeout=20) as h:
         r = h.post(gw.url + "/v1/chat/completions", content=b"[" * 100_000 + b"]" * 100_000, headers=json_ct)
@@ -220,8 +264,9 @@ def test_store_down_passes_through(fake, make_gateway):
     c = client_for(gw)
     for stream in (False, True):
         if stream:
-            with c.chat.completions.with_streaming_response.create(model="fake-model", messages=MSG, temperature=0,
-                                                                   stream=True) as resp:
+            with c.chat.completions.with_streaming_response.create(
+                model="fake-model", messages=MSG, temperature=0, stream=True
+            ) as resp:
                 assert resp.status_code == 200 and resp.headers["x-tokenseam-cache"] == "bypass"
                 assert any("[DONE]" in line for line in resp.iter_lines())
         else:
@@ -254,12 +299,15 @@ def test_concurrent_identical_requests_reach_upstream_once(fake, make_gateway):
 
     async def go():
         async with httpx.AsyncClient(timeout=20) as h:
+
             async def one(i):
                 r = await h.post(gw.url + "/v1/chat/completions", json=dict(body, stream=bool(i % 2)))
                 if i % 2:
                     return r.headers["x-tokenseam-cache"], "".join(
-                        e["choices"][0]["delta"].get("content") or "" for e in sse_events(r)[:-1])
+                        e["choices"][0]["delta"].get("content") or "" for e in sse_events(r)[:-1]
+                    )
                 return r.headers["x-tokenseam-cache"], r.json()["choices"][0]["message"]["content"]
+
             return await asyncio.gather(*(one(i) for i in range(12)))
 
     results = asyncio.run(go())

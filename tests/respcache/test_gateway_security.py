@@ -44,16 +44,34 @@ def echo_upstream():
     seen: list[dict] = []
 
     async def record(request: Request):
-        seen.append({"path": request.url.path, "query": request.url.query,
-                     "authorization": request.headers.get("authorization")})
+        seen.append(
+            {
+                "path": request.url.path,
+                "query": request.url.query,
+                "authorization": request.headers.get("authorization"),
+            }
+        )
         if request.url.path == "/v1/models":
             return JSONResponse({"object": "list", "data": []})
-        return JSONResponse({"error": {"message": f"Incorrect API key provided: {request.headers.get('authorization')}",
-                                       "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}},
-                            status_code=401)
+        return JSONResponse(
+            {
+                "error": {
+                    "message": f"Incorrect API key provided: {request.headers.get('authorization')}",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "invalid_api_key",
+                }
+            },
+            status_code=401,
+        )
 
-    app = Starlette(routes=[Route("/v1/models", record), Route(CHAT, record, methods=["POST"]),
-                            Route("/v1/refuse", record)])
+    app = Starlette(
+        routes=[
+            Route("/v1/models", record),
+            Route(CHAT, record, methods=["POST"]),
+            Route("/v1/refuse", record),
+        ]
+    )
     with BackgroundServer(app) as srv:
         srv.seen = seen
         yield srv
@@ -66,7 +84,9 @@ def test_unreachable_upstream_502_and_health_show_no_credentials(make_gateway, c
     shown = f"http://user:***@127.0.0.1:{port}?api_key=***"
     with httpx.Client(timeout=20) as h:
         for stream in (False, True):
-            r = h.post(gw.url + CHAT, json={"messages": MSG, "temperature": 0, "stream": stream}, headers=auth())
+            r = h.post(
+                gw.url + CHAT, json={"messages": MSG, "temperature": 0, "stream": stream}, headers=auth()
+            )
             assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable"
             assert shown in r.json()["error"]["message"]
             assert_clean(r.text)
@@ -99,16 +119,22 @@ def test_transport_errors_quoting_the_url_or_key_are_redacted(make_gateway, monk
     assert_clean(caplog.text)
 
 
-def test_the_url_query_is_forwarded_and_upstream_bodies_quoting_the_key_are_scrubbed(echo_upstream, make_gateway,
-                                                                                      fake, caplog):
+def test_the_url_query_is_forwarded_and_upstream_bodies_quoting_the_key_are_scrubbed(
+    echo_upstream, make_gateway, fake, caplog
+):
     caplog.set_level(logging.DEBUG)  # httpx logs each request's URL at INFO
-    gw = make_gateway(echo_upstream.url + f"/v1?api_key={SECRET}&api-version=2024", api_key=UP_KEY,
-                      client_api_keys=[CLIENT_KEY])
+    gw = make_gateway(
+        echo_upstream.url + f"/v1?api_key={SECRET}&api-version=2024",
+        api_key=UP_KEY,
+        client_api_keys=[CLIENT_KEY],
+    )
     with httpx.Client(timeout=20) as h:
         assert h.get(gw.url + "/v1/models", headers=auth()).status_code == 200
         r = h.post(gw.url + CHAT, json={"messages": MSG, "temperature": 0}, headers=auth())
     assert [(s["path"], s["query"]) for s in echo_upstream.seen] == [
-        ("/v1/models", f"api_key={SECRET}&api-version=2024"), (CHAT, f"api_key={SECRET}&api-version=2024")]
+        ("/v1/models", f"api_key={SECRET}&api-version=2024"),
+        (CHAT, f"api_key={SECRET}&api-version=2024"),
+    ]
     assert echo_upstream.seen[1]["authorization"] == f"Bearer {UP_KEY}"
     assert r.status_code == 401 and r.json()["error"]["message"] == "Incorrect API key provided: Bearer ***"
     assert_clean(r.text)
@@ -119,8 +145,11 @@ def test_the_url_query_is_forwarded_and_upstream_bodies_quoting_the_key_are_scru
         # a password in the URL is sent as Basic auth, never in a URL httpx could log; an upstream key wins over it
         userinfo = make_gateway(f"http://user:{SECRET}@127.0.0.1:{echo_upstream.port}/v1")
         assert h.get(userinfo.url + "/v1/models").status_code == 200
-        keyed = make_gateway(f"http://user:{SECRET}@127.0.0.1:{echo_upstream.port}/v1", api_key=UP_KEY,
-                             client_api_keys=[CLIENT_KEY])
+        keyed = make_gateway(
+            f"http://user:{SECRET}@127.0.0.1:{echo_upstream.port}/v1",
+            api_key=UP_KEY,
+            client_api_keys=[CLIENT_KEY],
+        )
         assert h.get(keyed.url + "/v1/models", headers=auth()).status_code == 200
     basic = "Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode()
     assert [s["authorization"] for s in echo_upstream.seen[-2:]] == [basic, f"Bearer {UP_KEY}"]
@@ -132,7 +161,12 @@ def test_client_keys_are_required_and_never_forwarded(echo_upstream, fake, make_
     gw = make_gateway(fake.url, client_api_keys=[CLIENT_KEY, "ck-client-2"])
     body = {"model": "fake-model", "messages": MSG, "temperature": 0}
     with httpx.Client(timeout=20) as h:
-        for headers in ({}, auth("wrong"), {"authorization": "Bearer"}, {"authorization": f"Basic {CLIENT_KEY}"}):
+        for headers in (
+            {},
+            auth("wrong"),
+            {"authorization": "Bearer"},
+            {"authorization": f"Basic {CLIENT_KEY}"},
+        ):
             r = h.post(gw.url + CHAT, json=body, headers=headers)
             assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
             assert r.json()["error"]["code"] == "invalid_api_key" and CLIENT_KEY not in r.text
@@ -149,21 +183,41 @@ def test_client_keys_are_required_and_never_forwarded(echo_upstream, fake, make_
     assert [s["authorization"] for s in echo_upstream.seen] == [None, f"Bearer {UP_KEY}"]
 
 
-@pytest.mark.parametrize("raw,content_type,status,param", [
-    ('{"messages": [{"role": "user", "content": "\\ud800"}], "temperature": 0}', "application/json", 400,
-     "messages[0].content"),
-    ('{"messages": [{"role": "user", "content": "x"}], "temperature": 0, "stop": ["\\udfff"]}', "application/json",
-     400, "stop[0]"),
-    ('{"messages": [{"role": "user", "content": "x", "\\udc00": 1}], "temperature": 0, "stream": true}',
-     "application/json", 400, "messages[0]"),
-    ("[" * 10_000 + "]" * 10_000, "application/json", 400, None),
-    ('{"a": ' * 100_000 + "1" + "}" * 100_000, "application/json", 400, None),
-    ('{"messages": [{"role": "user", "content": "x"}], "temperature": 0}', "text/plain", 415, None),
-    ('{"messages": [{"role": "user", "content": "x"}], "temperature": 0}', "application/x-www-form-urlencoded", 415,
-     None),
-])
-def test_hostile_bodies_are_refused_before_anything_is_forwarded(fake, make_gateway, raw, content_type, status,
-                                                                 param):
+@pytest.mark.parametrize(
+    "raw,content_type,status,param",
+    [
+        (
+            '{"messages": [{"role": "user", "content": "\\ud800"}], "temperature": 0}',
+            "application/json",
+            400,
+            "messages[0].content",
+        ),
+        (
+            '{"messages": [{"role": "user", "content": "x"}], "temperature": 0, "stop": ["\\udfff"]}',
+            "application/json",
+            400,
+            "stop[0]",
+        ),
+        (
+            '{"messages": [{"role": "user", "content": "x", "\\udc00": 1}], "temperature": 0, "stream": true}',
+            "application/json",
+            400,
+            "messages[0]",
+        ),
+        ("[" * 10_000 + "]" * 10_000, "application/json", 400, None),
+        ('{"a": ' * 100_000 + "1" + "}" * 100_000, "application/json", 400, None),
+        ('{"messages": [{"role": "user", "content": "x"}], "temperature": 0}', "text/plain", 415, None),
+        (
+            '{"messages": [{"role": "user", "content": "x"}], "temperature": 0}',
+            "application/x-www-form-urlencoded",
+            415,
+            None,
+        ),
+    ],
+)
+def test_hostile_bodies_are_refused_before_anything_is_forwarded(
+    fake, make_gateway, raw, content_type, status, param
+):
     gw = make_gateway(fake.url)
     with httpx.Client(timeout=20) as h:
         r = h.post(gw.url + CHAT, content=raw.encode(), headers={"content-type": content_type})
@@ -175,13 +229,17 @@ def test_hostile_bodies_are_refused_before_anything_is_forwarded(fake, make_gate
 def test_a_surrogate_pair_is_fine(fake, make_gateway):
     gw = make_gateway(fake.url)
     with httpx.Client(timeout=20) as h:
-        r = h.post(gw.url + CHAT, content=b'{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}], '
-                   b'"temperature": 0}', headers={"content-type": "application/json"})
+        r = h.post(
+            gw.url + CHAT,
+            content=b'{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}], "temperature": 0}',
+            headers={"content-type": "application/json"},
+        )
     assert r.status_code == 200 and fake.state.calls == 1
 
 
-def test_an_internal_error_is_a_json_500_without_secrets_and_keeps_the_connection(fake, make_gateway, monkeypatch,
-                                                                                   caplog, capfd):
+def test_an_internal_error_is_a_json_500_without_secrets_and_keeps_the_connection(
+    fake, make_gateway, monkeypatch, caplog, capfd
+):
     caplog.set_level(logging.DEBUG)
     url = fake.url + f"/v1?api_key={SECRET}"
     gw = make_gateway(url, api_key=UP_KEY)
@@ -211,19 +269,27 @@ def test_an_internal_error_is_a_json_500_without_secrets_and_keeps_the_connectio
 
 
 def test_host_check_and_cors_in_the_gateway(fake, make_gateway):
-    gw = make_gateway(fake.url, allowed_hosts=["localhost", "127.0.0.1"], cors_origins=["https://app.example"])
+    gw = make_gateway(
+        fake.url, allowed_hosts=["localhost", "127.0.0.1"], cors_origins=["https://app.example"]
+    )
     body = {"model": "fake-model", "messages": MSG, "temperature": 0}
     with httpx.Client(timeout=20) as h:
         evil = h.post(gw.url + CHAT, json=body, headers={"host": "evil.example"})
         assert evil.status_code == 400 and evil.json()["error"]["code"] == "invalid_host"
         assert h.get(gw.url + "/health", headers={"host": f"evil.example:{gw.port}"}).status_code == 400
         assert fake.state.calls == 0
-        r = h.post(gw.url + CHAT, json=body, headers={"host": f"localhost:{gw.port}", "origin": "https://app.example"})
+        r = h.post(
+            gw.url + CHAT,
+            json=body,
+            headers={"host": f"localhost:{gw.port}", "origin": "https://app.example"},
+        )
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
         assert "x-tokenseam-cache" in r.headers["access-control-expose-headers"]
-        pre = h.options(gw.url + CHAT, headers={"origin": "https://app.example",
-                                                "access-control-request-method": "POST"})
+        pre = h.options(
+            gw.url + CHAT, headers={"origin": "https://app.example", "access-control-request-method": "POST"}
+        )
         assert pre.status_code == 204
-        denied = h.options(gw.url + CHAT, headers={"origin": "https://evil.example",
-                                                   "access-control-request-method": "POST"})
+        denied = h.options(
+            gw.url + CHAT, headers={"origin": "https://evil.example", "access-control-request-method": "POST"}
+        )
         assert denied.status_code == 403

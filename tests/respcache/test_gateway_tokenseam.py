@@ -39,15 +39,24 @@ def gateway(tokenseam_upstream):
 
 
 def test_streamed_hit_replays_the_live_events_and_ids(gateway):
-    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Write one sentence about rivers."}],
-            "temperature": 0, "max_tokens": 12, "stream": True, "return_token_ids": True}
+    body = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "Write one sentence about rivers."}],
+        "temperature": 0,
+        "max_tokens": 12,
+        "stream": True,
+        "return_token_ids": True,
+    }
     with httpx.Client(timeout=120) as h:
         live = h.post(gateway.url + "/v1/chat/completions", json=body)
         hit = h.post(gateway.url + "/v1/chat/completions", json=body)
         full = h.post(gateway.url + "/v1/chat/completions", json=dict(body, stream=False))
     assert live.status_code == 200, live.text
-    assert (live.headers["x-tokenseam-cache"], hit.headers["x-tokenseam-cache"],
-            full.headers["x-tokenseam-cache"]) == ("miss", "hit", "hit")
+    assert (
+        live.headers["x-tokenseam-cache"],
+        hit.headers["x-tokenseam-cache"],
+        full.headers["x-tokenseam-cache"],
+    ) == ("miss", "hit", "hit")
     a, b = SSEParser().feed(live.content), SSEParser().feed(hit.content)
     assert a[-1] == b[-1] == "[DONE]" and len(a) == len(b) > 3
     assert [x["choices"] for x in a[:-1]] == [x["choices"] for x in b[:-1]]

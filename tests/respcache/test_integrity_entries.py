@@ -48,34 +48,72 @@ class Gen:
 
     async def generate(self, req):
         self.calls += 1
-        return {"id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": req["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": f"answer {self.calls}"},
-                             "logprobs": None, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}}
+        return {
+            "id": "chatcmpl-x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": req["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": f"answer {self.calls}"},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+        }
 
     async def stream(self, req):
         self.calls += 1
         head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": req["model"]}
-        yield dict(head, choices=[{"index": 0, "delta": {"role": "assistant", "content": f"live {self.calls}"},
-                                   "finish_reason": None, "token_ids": [5]}])
+        yield dict(
+            head,
+            choices=[
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": f"live {self.calls}"},
+                    "finish_reason": None,
+                    "token_ids": [5],
+                }
+            ],
+        )
         yield dict(head, choices=[{"index": 0, "delta": {}, "finish_reason": "stop", "token_ids": [6]}])
 
 
 def chat_entry():
-    return entry_from_response(ROUTE_CHAT, {
-        "id": "x", "object": "chat.completion", "created": 1, "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "stored answer"}, "logprobs": None,
-                     "finish_reason": "stop", "token_ids": [1, 2]}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}})
+    return entry_from_response(
+        ROUTE_CHAT,
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "stored answer"},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                    "token_ids": [1, 2],
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+        },
+    )
 
 
 # ---------------------------------------------------------------- the seal
+
 
 def test_seal_roundtrip_and_every_kind_of_damage():
     value = {"a": [1, "é", "\ud800"], "b": None}
     raw = encode_value(value)
     assert raw.isascii() and json.loads(raw)["format"] == STORE_FORMAT
-    assert json.loads(raw)["sha256"] == hashlib.sha256(json.dumps(value, separators=(",", ":")).encode()).hexdigest()
+    assert (
+        json.loads(raw)["sha256"]
+        == hashlib.sha256(json.dumps(value, separators=(",", ":")).encode()).hexdigest()
+    )
     assert check_value(raw) == (value, None)
     assert check_value(raw.encode()) == (value, None)
     edited = raw.replace('"b":null', '"b":true')
@@ -84,7 +122,11 @@ def test_seal_roundtrip_and_every_kind_of_damage():
     assert check_value(raw[:-2] + "}")[1] in ("checksum", "unsealed")  # truncated inside the payload
     assert check_value(json.dumps(value)) == (None, "unsealed")  # a value written before sealing existed
     assert check_value(raw.replace(STORE_FORMAT, "tokenseam-store/9")) == (None, "unsealed")
-    upper = raw[:len(_SEAL_HEAD)] + raw[len(_SEAL_HEAD):len(_SEAL_HEAD) + 64].upper() + raw[len(_SEAL_HEAD) + 64:]
+    upper = (
+        raw[: len(_SEAL_HEAD)]
+        + raw[len(_SEAL_HEAD) : len(_SEAL_HEAD) + 64].upper()
+        + raw[len(_SEAL_HEAD) + 64 :]
+    )
     assert check_value(upper) == (None, "checksum")
     assert check_value(b"\xff" + raw.encode()[1:]) == (None, "undecodable")
     assert check_value(raw.replace('"a"', '"\u00e4"')) == (None, "undecodable")  # not ASCII: not ours
@@ -113,26 +155,60 @@ def test_values_that_cannot_be_stored_raise_value_error():
 
 # ---------------------------------------------------------------- entry shape
 
+
 def _llama_entry():
-    return entry_from_response(ROUTE_LLAMA, {"content": "Hello there", "tokens": [1, 2], "stop": True,
-                                             "stop_type": "eos", "model": "m"})
+    return entry_from_response(
+        ROUTE_LLAMA,
+        {"content": "Hello there", "tokens": [1, 2], "stop": True, "stop_type": "eos", "model": "m"},
+    )
 
 
 def _completions_stream_entry():
     head = {"id": "c", "object": "text_completion", "created": 1, "model": "m"}
-    return entry_from_stream_events(ROUTE_COMPLETIONS, [
-        dict(head, choices=[{"index": 0, "text": "ab", "logprobs": None, "finish_reason": None, "token_ids": [1]}]),
-        dict(head, choices=[{"index": 0, "text": "", "logprobs": None, "finish_reason": "stop", "token_ids": []}]),
-        dict(head, choices=[], usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})])
+    return entry_from_stream_events(
+        ROUTE_COMPLETIONS,
+        [
+            dict(
+                head,
+                choices=[
+                    {"index": 0, "text": "ab", "logprobs": None, "finish_reason": None, "token_ids": [1]}
+                ],
+            ),
+            dict(
+                head,
+                choices=[
+                    {"index": 0, "text": "", "logprobs": None, "finish_reason": "stop", "token_ids": []}
+                ],
+            ),
+            dict(head, choices=[], usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}),
+        ],
+    )
 
 
 def _tool_entry():
-    return entry_from_response(ROUTE_CHAT, {
-        "id": "x", "object": "chat.completion", "created": 1, "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-            "finish_reason": "tool_calls"}, {"index": 1, "message": {"role": "assistant", "content": "b"},
-                                            "finish_reason": "stop"}]})
+    return entry_from_response(
+        ROUTE_CHAT,
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                },
+                {"index": 1, "message": {"role": "assistant", "content": "b"}, "finish_reason": "stop"},
+            ],
+        },
+    )
 
 
 def test_real_entries_of_every_route_pass():
@@ -150,6 +226,7 @@ def _set(path, value):
             del cur[path[-1]]
         else:
             cur[path[-1]] = value
+
     return mutate
 
 
@@ -201,10 +278,15 @@ def test_damaged_chat_entries_are_rejected(mutate, word):
 
 
 def test_damaged_llama_and_completions_entries_are_rejected():
-    for path, value in ((["response", "content"], None), (["response", "tokens"], ["a"]),
-                        (["response", "stop"], False), (["events", -1, "stop"], False),
-                        (["events", 0, "stop"], "no"), (["events", 0, "content"], 3),
-                        (["events", -1, "all_tokens"], [1.5])):
+    for path, value in (
+        (["response", "content"], None),
+        (["response", "tokens"], ["a"]),
+        (["response", "stop"], False),
+        (["events", -1, "stop"], False),
+        (["events", 0, "stop"], "no"),
+        (["events", 0, "content"], 3),
+        (["events", -1, "all_tokens"], [1.5]),
+    ):
         e = _llama_entry()
         _set(path, value)(e)
         assert entry_problem(e) is not None, path
@@ -220,6 +302,7 @@ def test_damaged_llama_and_completions_entries_are_rejected():
 
 
 # ---------------------------------------------------------------- planted values, every store, through the cache
+
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
 def store(request, tmp_path):
@@ -260,7 +343,7 @@ PLANTED = {
     "unsealed": (_old_format, "unsealed"),
     "truncated": (lambda t: encode_value(chat_entry())[:-40], "unsealed"),
     "non_object": (lambda t: seal("[1,2,3]"), "not_object"),
-    "not_json": (lambda t: seal("{\"a\":"), "undecodable"),
+    "not_json": (lambda t: seal('{"a":'), "undecodable"),
     "route": (_other_route, "shape"),
     "binary": (lambda t: b"\x00\xff\xfe garbage", "undecodable"),
 }
@@ -307,7 +390,10 @@ def test_planted_stream_hit_is_never_replayed(store, registry):
 
 
 def test_huge_planted_value_is_too_large(tmp_path, registry):
-    for s in (MemoryStore(max_value_bytes=10_000), SQLiteStore(tmp_path / "h.sqlite", max_value_bytes=10_000)):
+    for s in (
+        MemoryStore(max_value_bytes=10_000),
+        SQLiteStore(tmp_path / "h.sqlite", max_value_bytes=10_000),
+    ):
         cache = ResponseCache(s, registry=registry)
         plan = cache.plan(ROUTE_CHAT, body("huge"))
         e = chat_entry()
@@ -315,7 +401,9 @@ def test_huge_planted_value_is_too_large(tmp_path, registry):
         s.put_raw(plan.fingerprint, seal(json.dumps(e, separators=(",", ":"))))
         r = asyncio.run(cache.respond(plan, Gen().generate))
         assert r.status == "miss" and s.corrupt == 1 and s.count() == 1  # replaced by the generated answer
-    assert registry.get_sample_value("tokenseam_respcache_corrupt_entries_total", {"reason": "too_large"}) == 2
+    assert (
+        registry.get_sample_value("tokenseam_respcache_corrupt_entries_total", {"reason": "too_large"}) == 2
+    )
 
 
 def test_unstorable_answer_is_not_stored_and_the_store_stays_up(registry):
@@ -323,9 +411,19 @@ def test_unstorable_answer_is_not_stored_and_the_store_stays_up(registry):
     cache = ResponseCache(store, registry=registry)
 
     async def big(req):
-        return {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "w" * 5_000},
-                             "finish_reason": "stop"}]}
+        return {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "w" * 5_000},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
 
     async def go():
         a = await cache.respond(cache.plan(ROUTE_CHAT, body("big")), big)
@@ -346,9 +444,20 @@ def test_malformed_upstream_answer_is_served_but_not_stored(registry):
 
     async def odd(req):
         calls.append(1)
-        return {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop",
-                             "token_ids": ["not", "ints"]}]}
+        return {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "ok"},
+                    "finish_reason": "stop",
+                    "token_ids": ["not", "ints"],
+                }
+            ],
+        }
 
     async def go():
         return [await cache.respond(cache.plan(ROUTE_CHAT, body("odd")), odd) for _ in range(2)]
@@ -397,10 +506,18 @@ def test_listener_does_not_keep_a_cache_alive():
     assert store.get("k") is None and store.corrupt == 1  # a dead listener is skipped, not an error
 
 
-
 def test_health_fields(registry):
-    keys = {"store", "ok", "degraded", "error", "entries", "corrupt_entries", "store_errors", "store_recoveries",
-            "moved_aside"}
+    keys = {
+        "store",
+        "ok",
+        "degraded",
+        "error",
+        "entries",
+        "corrupt_entries",
+        "store_errors",
+        "store_recoveries",
+        "moved_aside",
+    }
     none = ResponseCache(None, registry=registry).health()
     assert set(none) == keys and none["ok"] is True and none["entries"] is None
     store = MemoryStore()
@@ -409,7 +526,15 @@ def test_health_fields(registry):
     store.put_raw("b", "junk")
     store.get("b")  # found by the store itself: still counted by the cache listening to it
     h = cache.health()
-    assert set(h) == keys and h == {"store": store.description, "ok": True, "degraded": False, "error": None,
-                                    "entries": 1, "corrupt_entries": 1, "store_errors": 0, "store_recoveries": 0,
-                                    "moved_aside": None}
+    assert set(h) == keys and h == {
+        "store": store.description,
+        "ok": True,
+        "degraded": False,
+        "error": None,
+        "entries": 1,
+        "corrupt_entries": 1,
+        "store_errors": 0,
+        "store_recoveries": 0,
+        "moved_aside": None,
+    }
     assert registry.get_sample_value("tokenseam_respcache_corrupt_entries_total", {"reason": "unsealed"}) == 1

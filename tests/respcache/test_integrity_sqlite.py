@@ -21,15 +21,28 @@ def body(text, **kw):
 
 
 async def gen(req):
-    return {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "re:" + req["messages"][0]["content"]},
-                         "finish_reason": "stop"}]}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "re:" + req["messages"][0]["content"]},
+                "finish_reason": "stop",
+            }
+        ],
+    }
 
 
 def aside_files(path, with_logs=False):
     """Names of the moved-aside databases (and their -wal/-shm with `with_logs`)."""
-    return sorted(p.name for p in path.parent.glob(path.name + ".corrupt-*")
-                  if with_logs or not p.name.endswith(("-wal", "-shm")))
+    return sorted(
+        p.name
+        for p in path.parent.glob(path.name + ".corrupt-*")
+        if with_logs or not p.name.endswith(("-wal", "-shm"))
+    )
 
 
 def filled_db(path, rows=ROWS):
@@ -58,7 +71,10 @@ def test_random_bytes_file_is_moved_aside_with_its_wal_and_shm(tmp_path, caplog,
     with caplog.at_level(logging.WARNING, logger="tokenseam.respcache.stores"):
         s = SQLiteStore(path)
     aside = aside_files(path, with_logs=True)
-    assert len(aside) == 3 and {a.rsplit("-", 1)[-1] for a in aside if a.endswith(("-wal", "-shm"))} == {"wal", "shm"}
+    assert len(aside) == 3 and {a.rsplit("-", 1)[-1] for a in aside if a.endswith(("-wal", "-shm"))} == {
+        "wal",
+        "shm",
+    }
     base = next(a for a in aside if not a.endswith(("-wal", "-shm")))
     assert (tmp_path / base).read_bytes() == random.Random(1).randbytes(50_000)
     assert (tmp_path / (base + "-wal")).read_bytes() == b"old log"
@@ -116,7 +132,9 @@ def test_scribbled_pages_found_on_read_recover_while_requests_are_served(tmp_pat
             except CacheStoreError:
                 h = cache.health()
                 if s.status()["recoveries"] == 0:
-                    degraded_seen = degraded_seen or (h["degraded"] and not h["ok"] and "malformed" in h["error"])
+                    degraded_seen = degraded_seen or (
+                        h["degraded"] and not h["ok"] and "malformed" in h["error"]
+                    )
             if s.status()["recoveries"]:
                 break
         for n in range(5):

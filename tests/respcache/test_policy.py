@@ -45,24 +45,58 @@ class FakeGen:
 
     async def generate(self, req):
         await self._enter(req)
-        return {"id": f"chatcmpl-{self.calls}", "object": "chat.completion", "created": 1, "model": req["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": self._text(req)},
-                             "logprobs": None, "finish_reason": self.finish}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}}
+        return {
+            "id": f"chatcmpl-{self.calls}",
+            "object": "chat.completion",
+            "created": 1,
+            "model": req["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": self._text(req)},
+                    "logprobs": None,
+                    "finish_reason": self.finish,
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+        }
 
     async def stream(self, req):
         await self._enter(req)
-        head = {"id": f"chatcmpl-s{self.calls}", "object": "chat.completion.chunk", "created": 1, "model": req["model"]}
-        yield dict(head, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        head = {
+            "id": f"chatcmpl-s{self.calls}",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": req["model"],
+        }
+        yield dict(
+            head, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
+        )
         text = self._text(req)
         for i, ch in enumerate(text):
-            yield dict(head, choices=[{"index": 0, "delta": {"content": ch}, "finish_reason": None, "token_ids": [i]}])
+            yield dict(
+                head,
+                choices=[{"index": 0, "delta": {"content": ch}, "finish_reason": None, "token_ids": [i]}],
+            )
             await asyncio.sleep(0)
-        yield dict(head, choices=[{"index": 0, "delta": {}, "finish_reason": self.finish, "token_ids": [],
-                                   "all_token_ids": list(range(len(text)))}])
+        yield dict(
+            head,
+            choices=[
+                {
+                    "index": 0,
+                    "delta": {},
+                    "finish_reason": self.finish,
+                    "token_ids": [],
+                    "all_token_ids": list(range(len(text))),
+                }
+            ],
+        )
         if req.get("stream_options", {}).get("include_usage"):
-            yield dict(head, choices=[], usage={"prompt_tokens": 1, "completion_tokens": len(text),
-                                                "total_tokens": 1 + len(text)})
+            yield dict(
+                head,
+                choices=[],
+                usage={"prompt_tokens": 1, "completion_tokens": len(text), "total_tokens": 1 + len(text)},
+            )
 
 
 async def drain(stream):
@@ -71,8 +105,11 @@ async def drain(stream):
 
 
 def content_of(chunks):
-    return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
-                   if isinstance(c, dict) and c.get("choices"))
+    return "".join(
+        c["choices"][0]["delta"].get("content") or ""
+        for c in chunks
+        if isinstance(c, dict) and c.get("choices")
+    )
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -86,7 +123,9 @@ def test_miss_then_hit_non_streamed(cache, registry):
 
     async def go():
         r1 = await cache.respond(cache.plan(ROUTE_CHAT, body("abc")), gen.generate)
-        r2 = await cache.respond(cache.plan(ROUTE_CHAT, dict(body("abc  "), stream=False, user="x")), gen.generate)
+        r2 = await cache.respond(
+            cache.plan(ROUTE_CHAT, dict(body("abc  "), stream=False, user="x")), gen.generate
+        )
         return r1, r2
 
     r1, r2 = asyncio.run(go())
@@ -95,8 +134,12 @@ def test_miss_then_hit_non_streamed(cache, registry):
     assert r2.body["choices"] == r1.body["choices"] and r2.body["id"] != r1.body["id"]
     # The generator received the normalized request (defaults filled, transport fields gone).
     assert gen.seen[0]["top_p"] == 1 and "stream" not in gen.seen[0]
-    assert registry.get_sample_value("tokenseam_respcache_requests_total",
-                                     {"route": ROUTE_CHAT, "result": "hit"}) == 1
+    assert (
+        registry.get_sample_value(
+            "tokenseam_respcache_requests_total", {"route": ROUTE_CHAT, "result": "hit"}
+        )
+        == 1
+    )
     assert registry.get_sample_value("tokenseam_respcache_hit_seconds_count", {"route": ROUTE_CHAT}) == 1
 
 
@@ -107,8 +150,10 @@ def test_stream_entry_serves_non_stream_and_back(cache):
         s = await cache.respond_stream(cache.plan(ROUTE_CHAT, body("hello", stream=True)), gen.stream)
         live = await drain(s)
         r = await cache.respond(cache.plan(ROUTE_CHAT, body("hello")), gen.generate)
-        s2 = await cache.respond_stream(cache.plan(ROUTE_CHAT, body("hello", stream=True, stream_options={
-            "include_usage": True})), gen.stream)
+        s2 = await cache.respond_stream(
+            cache.plan(ROUTE_CHAT, body("hello", stream=True, stream_options={"include_usage": True})),
+            gen.stream,
+        )
         replay = await drain(s2)
         return s, live, r, s2, replay
 
@@ -129,7 +174,9 @@ def test_non_stream_entry_replays_as_several_events(cache):
 
     async def go():
         await cache.respond(cache.plan(ROUTE_CHAT, body("q")), gen.generate)
-        return await drain(await cache.respond_stream(cache.plan(ROUTE_CHAT, body("q", stream=True)), gen.stream))
+        return await drain(
+            await cache.respond_stream(cache.plan(ROUTE_CHAT, body("q", stream=True)), gen.stream)
+        )
 
     chunks = asyncio.run(go())
     assert gen.calls == 1 and len(chunks) >= 5 and content_of(chunks) == "one two three four"
@@ -167,7 +214,10 @@ def test_leader_error_reaches_every_waiter_and_nothing_is_stored(cache):
 
     async def go():
         g = FakeGen(gate=asyncio.Event(), fail=Boom("upstream said 400"))
-        tasks = [asyncio.create_task(cache.respond(cache.plan(ROUTE_CHAT, body("e")), g.generate)) for _ in range(5)]
+        tasks = [
+            asyncio.create_task(cache.respond(cache.plan(ROUTE_CHAT, body("e")), g.generate))
+            for _ in range(5)
+        ]
         await asyncio.sleep(0.05)
         g.gate.set()
         res = await asyncio.gather(*tasks, return_exceptions=True)
@@ -185,8 +235,10 @@ def test_aborted_leader_hands_over_to_a_waiter(cache):
         g = FakeGen(gate=asyncio.Event())
         leader = asyncio.create_task(cache.respond(cache.plan(ROUTE_CHAT, body("a")), g.generate))
         await asyncio.sleep(0.02)
-        waiters = [asyncio.create_task(cache.respond(cache.plan(ROUTE_CHAT, body("a")), g.generate))
-                   for _ in range(4)]
+        waiters = [
+            asyncio.create_task(cache.respond(cache.plan(ROUTE_CHAT, body("a")), g.generate))
+            for _ in range(4)
+        ]
         await asyncio.sleep(0.02)
         leader.cancel()
         await asyncio.sleep(0.02)
@@ -213,7 +265,9 @@ def test_client_leaving_a_streamed_miss_hands_over(cache):
         return g, await waiter
 
     g, res = asyncio.run(go())
-    assert res.status == "miss" and g.calls == 2 and res.body["choices"][0]["message"]["content"] == "abcdefgh"
+    assert (
+        res.status == "miss" and g.calls == 2 and res.body["choices"][0]["message"]["content"] == "abcdefgh"
+    )
 
 
 class DownStore:
@@ -256,10 +310,17 @@ def test_policy_modes_and_bypass_headers(registry, tmp_path):
     store = MemoryStore()
     det = ResponseCache(store, registry=registry)
     assert det.plan(ROUTE_CHAT, body("x")).fingerprint
-    assert det.plan(ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}]}).bypass_reason == "nondeterministic"
+    assert (
+        det.plan(ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}]}).bypass_reason
+        == "nondeterministic"
+    )
     assert det.plan(ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "seed": 1}).fingerprint
-    for h in ({"x-tokenseam-cache": "bypass"}, {"X-Tokenseam-Cache": "BYPASS"}, {"cache-control": "no-cache"},
-              {"Cache-Control": "max-age=0, no-store"}):
+    for h in (
+        {"x-tokenseam-cache": "bypass"},
+        {"X-Tokenseam-Cache": "BYPASS"},
+        {"cache-control": "no-cache"},
+        {"Cache-Control": "max-age=0, no-store"},
+    ):
         assert det.plan(ROUTE_CHAT, body("x"), headers=h).bypass_reason == "header"
     assert det.plan(ROUTE_CHAT, body("x"), headers={"cache-control": "max-age=60"}).fingerprint
     from prometheus_client import CollectorRegistry
@@ -273,10 +334,15 @@ def test_policy_modes_and_bypass_headers(registry, tmp_path):
     with pytest.raises(ResponseCacheError, match="sometimes"):
         ResponseCache(store, mode="sometimes", registry=CollectorRegistry())
     # tenants never share entries
-    assert det.plan(ROUTE_CHAT, body("x"), tenant="a").fingerprint != det.plan(ROUTE_CHAT, body("x"), tenant="b").fingerprint
+    assert (
+        det.plan(ROUTE_CHAT, body("x"), tenant="a").fingerprint
+        != det.plan(ROUTE_CHAT, body("x"), tenant="b").fingerprint
+    )
 
 
-@pytest.mark.parametrize("finish,content,flag", [("length", "abc", "cache_truncated"), ("stop", "", "cache_empty")])
+@pytest.mark.parametrize(
+    "finish,content,flag", [("length", "abc", "cache_truncated"), ("stop", "", "cache_empty")]
+)
 def test_truncated_and_empty_answers_are_not_stored_unless_configured(registry, finish, content, flag):
     from prometheus_client import CollectorRegistry
 
@@ -304,10 +370,12 @@ def test_corrupt_stored_entry_is_a_miss(cache, registry):
 
 def test_stream_generator_yielding_sse_bytes(cache):
     async def sse_gen(req):
-        yield b"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":"
-        yield b"[{\"index\":0,\"delta\":{\"content\":\"hey\"},\"finish_reason\":null}]}\n\n"
-        yield b"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":" \
-              b"[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+        yield b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+        yield b'[{"index":0,"delta":{"content":"hey"},"finish_reason":null}]}\n\n'
+        yield (
+            b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+            b'[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+        )
 
     async def go():
         a = await drain(await cache.respond_stream(cache.plan(ROUTE_CHAT, body("b", stream=True)), sse_gen))
@@ -321,13 +389,23 @@ def test_stream_generator_yielding_sse_bytes(cache):
 
 def test_mid_stream_failure_sends_error_event_and_stores_nothing(cache):
     async def broken(req):
-        yield {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-               "choices": [{"index": 0, "delta": {"content": "par"}, "finish_reason": None}]}
+        yield {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "par"}, "finish_reason": None}],
+        }
         raise ConnectionError("upstream closed the connection")
 
     async def truncated(req):
-        yield {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-               "choices": [{"index": 0, "delta": {"content": "par"}, "finish_reason": None}]}
+        yield {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "par"}, "finish_reason": None}],
+        }
 
     async def go():
         out = []
@@ -366,12 +444,19 @@ def test_pitfall_suite_end_to_end_through_the_cache(registry):
         if "messages" in req:
             return await gen.generate(req)
         gen.calls += 1
-        return {"id": "c", "object": "text_completion", "created": 1, "model": "m",
-                "choices": [{"index": 0, "text": "cached answer", "finish_reason": "stop"}]}
+        return {
+            "id": "c",
+            "object": "text_completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "text": "cached answer", "finish_reason": "stop"}],
+        }
 
     async def go():
         for route, base in ((ROUTE_CHAT, base_chat()), ("/v1/completions", base_completion())):
-            assert (await cache.respond(cache.plan(route, base, tenant=BASE_TENANT), gen_any)).status == "miss"
+            assert (
+                await cache.respond(cache.plan(route, base, tenant=BASE_TENANT), gen_any)
+            ).status == "miss"
         out = {}
         for v in MUST_HIT + MUST_MISS:
             base_route = "/v1/completions" if v.name.startswith("completion:") else ROUTE_CHAT
@@ -395,8 +480,15 @@ def test_llama_completion_route_through_the_cache(cache):
         calls.append(req)
         assert req["stream"] is True and "stream_options" not in req and req["top_k"] == 40
         yield {"index": 0, "content": "Hel", "tokens": [1], "stop": False, "id_slot": -1}
-        yield {"index": 0, "content": "lo", "tokens": [2], "stop": True, "stop_type": "eos", "all_tokens": [1, 2],
-               "tokens_predicted": 2}
+        yield {
+            "index": 0,
+            "content": "lo",
+            "tokens": [2],
+            "stop": True,
+            "stop_type": "eos",
+            "all_tokens": [1, 2],
+            "tokens_predicted": 2,
+        }
 
     async def never(req):
         raise AssertionError("must be a hit")
@@ -430,8 +522,10 @@ def test_generate_raising_leader_aborted_lets_waiters_retry(cache):
 
         leader = asyncio.create_task(cache.respond(cache.plan(ROUTE_CHAT, body("w")), first_gives_up))
         await asyncio.sleep(0.02)
-        waiters = [asyncio.create_task(cache.respond(cache.plan(ROUTE_CHAT, body("w")), first_gives_up))
-                   for _ in range(3)]
+        waiters = [
+            asyncio.create_task(cache.respond(cache.plan(ROUTE_CHAT, body("w")), first_gives_up))
+            for _ in range(3)
+        ]
         await asyncio.sleep(0.02)
         gate.set()
         res = await asyncio.gather(leader, *waiters, return_exceptions=True)

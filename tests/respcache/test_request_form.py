@@ -23,8 +23,9 @@ from tokenseam.respcache import (
 @pytest.mark.parametrize("variant", MUST_HIT, ids=lambda v: v.name)
 def test_must_hit(variant):
     base = base_chat() if variant.route == ROUTE_CHAT else base_completion()
-    assert fingerprint_request(variant.route, variant.mutate(base), tenant=variant.tenant) == \
-        fingerprint_request(variant.route, base, tenant="tenant-a")
+    assert fingerprint_request(
+        variant.route, variant.mutate(base), tenant=variant.tenant
+    ) == fingerprint_request(variant.route, base, tenant="tenant-a")
 
 
 def test_pitfall_rates():
@@ -50,9 +51,25 @@ def test_the_normalized_request_is_what_gets_generated():
 
 def test_defaults_omitted_equals_explicit():
     a = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    b = dict(a, temperature=1.0, top_p=1, n=1, presence_penalty=0, frequency_penalty=0.0, logprobs=False,
-             top_k=-1, min_p=0, response_format={"type": "text"}, logit_bias={}, stop=[], seed=None,
-             max_tokens=None, token_healing=False, return_token_ids=False, tool_choice="none")
+    b = dict(
+        a,
+        temperature=1.0,
+        top_p=1,
+        n=1,
+        presence_penalty=0,
+        frequency_penalty=0.0,
+        logprobs=False,
+        top_k=-1,
+        min_p=0,
+        response_format={"type": "text"},
+        logit_bias={},
+        stop=[],
+        seed=None,
+        max_tokens=None,
+        token_healing=False,
+        return_token_ids=False,
+        tool_choice="none",
+    )
     assert fingerprint_request(ROUTE_CHAT, a) == fingerprint_request(ROUTE_CHAT, b)
     assert not is_deterministic(ROUTE_CHAT, normalize_request(ROUTE_CHAT, a))
     assert is_deterministic(ROUTE_CHAT, normalize_request(ROUTE_CHAT, dict(a, seed=3)))
@@ -60,11 +77,18 @@ def test_defaults_omitted_equals_explicit():
 
 
 def test_underscore_fields_removed_at_every_depth_but_schema_property_names_kept():
-    schema = {"type": "object", "_comment": "x", "properties": {"_id": {"type": "string", "_note": 1}},
-              "required": ["_id"]}
-    body = {"model": "m", "messages": [{"role": "user", "content": "q", "_meta": {"a": 1}}],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "_x": 2}},
-            "_top": True}
+    schema = {
+        "type": "object",
+        "_comment": "x",
+        "properties": {"_id": {"type": "string", "_note": 1}},
+        "required": ["_id"],
+    }
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "q", "_meta": {"a": 1}}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "_x": 2}},
+        "_top": True,
+    }
     c = normalize_request(ROUTE_CHAT, body)
     s = c["response_format"]["json_schema"]["schema"]
     assert "_comment" not in s and "_id" in s["properties"] and "_note" not in s["properties"]["_id"]
@@ -74,9 +98,16 @@ def test_underscore_fields_removed_at_every_depth_but_schema_property_names_kept
 
 def test_schema_property_order_is_meaning():
     def with_props(props):
-        return {"model": "m", "messages": [{"role": "user", "content": "q"}], "temperature": 0,
-                "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
-                    "type": "object", "properties": props}}}}
+        return {
+            "model": "m",
+            "messages": [{"role": "user", "content": "q"}],
+            "temperature": 0,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "s", "schema": {"type": "object", "properties": props}},
+            },
+        }
+
     ab = with_props({"a": {"type": "integer"}, "b": {"type": "string"}})
     ba = with_props({"b": {"type": "string"}, "a": {"type": "integer"}})
     assert fingerprint_request(ROUTE_CHAT, ab) != fingerprint_request(ROUTE_CHAT, ba)
@@ -87,9 +118,20 @@ def test_schema_property_order_is_meaning():
 
 
 def test_chat_text_rules_and_raw_prompt_rules():
-    c = normalize_request(ROUTE_CHAT, {"messages": [
-        {"role": "user", "content": [{"type": "text", "text": "cafe\u0301 line\r\nnext  \n"},
-                                     {"type": "image_url", "image_url": {"url": "http://x/a.png "}}]}]})
+    c = normalize_request(
+        ROUTE_CHAT,
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "cafe\u0301 line\r\nnext  \n"},
+                        {"type": "image_url", "image_url": {"url": "http://x/a.png "}},
+                    ],
+                }
+            ]
+        },
+    )
     assert c["messages"][0]["content"][0]["text"] == "caf\u00e9 line\nnext"
     assert c["messages"][0]["content"][1]["image_url"]["url"] == "http://x/a.png "
     p = normalize_request(ROUTE_COMPLETIONS, {"prompt": "cafe\u0301 http:\r\n "})
@@ -103,12 +145,27 @@ def test_llama_completion_route():
     c = normalize_request(ROUTE_LLAMA, base)
     assert "cache_prompt" not in c and "id_slot" not in c
     assert c["top_k"] == 40 and c["top_p"] == 0.95 and c["min_p"] == 0.05
-    same = {"prompt": "Hello", "n_predict": 8.0, "temperature": 0.0, "top_k": 40, "seed": -1, "return_tokens": False,
-            "stream": True}
+    same = {
+        "prompt": "Hello",
+        "n_predict": 8.0,
+        "temperature": 0.0,
+        "top_k": 40,
+        "seed": -1,
+        "return_tokens": False,
+        "stream": True,
+    }
     assert fingerprint_request(ROUTE_LLAMA, base) == fingerprint_request(ROUTE_LLAMA, same)
-    for change in ({"grammar": "root ::= \"a\""}, {"json_schema": {"type": "object"}}, {"return_tokens": True},
-                   {"top_k": 1}, {"seed": 5}, {"n_predict": 9}):
-        assert fingerprint_request(ROUTE_LLAMA, dict(base, **change)) != fingerprint_request(ROUTE_LLAMA, base)
+    for change in (
+        {"grammar": 'root ::= "a"'},
+        {"json_schema": {"type": "object"}},
+        {"return_tokens": True},
+        {"top_k": 1},
+        {"seed": 5},
+        {"n_predict": 9},
+    ):
+        assert fingerprint_request(ROUTE_LLAMA, dict(base, **change)) != fingerprint_request(
+            ROUTE_LLAMA, base
+        )
     assert not is_deterministic(ROUTE_LLAMA, normalize_request(ROUTE_LLAMA, {"prompt": "x"}))
     assert is_deterministic(ROUTE_LLAMA, normalize_request(ROUTE_LLAMA, {"prompt": "x", "seed": 1}))
 
@@ -116,8 +173,9 @@ def test_llama_completion_route():
 def test_routes_are_separate_namespaces_and_namespace_param():
     body = {"prompt": "x", "temperature": 0}
     assert fingerprint_request(ROUTE_COMPLETIONS, body) != fingerprint_request(ROUTE_LLAMA, body)
-    assert fingerprint_request(ROUTE_COMPLETIONS, body, namespace="a") != \
-        fingerprint_request(ROUTE_COMPLETIONS, body, namespace="b")
+    assert fingerprint_request(ROUTE_COMPLETIONS, body, namespace="a") != fingerprint_request(
+        ROUTE_COMPLETIONS, body, namespace="b"
+    )
 
 
 def test_tenant_from_api_key_hashes():
@@ -126,32 +184,47 @@ def test_tenant_from_api_key_hashes():
     assert tenant_from_api_key(None) == "" and tenant_from_api_key("a") != tenant_from_api_key("b")
 
 
-@pytest.mark.parametrize("route,body,param", [
-    (ROUTE_CHAT, [], None),
-    (ROUTE_CHAT, "text", None),
-    (ROUTE_CHAT, {"model": "m"}, "messages"),
-    (ROUTE_CHAT, {"messages": []}, "messages"),
-    (ROUTE_CHAT, {"messages": "hi"}, "messages"),
-    (ROUTE_CHAT, {"messages": [1]}, "messages[0]"),
-    (ROUTE_CHAT, {"messages": [{"content": "x"}]}, "messages[0].role"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": [3]}]}, "messages[0].content[0]"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "temperature": float("nan")}, "temperature"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "top_p": float("inf")}, "top_p"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "n": 1.5}, "n"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "max_tokens": True}, "max_tokens"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "stop": [1]}, "stop"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "tools": {"a": 1}}, "tools"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "tools": ["a"]}, "tools[0]"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "response_format": "json"}, "response_format"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "logit_bias": {"abc": 1}}, "logit_bias"),
-    (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "model": 3}, "model"),
-    (ROUTE_COMPLETIONS, {"prompt": 5}, "prompt"),
-    (ROUTE_COMPLETIONS, {"prompt": [None]}, "prompt"),
-    (ROUTE_COMPLETIONS, {"model": "m"}, "prompt"),
-    ("/v1/embeddings", {"input": "x"}, None),
-])
+@pytest.mark.parametrize(
+    "route,body,param",
+    [
+        (ROUTE_CHAT, [], None),
+        (ROUTE_CHAT, "text", None),
+        (ROUTE_CHAT, {"model": "m"}, "messages"),
+        (ROUTE_CHAT, {"messages": []}, "messages"),
+        (ROUTE_CHAT, {"messages": "hi"}, "messages"),
+        (ROUTE_CHAT, {"messages": [1]}, "messages[0]"),
+        (ROUTE_CHAT, {"messages": [{"content": "x"}]}, "messages[0].role"),
+        (ROUTE_CHAT, {"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        (ROUTE_CHAT, {"messages": [{"role": "user", "content": [3]}]}, "messages[0].content[0]"),
+        (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
+        (
+            ROUTE_CHAT,
+            {"messages": [{"role": "user", "content": "x"}], "temperature": float("nan")},
+            "temperature",
+        ),
+        (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "top_p": float("inf")}, "top_p"),
+        (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "n": 1.5}, "n"),
+        (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "max_tokens": True}, "max_tokens"),
+        (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "stop": [1]}, "stop"),
+        (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "tools": {"a": 1}}, "tools"),
+        (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "tools": ["a"]}, "tools[0]"),
+        (
+            ROUTE_CHAT,
+            {"messages": [{"role": "user", "content": "x"}], "response_format": "json"},
+            "response_format",
+        ),
+        (
+            ROUTE_CHAT,
+            {"messages": [{"role": "user", "content": "x"}], "logit_bias": {"abc": 1}},
+            "logit_bias",
+        ),
+        (ROUTE_CHAT, {"messages": [{"role": "user", "content": "x"}], "model": 3}, "model"),
+        (ROUTE_COMPLETIONS, {"prompt": 5}, "prompt"),
+        (ROUTE_COMPLETIONS, {"prompt": [None]}, "prompt"),
+        (ROUTE_COMPLETIONS, {"model": "m"}, "prompt"),
+        ("/v1/embeddings", {"input": "x"}, None),
+    ],
+)
 def test_malformed_bodies_raise_clear_errors(route, body, param):
     with pytest.raises(CacheRequestError) as ei:
         normalize_request(route, body)
@@ -171,7 +244,9 @@ def test_hostile_strings_and_deep_nesting_do_not_crash():
         cur = cur["a"]
     assert len(fingerprint_request(ROUTE_CHAT, dict(body, extra=deep))) == 64
     huge_int = dict(body, seed=2**70)
-    assert fingerprint_request(ROUTE_CHAT, huge_int) != fingerprint_request(ROUTE_CHAT, dict(body, seed=2**70 + 1))
+    assert fingerprint_request(ROUTE_CHAT, huge_int) != fingerprint_request(
+        ROUTE_CHAT, dict(body, seed=2**70 + 1)
+    )
 
 
 def test_input_body_not_mutated():
@@ -190,5 +265,6 @@ def test_token_healing_default_follows_the_route():
         assert fingerprint_request(route, {**base, "token_healing": True}) == on
         assert fingerprint_request(route, {**base, "token_healing": False}) != on
     chat = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
-    assert fingerprint_request("/v1/chat/completions", {**chat, "token_healing": False}) == \
-        fingerprint_request("/v1/chat/completions", chat)
+    assert fingerprint_request(
+        "/v1/chat/completions", {**chat, "token_healing": False}
+    ) == fingerprint_request("/v1/chat/completions", chat)

@@ -86,7 +86,7 @@ def test_max_entries_evicts_oldest(make_store):
 
 def test_corrupt_values_read_as_miss_and_are_removed(make_store):
     s = make_store()
-    for n, raw in enumerate(["{not json", "[1,2]", "\"str\"", "\udcff"]):
+    for n, raw in enumerate(["{not json", "[1,2]", '"str"', "\udcff"]):
         key = f"bad{n}"
         if make_store.kind == "redis":
             s._r.set(s._key(key), raw.encode("utf-8", "surrogateescape"))
@@ -203,5 +203,5 @@ def test_check_value_accepts_only_sealed_objects():
     assert decode(encode_value({"a": 1})) == {"a": 1}
     assert decode(encode_value({"a": 1}).encode()) == {"a": 1}
     # Plain JSON (what earlier versions stored) is not trusted: nothing shows it is what was written.
-    assert decode(b"{\"a\":1}") is None
+    assert decode(b'{"a":1}') is None
     assert decode(b"[1]") is None and decode(b"\xff\xfe") is None and decode("") is None

@@ -23,8 +23,14 @@ GRAMMAR_SECONDS = 3.0  # the second server's compile budget, so the hostile set 
 
 @pytest.fixture(scope="module")
 def cached_server():
-    s = RunningServer("smollm2", n_ctx=512, parallel=2, cache_mode="deterministic", cache_store="memory",
-                      grammar_seconds=GRAMMAR_SECONDS)
+    s = RunningServer(
+        "smollm2",
+        n_ctx=512,
+        parallel=2,
+        cache_mode="deterministic",
+        cache_store="memory",
+        grammar_seconds=GRAMMAR_SECONDS,
+    )
     yield s
     s.stop()
 
@@ -76,7 +82,9 @@ def test_no_5xx_and_same_answer_with_cache_on_or_off(smollm2_server, cached_serv
     cases = sample_cases(N_CASES, seed=16)
     off, resets_off = _replay(smollm2_server.url, cases)
     on, resets_on = _replay(cached_server.url, cases)
-    fives = {k: v for k, v in {**off, **{k + " (cache)": v for k, v in on.items()}}.items() if v >= 500 or v < 0}
+    fives = {
+        k: v for k, v in {**off, **{k + " (cache)": v for k, v in on.items()}}.items() if v >= 500 or v < 0
+    }
     assert not fives, "\n".join(f"{k}: {v}" for k, v in sorted(fives.items()))
     assert resets_off == 0 and resets_on == 0
     differ = {k: (off[k], on[k]) for k in off if off[k] != on[k]}
@@ -89,14 +97,19 @@ def test_no_5xx_and_same_answer_with_cache_on_or_off(smollm2_server, cached_serv
 @pytest.mark.parametrize("name,fields", hostile_grammars(), ids=[n for n, _ in hostile_grammars()])
 def test_hostile_grammar_is_answered_within_its_budget_and_plain_requests_go_on(cached_server, name, fields):
     t0 = time.monotonic()
-    r = httpx.post(cached_server.url + "/v1/completions",
-                   json={"prompt": "x", "max_tokens": 2, "temperature": 0, **fields}, timeout=120)
+    r = httpx.post(
+        cached_server.url + "/v1/completions",
+        json={"prompt": "x", "max_tokens": 2, "temperature": 0, **fields},
+        timeout=120,
+    )
     took = time.monotonic() - t0
     assert r.status_code < 500, (r.status_code, r.text[:300])
     if r.status_code != 200:  # some of the set compile (lazily built automata): then they must just work
         assert r.json()["error"]["message"]
     assert took < 2 * GRAMMAR_SECONDS + 5  # the promised bound (2x the budget), not a timing
-    ok = httpx.post(cached_server.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=60)
+    ok = httpx.post(
+        cached_server.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=60
+    )
     assert ok.status_code == 200
 
 
@@ -106,8 +119,11 @@ def _raw_post(url: str, body: dict):
     host, port = url.removeprefix("http://").split(":")
     data = json.dumps(body).encode()
     s = socket.create_connection((host, int(port)))
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-              + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    s.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
     return s
 
 
@@ -130,6 +146,8 @@ def test_streamed_client_that_leaves_while_queued_is_not_an_error(cached_server,
     deadline = time.monotonic() + 30
     while (state.engine.running_count or state.engine.queue_depth) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [r for r in caplog.records if r.levelname == "ERROR"], [r.getMessage()[:200] for r in caplog.records]
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], [
+        r.getMessage()[:200] for r in caplog.records
+    ]
     metrics = httpx.get(cached_server.url + "/metrics").text
     assert 'status="500"' not in metrics

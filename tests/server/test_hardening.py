@@ -29,8 +29,12 @@ KEY = "sk-test-0f3c"
 @pytest.fixture(scope="module")
 def guarded(smollm2_server):
     """A second app over the same engine, with keys, the loopback Host list and one CORS origin."""
-    app = create_app(smollm2_server.state, api_keys=[KEY], allowed_hosts=default_allowed_hosts("127.0.0.1"),
-                     cors_origins=["https://app.example"])
+    app = create_app(
+        smollm2_server.state,
+        api_keys=[KEY],
+        allowed_hosts=default_allowed_hosts("127.0.0.1"),
+        cors_origins=["https://app.example"],
+    )
     bg = BackgroundServer(app).start()
     yield bg.url
     bg.stop()
@@ -42,19 +46,27 @@ def _generated(state) -> int:
 
 def test_text_plain_post_is_refused_before_anything_runs(smollm2_server):
     before = _generated(smollm2_server.state)
-    r = httpx.post(smollm2_server.url + "/v1/completions", content=json.dumps({"prompt": "Hi", "max_tokens": 4}),
-                   headers={"Content-Type": "text/plain"})
+    r = httpx.post(
+        smollm2_server.url + "/v1/completions",
+        content=json.dumps({"prompt": "Hi", "max_tokens": 4}),
+        headers={"Content-Type": "text/plain"},
+    )
     assert r.status_code == 415 and "application/json" in r.json()["error"]["message"]
     assert _generated(smollm2_server.state) == before
 
 
-@pytest.mark.parametrize("raw,needle", [
-    (b"[" * 10_000 + b"]" * 10_000, "deep"),
-    (b'{"prompt": "\\ud800", "max_tokens": 2}', "surrogate"),
-    (b'{"prompt": "x", "temperature": NaN}', "NaN"),
-])
+@pytest.mark.parametrize(
+    "raw,needle",
+    [
+        (b"[" * 10_000 + b"]" * 10_000, "deep"),
+        (b'{"prompt": "\\ud800", "max_tokens": 2}', "surrogate"),
+        (b'{"prompt": "x", "temperature": NaN}', "NaN"),
+    ],
+)
 def test_hostile_json_is_a_400_that_says_why(smollm2_server, raw, needle):
-    r = httpx.post(smollm2_server.url + "/v1/completions", content=raw, headers={"Content-Type": "application/json"})
+    r = httpx.post(
+        smollm2_server.url + "/v1/completions", content=raw, headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == 400
     assert needle.lower() in r.json()["error"]["message"].lower()
 
@@ -65,36 +77,55 @@ def test_api_keys_host_check_and_cors(guarded):
     wrong = httpx.post(guarded + "/v1/completions", json=body, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.headers["www-authenticate"].startswith("Bearer")
     assert "nope" not in wrong.text
-    assert httpx.post(guarded + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert (
+        httpx.post(
+            guarded + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}
+        ).status_code
+        == 200
+    )
     assert httpx.get(guarded + "/metrics").status_code == 401
     assert httpx.get(guarded + "/health").status_code == 200  # for load balancers
     # DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends its own Host
     rebound = httpx.get(guarded + "/health", headers={"Host": "evil.example"})
     assert rebound.status_code == 400
-    pre = httpx.options(guarded + "/v1/completions", headers={
-        "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization, content-type"})
+    pre = httpx.options(
+        guarded + "/v1/completions",
+        headers={
+            "Origin": "https://app.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
     assert pre.status_code == 204 and pre.headers["access-control-allow-origin"] == "https://app.example"
-    other = httpx.options(guarded + "/v1/completions", headers={
-        "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+    other = httpx.options(
+        guarded + "/v1/completions",
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+    )
     assert other.status_code == 403 and "access-control-allow-origin" not in other.headers
 
 
 def test_no_cors_headers_unless_configured(smollm2_server):
-    r = httpx.post(smollm2_server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
-                   headers={"Origin": "https://evil.example"})
+    r = httpx.post(
+        smollm2_server.url + "/v1/completions",
+        json={"prompt": "Hi", "max_tokens": 2},
+        headers={"Origin": "https://evil.example"},
+    )
     assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
 
 
 def test_non_streamed_client_that_leaves_stops_its_generation(smollm2_server):
     state = smollm2_server.state
     host, port = smollm2_server.url.removeprefix("http://").split(":")
-    body = json.dumps({"prompt": "Tell a long story.", "max_tokens": 400, "ignore_eos": True,
-                       "temperature": 0.8}).encode()
+    body = json.dumps(
+        {"prompt": "Tell a long story.", "max_tokens": 400, "ignore_eos": True, "temperature": 0.8}
+    ).encode()
     before = _generated(state)
     s = socket.create_connection((host, int(port)))
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-              + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    s.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
     deadline = time.monotonic() + 30
     while _generated(state) - before < 5 and time.monotonic() < deadline:  # decoding has started
         time.sleep(0.01)
@@ -112,7 +143,9 @@ def test_tokenize_limits_and_types(smollm2_server):
     big = httpx.post(url + "/tokenize", json={"content": "a" * (MAX_TOKENIZE_CHARS + 1)})
     assert big.status_code == 413
     assert httpx.post(url + "/tokenize", json={"content": "hi", "with_pieces": "yes"}).status_code == 400
-    assert httpx.post(url + "/tokenize", json={"content": "hi", "with_pieces": True}).json()["tokens"][0]["piece"]
+    assert httpx.post(url + "/tokenize", json={"content": "hi", "with_pieces": True}).json()["tokens"][0][
+        "piece"
+    ]
 
 
 def test_full_grammar_pool_is_503_with_retry_after_and_plain_requests_go_on(smollm2_server):
@@ -126,13 +159,20 @@ def test_full_grammar_pool_is_503_with_retry_after_and_plain_requests_go_on(smol
         holder.start()
         while pool.in_flight == 0:
             time.sleep(0.01)
-        r = httpx.post(smollm2_server.url + "/v1/completions",
-                       json={"prompt": "x", "max_tokens": 2, "guided_regex": "[a-z]+"})
+        r = httpx.post(
+            smollm2_server.url + "/v1/completions",
+            json={"prompt": "x", "max_tokens": 2, "guided_regex": "[a-z]+"},
+        )
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert r.json()["error"]["code"] == "server_busy"
         h = httpx.get(smollm2_server.url + "/health")
         assert h.status_code == 200 and h.json()["status"] == "degraded"
-        assert httpx.post(smollm2_server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}).status_code == 200
+        assert (
+            httpx.post(
+                smollm2_server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}
+            ).status_code
+            == 200
+        )
     finally:
         release.set()
         holder.join()
@@ -169,10 +209,27 @@ def test_work_pool_counts_jobs_that_never_started():
 
 def test_sigterm_with_a_stream_running_exits_within_the_shutdown_timeout(tmp_path):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tokenseam.cli", "serve", "--port", str(port), "--cache", "off",
-                             "--ctx-size", "2048", "--parallel", "1", "--shutdown-timeout", "2"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "log", "wb"),
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokenseam.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--cache",
+            "off",
+            "--ctx-size",
+            "2048",
+            "--parallel",
+            "1",
+            "--shutdown-timeout",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "log", "wb"),
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -186,8 +243,12 @@ def test_sigterm_with_a_stream_running_exits_within_the_shutdown_timeout(tmp_pat
 
         def stream() -> None:
             try:
-                with httpx.stream("POST", url + "/v1/completions", json={
-                        "prompt": "Once", "max_tokens": 1500, "ignore_eos": True, "stream": True}, timeout=60) as r:
+                with httpx.stream(
+                    "POST",
+                    url + "/v1/completions",
+                    json={"prompt": "Once", "max_tokens": 1500, "ignore_eos": True, "stream": True},
+                    timeout=60,
+                ) as r:
                     for _ in r.iter_bytes():
                         got.set()
             except httpx.HTTPError:

@@ -12,7 +12,12 @@ pytestmark = [pytest.mark.model, pytest.mark.server]
 
 def test_url_prompt_is_healed_and_canonical(smollm2_server):
     url = smollm2_server.url
-    body = {"prompt": 'The link is <a href="http:', "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+    body = {
+        "prompt": 'The link is <a href="http:',
+        "max_tokens": 8,
+        "temperature": 0,
+        "return_token_ids": True,
+    }
     r = httpx.post(url + "/v1/completions", json=body, timeout=60).json()
     healed = r["token_healing"]
     removed = bytes(healed["removed_bytes"])
@@ -22,7 +27,7 @@ def test_url_prompt_is_healed_and_canonical(smollm2_server):
     out_bytes = vocab.decode_bytes(out_ids)
     assert out_bytes.startswith(removed)
     # the text shown is what follows the prompt: the removed bytes are not repeated
-    assert r["choices"][0]["text"].encode() == out_bytes[len(removed):]
+    assert r["choices"][0]["text"].encode() == out_bytes[len(removed) :]
     assert r["choices"][0]["text"].startswith("//")
     kept = tok.encode(body["prompt"])[: -len(healed["removed_ids"])]
     joined = vocab.decode_bytes(kept + out_ids)
@@ -48,12 +53,17 @@ def test_healed_stream_matches_non_stream(server):
 
 
 def test_chat_is_not_healed_by_default(smollm2_server):
-    r = httpx.post(smollm2_server.url + "/v1/chat/completions",
-                   json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}, timeout=60).json()
+    r = httpx.post(
+        smollm2_server.url + "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        timeout=60,
+    ).json()
     assert "token_healing" not in r
 
 
 @pytest.mark.parametrize("value", ["yes", -1, 99, 1.5])
 def test_bad_token_healing_values(smollm2_server, value):
-    r = httpx.post(smollm2_server.url + "/v1/completions", json={"prompt": "x", "token_healing": value}, timeout=30)
+    r = httpx.post(
+        smollm2_server.url + "/v1/completions", json={"prompt": "x", "token_healing": value}, timeout=30
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "token_healing"

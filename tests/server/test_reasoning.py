@@ -11,8 +11,14 @@ from tokenseam.grammar import GrammarCompiler, GrammarMatcher
 def test_thinking_is_free_then_grammar_applies_even_inside_one_token(smollm2_vocab, tokenizers):
     vocab, tok = smollm2_vocab, tokenizers["smollm2"]
     compiled = GrammarCompiler(vocab).compile_json_schema(
-        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False},
-        compact=True)
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "required": ["a"],
+            "additionalProperties": False,
+        },
+        compact=True,
+    )
     m = GrammarMatcher(compiled, reasoning_end="</think>")
     ids = tok.encode('Let me think... {not json} </think>{"a":1}')
     mask = np.zeros(vocab.mask_words, dtype=np.int32)
@@ -27,7 +33,9 @@ def test_thinking_is_free_then_grammar_applies_even_inside_one_token(smollm2_voc
 def test_bytes_after_the_tag_in_the_same_token_reach_the_grammar(smollm2_vocab):
     tb = smollm2_vocab.token_bytes
     letters = GrammarMatcher(GrammarCompiler(smollm2_vocab).compile_regex("[a-z]+"), reasoning_end="th")
-    assert letters.accept_token(tb.index(b"x")) and letters.accept_token(tb.index(b"the"))  # "e" goes to the grammar
+    assert letters.accept_token(tb.index(b"x")) and letters.accept_token(
+        tb.index(b"the")
+    )  # "e" goes to the grammar
     assert letters.is_accepting()
     letters.rollback(1)
     assert not letters.is_accepting()

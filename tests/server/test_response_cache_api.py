@@ -14,15 +14,22 @@ pytestmark = [pytest.mark.model, pytest.mark.server]
 @pytest.fixture(scope="module")
 def cached_server(tmp_path_factory):
     db = tmp_path_factory.mktemp("cache") / "responses.sqlite"
-    s = RunningServer("smollm2", n_ctx=512, parallel=2, cache_mode="deterministic", cache_store=f"sqlite:{db}")
+    s = RunningServer(
+        "smollm2", n_ctx=512, parallel=2, cache_mode="deterministic", cache_store=f"sqlite:{db}"
+    )
     yield s
     s.stop()
 
 
 def test_miss_then_hit_with_same_body_in_any_key_order(cached_server):
     url = cached_server.url + "/v1/chat/completions"
-    body = {"messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 60, "temperature": 0,
-            "return_token_ids": True, "stop": ["."]}  # truncated answers are never cached: let it stop
+    body = {
+        "messages": [{"role": "user", "content": "Name a color."}],
+        "max_tokens": 60,
+        "temperature": 0,
+        "return_token_ids": True,
+        "stop": ["."],
+    }  # truncated answers are never cached: let it stop
     r1 = httpx.post(url, json=body, timeout=60)
     assert r1.headers["x-tokenseam-cache"] == "miss"
     reordered = {k: body[k] for k in reversed(list(body))}
@@ -41,13 +48,21 @@ def test_miss_then_hit_with_same_body_in_any_key_order(cached_server):
 def test_stream_hit_is_replayed_token_by_token(cached_server):
     url = cached_server.url + "/v1/completions"
     # The answer is forced (greedy output differs between CPUs): multi-byte characters split across tokens.
-    forced = cached_server.state.tokenizer.encode(" 안녕하세요 😊 and hello", add_special=False, parse_special=False)
-    body = {"prompt": "Greeting in Korean:", "max_tokens": 60, "temperature": 0, "return_token_ids": True,
-            "token_healing": False, "_force_ids": forced}
+    forced = cached_server.state.tokenizer.encode(
+        " 안녕하세요 😊 and hello", add_special=False, parse_special=False
+    )
+    body = {
+        "prompt": "Greeting in Korean:",
+        "max_tokens": 60,
+        "temperature": 0,
+        "return_token_ids": True,
+        "token_healing": False,
+        "_force_ids": forced,
+    }
     live = httpx.post(url, json=body, timeout=60).json()  # a non-streamed miss fills the cache
     assert live["choices"][0]["finish_reason"] == "stop"
     ids = live["choices"][0]["token_ids"]
-    assert ids[:len(forced)] == forced
+    assert ids[: len(forced)] == forced
     with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as r:
         assert r.headers["x-tokenseam-cache"] == "hit"
     events, done = stream_events(url, {**body, "stream": True})
@@ -59,6 +74,7 @@ def test_stream_hit_is_replayed_token_by_token(cached_server):
 
 
 def test_bad_body_for_cache_is_400(cached_server):
-    r = httpx.post(cached_server.url + "/v1/chat/completions", json={"messages": "nope", "temperature": 0},
-                   timeout=30)
+    r = httpx.post(
+        cached_server.url + "/v1/chat/completions", json={"messages": "nope", "temperature": 0}, timeout=30
+    )
     assert r.status_code == 400 and r.json()["error"]["message"]

@@ -12,8 +12,11 @@ CHAT = [{"role": "user", "content": "Repeat after me."}]
 
 def forced_ids(server, text: str, byte_fallback: bool = False) -> list[int]:
     if byte_fallback:  # Gemma: spell the text with <0xNN> byte tokens
-        table = {server.state.vocab.token_text[i]: i for i in range(server.state.vocab.size)
-                 if server.state.vocab.token_text[i].startswith("<0x")}
+        table = {
+            server.state.vocab.token_text[i]: i
+            for i in range(server.state.vocab.size)
+            if server.state.vocab.token_text[i].startswith("<0x")
+        }
         return [table[f"<0x{b:02X}>"] for b in text.encode()]
     return server.state.tokenizer.encode(text)
 
@@ -38,7 +41,9 @@ def run_both(server, route: str, extra: dict):
     assert r.status_code == 200, r.text
     full = r.json()
     wait_idle(server)
-    events, done = stream_events(server.url + route, {**base, "stream": True, "stream_options": {"include_usage": True}})
+    events, done = stream_events(
+        server.url + route, {**base, "stream": True, "stream_options": {"include_usage": True}}
+    )
     assert done
     return full, events
 
@@ -67,8 +72,10 @@ def check_invariants(server, full, events, route, n=1, same_output=True):
         assert bytes(events[0].get("token_healing", {}).get("removed_bytes", [])) == healed
         for ids, t in ((streamed_ids, streamed_text), (choice["token_ids"], text)):
             raw = vocab.decode_bytes(ids)
-            assert raw.startswith(healed)  # healing regenerates the removed bytes; the text does not repeat them
-            decoded = raw[len(healed):].decode("utf-8", errors="ignore")
+            assert raw.startswith(
+                healed
+            )  # healing regenerates the removed bytes; the text does not repeat them
+            decoded = raw[len(healed) :].decode("utf-8", errors="ignore")
             assert "\ufffd" not in t and decoded.startswith(t)
         if same_output:
             assert choice["token_ids"] == streamed_ids
@@ -100,9 +107,10 @@ def test_smollm2_splits_emoji_and_korean_yet_streams_all_ids(smollm2_server):
     assert len(forced_ids(smollm2_server, "😊📚😊")) == 9
     assert len(forced_ids(smollm2_server, "안녕하세요.")) == 15
     ids = forced_ids(smollm2_server, "😊📚😊")
-    events, _ = stream_events(smollm2_server.url + "/completion",
-                              {"prompt": "Emoji:", "n_predict": 32, "temperature": 0, "stream": True,
-                               "_force_ids": ids})
+    events, _ = stream_events(
+        smollm2_server.url + "/completion",
+        {"prompt": "Emoji:", "n_predict": 32, "temperature": 0, "stream": True, "_force_ids": ids},
+    )
     streamed = [t for e in events for t in e["tokens"]]
     assert streamed[:9] == ids and len(streamed) == 10 and events[-1]["stop"] is True
     assert events[-1]["all_tokens"] == streamed
@@ -155,13 +163,17 @@ def test_n_choices_never_mix_ids(smollm2_server):
 
 @pytest.mark.model
 def test_greedy_same_ids_streamed_or_not(smollm2_server):
-    full, events = run_both(smollm2_server, "/v1/completions", {"temperature": 0, "seed": 7, "max_tokens": 40})
+    full, events = run_both(
+        smollm2_server, "/v1/completions", {"temperature": 0, "seed": 7, "max_tokens": 40}
+    )
     check_invariants(smollm2_server, full, events, "/v1/completions")
 
 
 @pytest.mark.model
 def test_sampled_stream_accounts_for_every_id(smollm2_server):
-    full, events = run_both(smollm2_server, "/v1/completions", {"temperature": 0.9, "seed": 7, "max_tokens": 40})
+    full, events = run_both(
+        smollm2_server, "/v1/completions", {"temperature": 0.9, "seed": 7, "max_tokens": 40}
+    )
     check_invariants(smollm2_server, full, events, "/v1/completions", same_output=False)
 
 
@@ -170,8 +182,13 @@ def test_client_disconnect_cancels_and_frees_kv(smollm2_server):
     import time
 
     engine = smollm2_server.state.engine
-    body = {"prompt": "Count from one to a thousand:", "max_tokens": 900, "temperature": 0, "stream": True,
-            "ignore_eos": True}
+    body = {
+        "prompt": "Count from one to a thousand:",
+        "max_tokens": 900,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+    }
     with httpx.stream("POST", smollm2_server.url + "/v1/completions", json=body, timeout=60) as r:
         seen = 0
         for line in r.iter_lines():
@@ -184,8 +201,9 @@ def test_client_disconnect_cancels_and_frees_kv(smollm2_server):
     while engine.running_count and time.time() < deadline:
         time.sleep(0.05)
     assert engine.running_count == 0
-    assert all(smollm2_server.state.backend.seq_len(s) == 0 or s in engine._free
-               for s in range(engine.n_slots))
+    assert all(
+        smollm2_server.state.backend.seq_len(s) == 0 or s in engine._free for s in range(engine.n_slots)
+    )
     # the server keeps serving
     r = httpx.post(smollm2_server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 3}, timeout=60)
     assert r.status_code == 200

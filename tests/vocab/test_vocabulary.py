@@ -6,15 +6,27 @@ import pytest
 from tokenseam.vocab import Vocabulary, VocabularyError
 from tokenseam.vocab.gguf import read_gguf_metadata
 
-TEXTS = ["Hello, world!", "안녕하세요.", "😊📚😊", "def calculate_total(x):\n    return x", "中华人民共和国",
-         "http://example.com/a?b=1", "  leading and trailing  ", "\\frac{a}{b}"]
+TEXTS = [
+    "Hello, world!",
+    "안녕하세요.",
+    "😊📚😊",
+    "def calculate_total(x):\n    return x",
+    "中华人民共和国",
+    "http://example.com/a?b=1",
+    "  leading and trailing  ",
+    "\\frac{a}{b}",
+]
 
 
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_every_normal_token_matches_llama_cpp_piece(name, vocabs, tokenizers):
     vocab, tok = vocabs[name], tokenizers[name]
     assert vocab.size == tok.n_vocab
-    bad = [i for i in range(vocab.size) if not vocab.is_special[i] and tok.piece(i, False) != vocab.token_bytes[i]]
+    bad = [
+        i
+        for i in range(vocab.size)
+        if not vocab.is_special[i] and tok.piece(i, False) != vocab.token_bytes[i]
+    ]
     assert bad == []
 
 
@@ -55,7 +67,10 @@ def test_trie_prefix_range_matches_scan(smollm2_vocab):
         got = set(v.trie.tokens_with_prefix(prefix).tolist())
         want = {i for i, b in enumerate(v.token_bytes) if b.startswith(prefix) and not v.is_special[i]}
         assert got == want, prefix
-    assert {i for _, i in v.trie.prefixes_of(b"http")} >= {v.token_bytes.index(b"h"), v.token_bytes.index(b"http")}
+    assert {i for _, i in v.trie.prefixes_of(b"http")} >= {
+        v.token_bytes.index(b"h"),
+        v.token_bytes.index(b"http"),
+    }
 
 
 def test_mask_words_and_fingerprint(smollm2_vocab, gemma3_vocab):
@@ -69,8 +84,11 @@ def test_hf_tokenizer_json_bytelevel(tmp_path):
 
     inv = {b: c for c, b in gpt2_unicode_to_byte().items()}
     vocab = {"".join(inv[b] for b in piece): i for i, piece in enumerate([b"a", b" b", b"\n", "é".encode()])}
-    data = {"model": {"type": "BPE", "vocab": vocab}, "decoder": {"type": "ByteLevel"},
-            "added_tokens": [{"id": 4, "content": "<|end|>", "special": True}]}
+    data = {
+        "model": {"type": "BPE", "vocab": vocab},
+        "decoder": {"type": "ByteLevel"},
+        "added_tokens": [{"id": 4, "content": "<|end|>", "special": True}],
+    }
     p = tmp_path / "tokenizer.json"
     p.write_text(json.dumps(data))
     v = Vocabulary.from_hf_tokenizer_json(p)
@@ -80,16 +98,19 @@ def test_hf_tokenizer_json_bytelevel(tmp_path):
 
 
 def test_hf_tokenizer_json_sentencepiece(tmp_path):
-    data = {"model": {"type": "Unigram", "vocab": [["<unk>", 0], ["\u2581hi", -1], ["<0x0A>", -2]]},
-            "added_tokens": [{"id": 0, "content": "<unk>", "special": True}]}
+    data = {
+        "model": {"type": "Unigram", "vocab": [["<unk>", 0], ["\u2581hi", -1], ["<0x0A>", -2]]},
+        "added_tokens": [{"id": 0, "content": "<unk>", "special": True}],
+    }
     p = tmp_path / "tokenizer.json"
     p.write_text(json.dumps(data))
     v = Vocabulary.from_hf_tokenizer_json(p)
     assert v.token_bytes[1:] == [b" hi", b"\n"]
 
 
-@pytest.mark.parametrize("content", [b"", b"GGUF", b"NOTAGGUF" * 10, b"GGUF\x03\x00\x00\x00" + b"\x00" * 8 +
-                                     b"\xff" * 8])
+@pytest.mark.parametrize(
+    "content", [b"", b"GGUF", b"NOTAGGUF" * 10, b"GGUF\x03\x00\x00\x00" + b"\x00" * 8 + b"\xff" * 8]
+)
 def test_malformed_gguf_is_a_clear_error(tmp_path, content):
     p = tmp_path / "bad.gguf"
     p.write_bytes(content)
@@ -135,8 +156,10 @@ def test_derived_tables_are_built_once_per_vocabulary_even_from_many_threads(smo
         return object()
 
     got = []
-    threads = [threading.Thread(target=lambda: got.append(smollm2_vocab.derived("test.table", build)))
-               for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: got.append(smollm2_vocab.derived("test.table", build)))
+        for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:

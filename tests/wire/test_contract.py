@@ -14,17 +14,24 @@ from tokenseam.server.errors import APIError
 from tokenseam.server.protocol import parse_llama_completion, parse_openai
 from tokenseam.wire import DEFAULTS, ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_LLAMA, ROUTES, TOKEN_HEALING_ERROR
 
-BASE = {ROUTE_CHAT: {"messages": [{"role": "user", "content": "hi"}]},
-        ROUTE_COMPLETIONS: {"prompt": "hi"}, ROUTE_LLAMA: {"prompt": "hi"}}
+BASE = {
+    ROUTE_CHAT: {"messages": [{"role": "user", "content": "hi"}]},
+    ROUTE_COMPLETIONS: {"prompt": "hi"},
+    ROUTE_LLAMA: {"prompt": "hi"},
+}
+
 
 def _parse(route: str, body: dict):
     return parse_llama_completion(body) if route == ROUTE_LLAMA else parse_openai(body, route)
 
 
 def _cases() -> list:
-    return [pytest.param(route, name, v, id=f"{route}:{name}={v!r}")
-            for route in ROUTES for name, (_, value) in DEFAULTS[route].items()
-            for v in (value if isinstance(value, tuple) else (value,))]
+    return [
+        pytest.param(route, name, v, id=f"{route}:{name}={v!r}")
+        for route in ROUTES
+        for name, (_, value) in DEFAULTS[route].items()
+        for v in (value if isinstance(value, tuple) else (value,))
+    ]
 
 
 @pytest.mark.parametrize("route,name,value", _cases())
@@ -48,8 +55,23 @@ def test_fill_defaults_reach_the_generated_request(route):
             assert out[name] == value
 
 
-@pytest.mark.parametrize("value", [True, False, None, 0, 1, wire.TOKEN_HEALING_MAX, wire.TOKEN_HEALING_MAX + 1, -1,
-                                   1.5, "true", [4], 10**18])
+@pytest.mark.parametrize(
+    "value",
+    [
+        True,
+        False,
+        None,
+        0,
+        1,
+        wire.TOKEN_HEALING_MAX,
+        wire.TOKEN_HEALING_MAX + 1,
+        -1,
+        1.5,
+        "true",
+        [4],
+        10**18,
+    ],
+)
 @pytest.mark.parametrize("route", [ROUTE_COMPLETIONS, ROUTE_LLAMA])
 def test_one_token_healing_rule(route, value):
     """The server's parser and `resolve_token_healing` accept and refuse the same values, with one message."""

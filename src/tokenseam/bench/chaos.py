@@ -23,8 +23,12 @@ from typing import Any
 from .common import free_port, machine, median, percentile, write_json
 from .faults import hostile_grammars, malformed_cases
 
-SECRETS = {"upstream_password": "chaos-upw-7c1e", "upstream_key": "chaos-upkey-52ab", "client_key": "chaos-cli-9d03",
-           "redis_password": "chaos-redis-e4f2"}
+SECRETS = {
+    "upstream_password": "chaos-upw-7c1e",
+    "upstream_key": "chaos-upkey-52ab",
+    "client_key": "chaos-cli-9d03",
+    "redis_password": "chaos-redis-e4f2",
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,8 +52,9 @@ class Proc:
         self.start()
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdout=self.logfile, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(self.env or {})})
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self.logfile, stderr=subprocess.STDOUT, env={**os.environ, **(self.env or {})}
+        )
 
     def kill(self) -> None:
         self.proc.kill()
@@ -96,8 +101,24 @@ def _redis(port: int, workdir: str) -> Proc | None:
     exe = "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else shutil.which("redis-server")
     if not exe:
         return None
-    p = Proc("redis", [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "",
-                       "--appendonly", "no", "--requirepass", SECRETS["redis_password"]])
+    p = Proc(
+        "redis",
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            workdir,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            SECRETS["redis_password"],
+        ],
+    )
     time.sleep(0.3)
     return p
 
@@ -115,8 +136,15 @@ class Recorder:
             self.texts.extend(parts)
 
 
-def _post(url: str, route: str, body: bytes, ctype: str = "application/json", headers: dict | None = None,
-          timeout: float = 120, rec: Recorder | None = None) -> tuple[int, bytes, float]:
+def _post(
+    url: str,
+    route: str,
+    body: bytes,
+    ctype: str = "application/json",
+    headers: dict | None = None,
+    timeout: float = 120,
+    rec: Recorder | None = None,
+) -> tuple[int, bytes, float]:
     from urllib.parse import urlsplit
 
     u = urlsplit(url)
@@ -166,8 +194,14 @@ def _malformed(url: str, routes: tuple[str, ...], headers: dict, rec: Recorder) 
 
 
 def _plain_body(i: int) -> bytes:
-    return json.dumps({"prompt": f"Request {i}: the weather today is", "max_tokens": 16, "temperature": 0.8,
-                       "token_healing": False}).encode()
+    return json.dumps(
+        {
+            "prompt": f"Request {i}: the weather today is",
+            "max_tokens": 16,
+            "temperature": 0.8,
+            "token_healing": False,
+        }
+    ).encode()
 
 
 def _latencies(url: str, n: int, headers: dict, concurrency: int = 2) -> tuple[list[float], int]:
@@ -197,7 +231,9 @@ def _latencies(url: str, n: int, headers: dict, concurrency: int = 2) -> tuple[l
     return lat, errors[0]
 
 
-def _hostile_beside_plain(url: str, n: int, headers: dict, rec: Recorder, attackers: int = 1) -> dict[str, Any]:
+def _hostile_beside_plain(
+    url: str, n: int, headers: dict, rec: Recorder, attackers: int = 1
+) -> dict[str, Any]:
     alone, err_alone = _latencies(url, n, headers)
     stop = threading.Event()
     hostile = {"sent": 0, "4xx": 0, "5xx": 0, "hangs": 0}
@@ -211,8 +247,17 @@ def _hostile_beside_plain(url: str, n: int, headers: dict, rec: Recorder, attack
             body = json.dumps({"prompt": "x", "max_tokens": 2, **fields}).encode()
             status, _, _ = _post(url, "/v1/completions", body, headers=headers, timeout=60, rec=rec)
             hostile["sent"] += 1
-            key = ("hangs" if status == -2 else "503" if status == 503 else "5xx" if status >= 500 or status < 0
-                   else "4xx" if status >= 400 else "2xx")
+            key = (
+                "hangs"
+                if status == -2
+                else "503"
+                if status == 503
+                else "5xx"
+                if status >= 500 or status < 0
+                else "4xx"
+                if status >= 400
+                else "2xx"
+            )
             hostile[key] = hostile.get(key, 0) + 1
 
     threads = [threading.Thread(target=attacker) for _ in range(attackers)]
@@ -224,9 +269,13 @@ def _hostile_beside_plain(url: str, n: int, headers: dict, rec: Recorder, attack
     for t in threads:
         t.join(90)
     p99a, p99b = percentile(alone, 99), percentile(beside, 99)
-    return {"plain_alone": {"p50_s": median(alone), "p99_s": p99a, "errors": err_alone},
-            "plain_beside_hostile": {"p50_s": median(beside), "p99_s": p99b, "errors": err_beside},
-            "p99_ratio": p99b / p99a if p99a else float("nan"), "attackers": attackers, "hostile": hostile}
+    return {
+        "plain_alone": {"p50_s": median(alone), "p99_s": p99a, "errors": err_alone},
+        "plain_beside_hostile": {"p50_s": median(beside), "p99_s": p99b, "errors": err_beside},
+        "p99_ratio": p99b / p99a if p99a else float("nan"),
+        "attackers": attackers,
+        "hostile": hostile,
+    }
 
 
 def _metric(url: str, name: str, headers: dict) -> float:
@@ -245,8 +294,14 @@ def _disconnects(url: str, headers: dict) -> dict[str, Any]:
     from urllib.parse import urlsplit
 
     u = urlsplit(url)
-    body = json.dumps({"prompt": "Write a very long story about a dragon.", "max_tokens": 400, "temperature": 0.8,
-                       "ignore_eos": True}).encode()
+    body = json.dumps(
+        {
+            "prompt": "Write a very long story about a dragon.",
+            "max_tokens": 400,
+            "temperature": 0.8,
+            "ignore_eos": True,
+        }
+    ).encode()
     before = _metric(url, "tokenseam_engine_generated_tokens", headers)
     socks = []
     for k in range(8):
@@ -261,8 +316,12 @@ def _disconnects(url: str, headers: dict) -> dict[str, Any]:
     time.sleep(3.0)
     after = _metric(url, "tokenseam_engine_generated_tokens", headers)
     # 8 requests x 400 tokens would be 3,200 tokens if nobody noticed the clients left
-    return {"clients": 8, "tokens_decoded_in_total": after - before, "tokens_if_unnoticed": 8 * 400,
-            "measured_for_s": round(time.monotonic() - t_left, 1)}
+    return {
+        "clients": 8,
+        "tokens_decoded_in_total": after - before,
+        "tokens_if_unnoticed": 8 * 400,
+        "measured_for_s": round(time.monotonic() - t_left, 1),
+    }
 
 
 def _ids_and_hits(url: str, headers: dict, n: int = 6) -> dict[str, Any]:
@@ -272,9 +331,16 @@ def _ids_and_hits(url: str, headers: dict, n: int = 6) -> dict[str, Any]:
     lost, wrong_hits, hits = 0, 0, 0
     for i in range(n):
         # a stop string the model meets soon: answers cut by max_tokens are not cached, so there would be no hit
-        body = {"model": "smollm2", "prompt": f"List {i}: apples, pears, plums,", "max_tokens": 40,
-                "temperature": 0, "stop": [",", "\n"], "stream": True, "return_token_ids": True,
-                "stream_options": {"include_usage": True}}
+        body = {
+            "model": "smollm2",
+            "prompt": f"List {i}: apples, pears, plums,",
+            "max_tokens": 40,
+            "temperature": 0,
+            "stop": [",", "\n"],
+            "stream": True,
+            "return_token_ids": True,
+            "stream_options": {"include_usage": True},
+        }
         runs = []
         for _ in range(2):
             ids, final, usage = [], None, None
@@ -305,22 +371,35 @@ def _outage(url: str, headers: dict, kill, restart, n: int = 6) -> dict[str, Any
     statuses: list[int] = []
     kill()
     for i in range(n):
-        status, _, _ = _post(url, "/v1/completions", json.dumps({"prompt": f"Outage {i}", "max_tokens": 4,
-                                                                  "temperature": 0}).encode(), headers=headers,
-                             timeout=60)
+        status, _, _ = _post(
+            url,
+            "/v1/completions",
+            json.dumps({"prompt": f"Outage {i}", "max_tokens": 4, "temperature": 0}).encode(),
+            headers=headers,
+            timeout=60,
+        )
         statuses.append(status)
     restart()
     recovered = None
     t0 = time.monotonic()
     while time.monotonic() - t0 < 120:
-        status, _, _ = _post(url, "/v1/completions", json.dumps({"prompt": "After", "max_tokens": 2}).encode(),
-                             headers=headers, timeout=60)
+        status, _, _ = _post(
+            url,
+            "/v1/completions",
+            json.dumps({"prompt": "After", "max_tokens": 2}).encode(),
+            headers=headers,
+            timeout=60,
+        )
         if status == 200:
             recovered = round(time.monotonic() - t0, 2)
             break
         time.sleep(0.5)
-    return {"during": statuses, "hangs": statuses.count(-2), "5xx_other_than_502_503": sum(
-        1 for s in statuses if s >= 500 and s not in (502, 503)), "recovered_after_s": recovered}
+    return {
+        "during": statuses,
+        "hangs": statuses.count(-2),
+        "5xx_other_than_502_503": sum(1 for s in statuses if s >= 500 and s not in (502, 503)),
+        "recovered_after_s": recovered,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ run
@@ -335,19 +414,61 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {"machine": machine(), "loadavg_start": os.getloadavg()}
     redis_port = free_port()
     redis = None if args.skip_redis else _redis(redis_port, work)
-    store = (f"redis://:{SECRETS['redis_password']}@127.0.0.1:{redis_port}/0" if redis is not None
-             else f"sqlite:{work}/cache.sqlite")
+    store = (
+        f"redis://:{SECRETS['redis_password']}@127.0.0.1:{redis_port}/0"
+        if redis is not None
+        else f"sqlite:{work}/cache.sqlite"
+    )
     sport, gport = free_port(), free_port()
     env = {"TS_CHAOS_UPSTREAM_KEY": SECRETS["upstream_key"], "TS_CHAOS_CLIENT_KEY": SECRETS["client_key"]}
-    server = Proc("server", exe + ["serve", "--model", args.model, "--port", str(sport), "--ctx-size", "1024",
-                                   "--parallel", "4", "--cache-store", store, "--api-key-env", "TS_CHAOS_UPSTREAM_KEY",
-                                   "--max-memory-mb", str(args.memory_cap_mb), "--shutdown-timeout", "5",
-                                   "--log-level", "info"], env)
+    server = Proc(
+        "server",
+        exe
+        + [
+            "serve",
+            "--model",
+            args.model,
+            "--port",
+            str(sport),
+            "--ctx-size",
+            "1024",
+            "--parallel",
+            "4",
+            "--cache-store",
+            store,
+            "--api-key-env",
+            "TS_CHAOS_UPSTREAM_KEY",
+            "--max-memory-mb",
+            str(args.memory_cap_mb),
+            "--shutdown-timeout",
+            "5",
+            "--log-level",
+            "info",
+        ],
+        env,
+    )
     surl, gurl = f"http://127.0.0.1:{sport}", f"http://127.0.0.1:{gport}"
     upstream = f"http://chaos:{SECRETS['upstream_password']}@127.0.0.1:{sport}"
-    gateway = Proc("gateway", exe + ["gateway", "--upstream", upstream, "--port", str(gport), "--cache-store", store,
-                                     "--upstream-key-env", "TS_CHAOS_UPSTREAM_KEY",
-                                     "--api-key-env", "TS_CHAOS_CLIENT_KEY", "--timeout", "30"], env)
+    gateway = Proc(
+        "gateway",
+        exe
+        + [
+            "gateway",
+            "--upstream",
+            upstream,
+            "--port",
+            str(gport),
+            "--cache-store",
+            store,
+            "--upstream-key-env",
+            "TS_CHAOS_UPSTREAM_KEY",
+            "--api-key-env",
+            "TS_CHAOS_CLIENT_KEY",
+            "--timeout",
+            "30",
+        ],
+        env,
+    )
     sh = {"Authorization": f"Bearer {SECRETS['upstream_key']}"}
     gh = {"Authorization": f"Bearer {SECRETS['client_key']}"}
     try:
@@ -359,8 +480,9 @@ def run(args: argparse.Namespace) -> int:
             console.print_json(data=results["hostile"])
             return 0
         console.print("[bold]malformed bodies: server[/bold]")
-        results["malformed_server"] = _malformed(surl, ("/v1/chat/completions", "/v1/completions", "/completion"),
-                                                 sh, rec)
+        results["malformed_server"] = _malformed(
+            surl, ("/v1/chat/completions", "/v1/completions", "/completion"), sh, rec
+        )
         console.print("[bold]malformed bodies: gateway[/bold]")
         results["malformed_gateway"] = _malformed(gurl, ("/v1/chat/completions", "/v1/completions"), gh, rec)
         console.print("[bold]hostile grammars beside plain traffic[/bold]")
@@ -398,26 +520,42 @@ def run(args: argparse.Namespace) -> int:
     t.add_column("result", justify="right")
     for label in ("malformed_server", "malformed_gateway"):
         m = results[label]
-        t.add_row(f"{label}: requests / 5xx / resets / hangs", f"{m['requests']} / {m['5xx']} / {m['resets']} / {m['hangs']}")
+        t.add_row(
+            f"{label}: requests / 5xx / resets / hangs",
+            f"{m['requests']} / {m['5xx']} / {m['resets']} / {m['hangs']}",
+        )
     h = results["hostile"]
-    t.add_row("plain p99 alone -> beside hostile grammars",
-              f"{h['plain_alone']['p99_s'] * 1000:.0f} -> {h['plain_beside_hostile']['p99_s'] * 1000:.0f} ms "
-              f"({h['p99_ratio']:.2f}x)")
-    t.add_row("hostile grammars sent / 4xx / 5xx / hangs",
-              f"{h['hostile']['sent']} / {h['hostile'].get('4xx', 0)} / {h['hostile'].get('5xx', 0)} / "
-              f"{h['hostile'].get('hangs', 0)}")
-    t.add_row("server peak RSS (through the hostile phase) / cap",
-              f"{h['server_peak_rss_mb']:.0f} / {args.memory_cap_mb} MB")
+    t.add_row(
+        "plain p99 alone -> beside hostile grammars",
+        f"{h['plain_alone']['p99_s'] * 1000:.0f} -> {h['plain_beside_hostile']['p99_s'] * 1000:.0f} ms "
+        f"({h['p99_ratio']:.2f}x)",
+    )
+    t.add_row(
+        "hostile grammars sent / 4xx / 5xx / hangs",
+        f"{h['hostile']['sent']} / {h['hostile'].get('4xx', 0)} / {h['hostile'].get('5xx', 0)} / "
+        f"{h['hostile'].get('hangs', 0)}",
+    )
+    t.add_row(
+        "server peak RSS (through the hostile phase) / cap",
+        f"{h['server_peak_rss_mb']:.0f} / {args.memory_cap_mb} MB",
+    )
     d = results["disconnects"]
-    t.add_row("tokens decoded for 8 clients that left", f"{d['tokens_decoded_in_total']:.0f} of {d['tokens_if_unnoticed']}")
+    t.add_row(
+        "tokens decoded for 8 clients that left",
+        f"{d['tokens_decoded_in_total']:.0f} of {d['tokens_if_unnoticed']}",
+    )
     for label in ("ids_server", "ids_gateway"):
         r = results[label]
-        t.add_row(f"{label}: requests / lost ids / hits / wrong hits",
-                  f"{r['requests']} / {r['lost_ids']} / {r['hits']} / {r['wrong_hits']}")
+        t.add_row(
+            f"{label}: requests / lost ids / hits / wrong hits",
+            f"{r['requests']} / {r['lost_ids']} / {r['hits']} / {r['wrong_hits']}",
+        )
     for label in ("redis_kill", "replica_kill"):
         if label in results:
             r = results[label]
-            t.add_row(f"{label}: statuses during; recovered after", f"{r['during']}; {r['recovered_after_s']} s")
+            t.add_row(
+                f"{label}: statuses during; recovered after", f"{r['during']}; {r['recovered_after_s']} s"
+            )
     t.add_row("secrets in bodies or logs", str(sum(x["count"] for x in leaks)))
     t.add_row("tracebacks in logs", str(results["tracebacks_in_logs"]))
     console.print(t)

@@ -23,8 +23,12 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def machine() -> dict:
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def write_json(path: str | Path, data: dict) -> Path:
@@ -71,8 +75,10 @@ class ServerProcess:
         if self.proc.poll() is not None and not self._log.closed:  # it died under us: say why
             import sys
 
-            print(f"{self.name} exited with code {self.proc.returncode}; its log ends:\n{self.log_tail()}",
-                  file=sys.stderr)
+            print(
+                f"{self.name} exited with code {self.proc.returncode}; its log ends:\n{self.log_tail()}",
+                file=sys.stderr,
+            )
         self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
@@ -94,7 +100,25 @@ class LlamaServer(ServerProcess):
 
     name = "llama-server"
 
-    def __init__(self, binary: str, model: str | Path, parallel: int, threads: int, ctx_per_slot: int) -> None:
+    def __init__(
+        self, binary: str, model: str | Path, parallel: int, threads: int, ctx_per_slot: int
+    ) -> None:
         port = free_port()
-        super().__init__([binary, "-m", str(model), "-np", str(parallel), "-t", str(threads),
-                          "-c", str(ctx_per_slot * parallel), "--port", str(port), "--host", "127.0.0.1"], port)
+        super().__init__(
+            [
+                binary,
+                "-m",
+                str(model),
+                "-np",
+                str(parallel),
+                "-t",
+                str(threads),
+                "-c",
+                str(ctx_per_slot * parallel),
+                "--port",
+                str(port),
+                "--host",
+                "127.0.0.1",
+            ],
+            port,
+        )

@@ -32,14 +32,59 @@ def _bases() -> dict[str, dict]:
     }
 
 
-_COMMON = ["model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logit_bias", "presence_penalty",
-           "frequency_penalty", "stream", "token_healing", "ignore_eos", "json_schema_options"]
+_COMMON = [
+    "model",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "logit_bias",
+    "presence_penalty",
+    "frequency_penalty",
+    "stream",
+    "token_healing",
+    "ignore_eos",
+    "json_schema_options",
+]
 FIELDS = {
-    CHAT: _COMMON + ["messages", "max_tokens", "max_completion_tokens", "n", "logprobs", "top_logprobs",
-                     "stream_options", "return_token_ids", "stop_token_ids", "response_format", "tools", "tool_choice",
-                     "guided_json", "guided_regex", "guided_grammar", "guided_choice", "grammar_after_think", "user"],
-    COMPLETIONS: _COMMON + ["prompt", "max_tokens", "n", "logprobs", "echo", "suffix", "best_of", "stream_options",
-                            "return_token_ids", "guided_json", "guided_regex", "guided_choice"],
+    CHAT: _COMMON
+    + [
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "logprobs",
+        "top_logprobs",
+        "stream_options",
+        "return_token_ids",
+        "stop_token_ids",
+        "response_format",
+        "tools",
+        "tool_choice",
+        "guided_json",
+        "guided_regex",
+        "guided_grammar",
+        "guided_choice",
+        "grammar_after_think",
+        "user",
+    ],
+    COMPLETIONS: _COMMON
+    + [
+        "prompt",
+        "max_tokens",
+        "n",
+        "logprobs",
+        "echo",
+        "suffix",
+        "best_of",
+        "stream_options",
+        "return_token_ids",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+    ],
     LLAMA: _COMMON + ["prompt", "n_predict", "n_probs", "return_tokens", "grammar", "json_schema"],
 }
 
@@ -47,8 +92,31 @@ FIELDS = {
 # go in as JSON escapes (valid JSON text, not valid UTF-8 once decoded).
 _SURROGATE = "\ud800"
 BAD_VALUES: list = [
-    None, True, False, 0, -1, 1 << 63, -(1 << 63), 1e308, -1e308, 5e-324, -0.0, 3.5, "", "yes", "1",
-    _SURROGATE, "x\udfffy", "a" * 20_000, [], [1, 2], [None], [_SURROGATE], {}, {"a": 1}, {"type": 5},
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1 << 63,
+    -(1 << 63),
+    1e308,
+    -1e308,
+    5e-324,
+    -0.0,
+    3.5,
+    "",
+    "yes",
+    "1",
+    _SURROGATE,
+    "x\udfffy",
+    "a" * 20_000,
+    [],
+    [1, 2],
+    [None],
+    [_SURROGATE],
+    {},
+    {"a": 1},
+    {"type": 5},
     {"type": "json_schema", "json_schema": {"schema": {"$ref": "http://127.0.0.1:9/x.json"}}},
 ]
 
@@ -68,12 +136,22 @@ def _dumps(obj) -> bytes:
 def _body_faults(route: str, base: dict) -> list[Case]:
     ok = _dumps(base)
     raw = [
-        (b"", "empty body"), (b"   ", "blank body"), (b"null", "null"), (b"[]", "array"), (b'"x"', "string"),
-        (b"1", "number"), (b"{", "truncated"), (ok + b"x", "trailing garbage"), (b"\xff\xfe{}", "invalid UTF-8"),
-        (ok[:-1] + b',"temperature":NaN}', "NaN literal"), (ok[:-1] + b',"top_p":Infinity}', "Infinity literal"),
+        (b"", "empty body"),
+        (b"   ", "blank body"),
+        (b"null", "null"),
+        (b"[]", "array"),
+        (b'"x"', "string"),
+        (b"1", "number"),
+        (b"{", "truncated"),
+        (ok + b"x", "trailing garbage"),
+        (b"\xff\xfe{}", "invalid UTF-8"),
+        (ok[:-1] + b',"temperature":NaN}', "NaN literal"),
+        (ok[:-1] + b',"top_p":Infinity}', "Infinity literal"),
         (ok[:-1] + b',"temperature":1e999}', "overflowing number"),
-        (ok[:-1] + b',"\\ud800":1}', "surrogate key"), (ok[:-1] + b',"x":"\\udc00\\ud800"}', "reversed surrogates"),
-        (_nest(10_000).encode(), "array nested 10,000 deep"), (_nest(10_000, "{").encode(), "object nested 10,000 deep"),
+        (ok[:-1] + b',"\\ud800":1}', "surrogate key"),
+        (ok[:-1] + b',"x":"\\udc00\\ud800"}', "reversed surrogates"),
+        (_nest(10_000).encode(), "array nested 10,000 deep"),
+        (_nest(10_000, "{").encode(), "object nested 10,000 deep"),
         (ok[:-1] + b',"x":' + _nest(5_000).encode() + b"}", "field nested 5,000 deep"),
         (ok[:-1] + b',"x":' + _nest(100_000).encode() + b"}", "field nested 100,000 deep"),
         (b'{"a":1,' * 1 + b'"a":2}', "duplicate keys"),
@@ -98,9 +176,20 @@ def malformed_cases(routes: tuple[str, ...] = (CHAT, COMPLETIONS, LLAMA)) -> lis
                 out.append(Case(route, _dumps(body), f"{name}={_short(v)}"))
         # messages with bad parts
         if route == CHAT:
-            for m in ([{"role": "user"}], [{"role": "bot", "content": "x"}], [{"role": "user", "content": 5}],
-                      [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}],
-                      [{"role": "user", "content": _SURROGATE}], [{"role": "assistant", "content": None}], ["x"]):
+            for m in (
+                [{"role": "user"}],
+                [{"role": "bot", "content": "x"}],
+                [{"role": "user", "content": 5}],
+                [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}],
+                    }
+                ],
+                [{"role": "user", "content": _SURROGATE}],
+                [{"role": "assistant", "content": None}],
+                ["x"],
+            ):
                 out.append(Case(route, _dumps({**base, "messages": m}), f"messages={_short(m)}"))
     return out
 
@@ -120,7 +209,9 @@ def _short(v) -> str:
 
 def allof_tree(n: int = 40) -> dict:
     """The issue's case: d_i = allOf [d_i+1, d_i+1], so d0 stands for 2**40 copies of an integer schema."""
-    defs = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(n)}
+    defs = {
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(n)
+    }
     defs[f"d{n}"] = {"type": "integer"}
     return {"$ref": "#/$defs/d0", "$defs": defs}
 
@@ -144,15 +235,22 @@ def hostile_grammars() -> list[tuple[str, dict]]:
     """(name, request fields) of grammars that take unbounded time or memory without a compile budget."""
     chain = gbnf_chain("left")
     doubling = gbnf_chain("double", 40)
-    anyofs = {"allOf": [{"anyOf": [{"type": "object", "properties": {f"p{i}{j}": {"type": "integer"}}}
-                                   for j in range(8)]} for i in range(12)]}
+    anyofs = {
+        "allOf": [
+            {"anyOf": [{"type": "object", "properties": {f"p{i}{j}": {"type": "integer"}}} for j in range(8)]}
+            for i in range(12)
+        ]
+    }
     return [
         ("allOf doubling through $defs", {"guided_json": allof_tree()}),
         ("10,000-rule GBNF chain", {"guided_grammar": chain}),
         ("GBNF doubling 2^40", {"guided_grammar": doubling}),
         ("allOf of anyOfs (8^12 branches)", {"guided_json": anyofs}),
         ("nested bounded repeats", {"guided_regex": "((a{1,100}){1,100}){1,100}"}),
-        ("remote $ref", {"guided_json": {"enum": [{"a": 1}], "properties": {"a": {"$ref": "http://127.0.0.1:9/e.json"}}}}),
+        (
+            "remote $ref",
+            {"guided_json": {"enum": [{"a": 1}], "properties": {"a": {"$ref": "http://127.0.0.1:9/e.json"}}}},
+        ),
         ("file $ref", {"guided_json": {"enum": [1], "properties": {"a": {"$ref": "file:///etc/passwd"}}}}),
         ("wrong-typed format", {"guided_json": {"type": "string", "format": 5}}),
     ]

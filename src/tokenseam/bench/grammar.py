@@ -62,8 +62,9 @@ class XGrammarEngine:
 
         self.xgr = xgr
         enc = [b"" if vocab.is_special[i] else vocab.token_bytes[i] for i in range(vocab.size)]
-        info = xgr.TokenizerInfo(enc, xgr.VocabType.RAW, vocab_size=vocab.size,
-                                 stop_token_ids=sorted(vocab.eos_token_ids))
+        info = xgr.TokenizerInfo(
+            enc, xgr.VocabType.RAW, vocab_size=vocab.size, stop_token_ids=sorted(vocab.eos_token_ids)
+        )
         self.compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         self.compile_errors = (RuntimeError, ValueError)
         self.mask = xgr.allocate_token_bitmask(1, vocab.size)
@@ -98,8 +99,9 @@ class LLGuidanceEngine:
         self.mask = llnp.allocate_token_bitmask(1, vocab.size)
 
     def compile(self, schema):
-        grm = self.ll.LLMatcher.grammar_from_json_schema(json.dumps(schema),
-                                                         defaults={"whitespace_flexible": True})
+        grm = self.ll.LLMatcher.grammar_from_json_schema(
+            json.dumps(schema), defaults={"whitespace_flexible": True}
+        )
         m = self.ll.LLMatcher(self.tok, grm)
         err = m.get_error()
         if err:
@@ -161,8 +163,9 @@ def tokenize_tests(tokenizer, doc: dict) -> list[tuple[bool, list[int]]]:
     return out
 
 
-def run_file(engine, schema, tests, timeout_s: float, mask_times: list[float],
-             accept_times: list[float] | None = None) -> dict:
+def run_file(
+    engine, schema, tests, timeout_s: float, mask_times: list[float], accept_times: list[float] | None = None
+) -> dict:
     """Compile, then replay each test's tokens: mask, check the token is allowed, commit it. Mask times (and
     commit times, into `accept_times`) are appended in µs."""
     res = {"status": "pass", "ttfm_us": None, "wrong_accepts": 0, "wrong_rejects": 0, "error": None}
@@ -226,8 +229,13 @@ def _dist(xs: list[float]) -> dict:
     return {"p50": _pct(xs, 50), "p99": _pct(xs, 99), "p99.9": _pct(xs, 99.9), "max": max(xs) if xs else None}
 
 
-def summarize(name: str, results: list[dict], mask_times: list[float], peak_mb: float | None,
-              accept_times: list[float] | None = None) -> dict:
+def summarize(
+    name: str,
+    results: list[dict],
+    mask_times: list[float],
+    peak_mb: float | None,
+    accept_times: list[float] | None = None,
+) -> dict:
     ttfm = [r["ttfm_us"] for r in results if r["ttfm_us"] is not None]
     return {
         "engine": name,
@@ -243,8 +251,10 @@ def summarize(name: str, results: list[dict], mask_times: list[float], peak_mb: 
         "mask_us": _dist(mask_times),
         # Committing a token (accept_token): the other half of the per-token cost.
         "accept_us": _dist(accept_times or []),
-        "ttfm_ms": {"p50": (_pct(ttfm, 50) or 0) / 1000 if ttfm else None,
-                    "p99": (_pct(ttfm, 99) or 0) / 1000 if ttfm else None},
+        "ttfm_ms": {
+            "p50": (_pct(ttfm, 50) or 0) / 1000 if ttfm else None,
+            "p99": (_pct(ttfm, 99) or 0) / 1000 if ttfm else None,
+        },
         "peak_mem_mb": peak_mb,
     }
 
@@ -276,8 +286,11 @@ def run_engine(name: str, vocab, docs, timeout_s: float, verbose: bool = False, 
         r["file"] = path.name
         results.append(r)
         if verbose and r["status"] != "pass":
-            print(f"  {name} {path.name}: {r['status']} wa={r['wrong_accepts']} wr={r['wrong_rejects']} "
-                  f"{r['error'] or ''}", file=sys.stderr)
+            print(
+                f"  {name} {path.name}: {r['status']} wa={r['wrong_accepts']} wr={r['wrong_rejects']} "
+                f"{r['error'] or ''}",
+                file=sys.stderr,
+            )
     peak = _rss_mb()
     summary = summarize(name, results, mask_times, peak - base_rss, accept_times)
     summary["peak_rss_mb"] = peak
@@ -311,8 +324,25 @@ def run_engine_isolated(name: str, vocab, docs, timeout_s: float, verbose: bool 
 
 
 def print_table(summaries: list[dict]) -> None:
-    cols = ["engine", "passing", "compile_errors", "wrong_accepts", "wrong_rejects", "timeouts", "crashes",
-            "mask p50", "p99", "p99.9", "max", "ttfm p50", "ttfm p99", "accept p50", "p99", "p99.9", "peak MB"]
+    cols = [
+        "engine",
+        "passing",
+        "compile_errors",
+        "wrong_accepts",
+        "wrong_rejects",
+        "timeouts",
+        "crashes",
+        "mask p50",
+        "p99",
+        "p99.9",
+        "max",
+        "ttfm p50",
+        "ttfm p99",
+        "accept p50",
+        "p99",
+        "p99.9",
+        "peak MB",
+    ]
     print(" | ".join(cols))
     for s in summaries:
         if s.get("status") in ("not installed", "crashed"):
@@ -323,13 +353,29 @@ def print_table(summaries: list[dict]) -> None:
         def f(x, nd=1):
             return "-" if x is None else f"{x:.{nd}f}"
 
-        print(" | ".join([
-            s["engine"], f"{s['passing']}/{s['files']}", str(s["compile_errors"]), str(s["wrong_accepts"]),
-            str(s["wrong_rejects"]), str(s["timeouts"]), str(s["crashes"]), f(mk["p50"]) + "us",
-            f(mk["p99"]) + "us", f(mk["p99.9"]) + "us", f(mk["max"]) + "us", f(tf["p50"], 2) + "ms",
-            f(tf["p99"], 2) + "ms", f(ac["p50"]) + "us", f(ac["p99"]) + "us", f(ac["p99.9"]) + "us",
-            f(s["peak_mem_mb"]),
-        ]))
+        print(
+            " | ".join(
+                [
+                    s["engine"],
+                    f"{s['passing']}/{s['files']}",
+                    str(s["compile_errors"]),
+                    str(s["wrong_accepts"]),
+                    str(s["wrong_rejects"]),
+                    str(s["timeouts"]),
+                    str(s["crashes"]),
+                    f(mk["p50"]) + "us",
+                    f(mk["p99"]) + "us",
+                    f(mk["p99.9"]) + "us",
+                    f(mk["max"]) + "us",
+                    f(tf["p50"], 2) + "ms",
+                    f(tf["p99"], 2) + "ms",
+                    f(ac["p50"]) + "us",
+                    f(ac["p99"]) + "us",
+                    f(ac["p99.9"]) + "us",
+                    f(s["peak_mem_mb"]),
+                ]
+            )
+        )
 
 
 def plot(summaries: list[dict], all_times: dict[str, list[float]], path: Path) -> None:
@@ -365,8 +411,9 @@ def plot(summaries: list[dict], all_times: dict[str, list[float]], path: Path) -
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="directory of MaskBench JSON files")
     parser.add_argument("--tokenizer", default="smollm2", help="smollm2, gemma3 or a GGUF path")
-    parser.add_argument("--engines", default="tokenseam,xgrammar,llguidance",
-                        help="comma-separated: " + ",".join(ENGINES))
+    parser.add_argument(
+        "--engines", default="tokenseam,xgrammar,llguidance", help="comma-separated: " + ",".join(ENGINES)
+    )
     parser.add_argument("--limit", type=int, default=None, help="use a deterministic sample of N files")
     parser.add_argument("--timeout", type=float, default=60.0, help="per-file time limit in seconds")
     parser.add_argument("--out", default=None, help="write the JSON report here (a PNG plot next to it)")
@@ -405,7 +452,9 @@ def run(args: argparse.Namespace) -> int:
     summaries, all_times, per_file = [], {}, {}
     for name in engines:
         t0 = time.time()
-        summary, results, times = run_engine_isolated(name, vocab, docs, args.timeout, args.verbose, tokenizer)
+        summary, results, times = run_engine_isolated(
+            name, vocab, docs, args.timeout, args.verbose, tokenizer
+        )
         summary["wall_s"] = round(time.time() - t0, 2)
         summaries.append(summary)
         per_file[name] = results
@@ -416,8 +465,15 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        report = {"data": str(data), "tokenizer": args.tokenizer, "files": len(docs), "limit": args.limit,
-                  "pid": os.getpid(), "summaries": summaries, "per_file": per_file}
+        report = {
+            "data": str(data),
+            "tokenizer": args.tokenizer,
+            "files": len(docs),
+            "limit": args.limit,
+            "pid": os.getpid(),
+            "summaries": summaries,
+            "per_file": per_file,
+        }
         out.write_text(json.dumps(report, indent=2))
         try:
             plot(summaries, all_times, out.with_suffix(".png"))

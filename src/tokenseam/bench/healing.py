@@ -18,7 +18,9 @@ TARGET_US = 1000.0  # the issue's budget: healing adds at most 1 ms per request
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="smollm2,gemma3", help="comma-separated model aliases or .gguf paths")
     p.add_argument("--repeats", type=int, default=20, help="timed repetitions per prompt (default 20)")
-    p.add_argument("--limit", type=int, default=0, help="use only the first N realistic prompts (0 = all 300)")
+    p.add_argument(
+        "--limit", type=int, default=0, help="use only the first N realistic prompts (0 = all 300)"
+    )
     p.add_argument("--out", default="bench-results/healing.json", help="where to write the JSON results")
 
 
@@ -36,8 +38,12 @@ def _time_request(vocab, ids: list[int], mask: np.ndarray) -> tuple[float, bool]
 
 
 def _stats(xs: list[float]) -> dict:
-    return {"p50_us": median(xs), "p99_us": percentile(xs, 99), "max_us": max(xs) if xs else float("nan"),
-            "n": len(xs)}
+    return {
+        "p50_us": median(xs),
+        "p99_us": percentile(xs, 99),
+        "max_us": max(xs) if xs else float("nan"),
+        "n": len(xs),
+    }
 
 
 def bench_model(model: str, repeats: int, limit: int) -> dict:
@@ -80,10 +86,16 @@ def bench_model(model: str, repeats: int, limit: int) -> dict:
         with_ok = sum(s.canonical_with for s in seams)
         without_ok = sum(s.canonical_without for s in seams)
         out[name] = {
-            "prompts": len(wl), "healed_prompts": healed,
-            "healing": _stats(heal_us), "healing_raw_samples": _stats(raw), "tokenize_anchor": _stats(tok_us),
-            "canonical_with_healing": with_ok / len(wl), "canonical_without_healing": without_ok / len(wl),
-            "not_canonical_with_healing": [[s.prefix, s.continuation, s.reason] for s in seams if not s.canonical_with],
+            "prompts": len(wl),
+            "healed_prompts": healed,
+            "healing": _stats(heal_us),
+            "healing_raw_samples": _stats(raw),
+            "tokenize_anchor": _stats(tok_us),
+            "canonical_with_healing": with_ok / len(wl),
+            "canonical_without_healing": without_ok / len(wl),
+            "not_canonical_with_healing": [
+                [s.prefix, s.continuation, s.reason] for s in seams if not s.canonical_with
+            ],
         }
     out["rag_key_reuse"] = rag_key_reuse(tok, vocab)
     # After healing the engine only asks is_active(): that is the whole per-token cost.
@@ -117,11 +129,17 @@ def rag_key_reuse(tok, vocab) -> dict:
             # Without healing a cache keyed on the head's tokens serves only the matching prefix.
             reuse_raw.append(n / len(raw))
             reuse_stable.append(len(sp.ids) / len(raw) if joined[: len(sp.ids)] == sp.ids else 0.0)
-        rows.append({"head": head, "head_tokens": len(raw), "stable_tokens": len(sp.ids),
-                     "whole_head_reused_without_healing": sum(r == 1.0 for r in reuse_raw) / len(RAG_CHUNKS),
-                     "mean_reuse_without_healing": sum(reuse_raw) / len(reuse_raw),
-                     "mean_reuse_with_healing": sum(reuse_stable) / len(reuse_stable),
-                     "join_stable_equals_full_tokenization": exact / len(RAG_CHUNKS)})
+        rows.append(
+            {
+                "head": head,
+                "head_tokens": len(raw),
+                "stable_tokens": len(sp.ids),
+                "whole_head_reused_without_healing": sum(r == 1.0 for r in reuse_raw) / len(RAG_CHUNKS),
+                "mean_reuse_without_healing": sum(reuse_raw) / len(reuse_raw),
+                "mean_reuse_with_healing": sum(reuse_stable) / len(reuse_stable),
+                "join_stable_equals_full_tokenization": exact / len(RAG_CHUNKS),
+            }
+        )
     return {"chunks": len(RAG_CHUNKS), "heads": rows}
 
 
@@ -143,39 +161,78 @@ def run(args: argparse.Namespace) -> int:
         except (ModelNotFoundError, VocabularyError) as e:
             Console(stderr=True).print(f"[red]error:[/red] {e}")
             return 2
-    table = Table(title="token healing: heal_prompt + constraint + first mask, per request "
-                  "(each prompt's median over the repeats; raw p99 includes scheduler noise)")
-    for col in ("model", "workload", "prompts", "healed", "p50 µs", "p99 µs", "max µs", "raw p99 µs", "tokenize p50 µs",
-                "p99 / 1 ms", "canonical with", "canonical without"):
+    table = Table(
+        title="token healing: heal_prompt + constraint + first mask, per request "
+        "(each prompt's median over the repeats; raw p99 includes scheduler noise)"
+    )
+    for col in (
+        "model",
+        "workload",
+        "prompts",
+        "healed",
+        "p50 µs",
+        "p99 µs",
+        "max µs",
+        "raw p99 µs",
+        "tokenize p50 µs",
+        "p99 / 1 ms",
+        "canonical with",
+        "canonical without",
+    ):
         table.add_column(col, justify="right")
     for r in results:
         for wl in ("boundary", "realistic"):
             w = r[wl]
-            table.add_row(r["model"], wl, str(w["prompts"]), str(w["healed_prompts"]),
-                          f"{w['healing']['p50_us']:.1f}", f"{w['healing']['p99_us']:.1f}",
-                          f"{w['healing']['max_us']:.1f}", f"{w['healing_raw_samples']['p99_us']:.1f}",
-                          f"{w['tokenize_anchor']['p50_us']:.1f}",
-                          f"{w['healing']['p99_us'] / TARGET_US:.2f}",
-                          f"{100 * w['canonical_with_healing']:.1f}%", f"{100 * w['canonical_without_healing']:.1f}%")
+            table.add_row(
+                r["model"],
+                wl,
+                str(w["prompts"]),
+                str(w["healed_prompts"]),
+                f"{w['healing']['p50_us']:.1f}",
+                f"{w['healing']['p99_us']:.1f}",
+                f"{w['healing']['max_us']:.1f}",
+                f"{w['healing_raw_samples']['p99_us']:.1f}",
+                f"{w['tokenize_anchor']['p50_us']:.1f}",
+                f"{w['healing']['p99_us'] / TARGET_US:.2f}",
+                f"{100 * w['canonical_with_healing']:.1f}%",
+                f"{100 * w['canonical_without_healing']:.1f}%",
+            )
     con.print(table)
     kt = Table(title="RAG heads x 50 chunks: share of the head's tokens a token-keyed cache can reuse")
-    for col in ("model", "head", "tokens", "stable", "whole head reused, no healing", "mean reuse, no healing",
-                "mean reuse, stable key", "join_stable exact"):
+    for col in (
+        "model",
+        "head",
+        "tokens",
+        "stable",
+        "whole head reused, no healing",
+        "mean reuse, no healing",
+        "mean reuse, stable key",
+        "join_stable exact",
+    ):
         kt.add_column(col, justify="right")
     for r in results:
         for h in r["rag_key_reuse"]["heads"]:
-            kt.add_row(r["model"], repr(h["head"][-16:]), str(h["head_tokens"]), str(h["stable_tokens"]),
-                       f"{100 * h['whole_head_reused_without_healing']:.0f}%",
-                       f"{100 * h['mean_reuse_without_healing']:.1f}%", f"{100 * h['mean_reuse_with_healing']:.1f}%",
-                       f"{100 * h['join_stable_equals_full_tokenization']:.0f}%")
+            kt.add_row(
+                r["model"],
+                repr(h["head"][-16:]),
+                str(h["head_tokens"]),
+                str(h["stable_tokens"]),
+                f"{100 * h['whole_head_reused_without_healing']:.0f}%",
+                f"{100 * h['mean_reuse_without_healing']:.1f}%",
+                f"{100 * h['mean_reuse_with_healing']:.1f}%",
+                f"{100 * h['join_stable_equals_full_tokenization']:.0f}%",
+            )
     con.print(kt)
     for r in results:
-        con.print(f"{r['model']}: after healing the engine pays {r['per_token_after_healing_ns']:.0f} ns per token "
-                  "(one is_active() call)")
+        con.print(
+            f"{r['model']}: after healing the engine pays {r['per_token_after_healing_ns']:.0f} ns per token "
+            "(one is_active() call)"
+        )
         for wl in ("boundary", "realistic"):
             for p, c, why in r[wl]["not_canonical_with_healing"]:
                 con.print(f"  not canonical with healing ({wl}): {p!r} | {c!r}: {why}")
-    path = write_json(args.out, {"bench": "healing", "machine": machine(), "target_us": TARGET_US,
-                                 "results": results})
+    path = write_json(
+        args.out, {"bench": "healing", "machine": machine(), "target_us": TARGET_US, "results": results}
+    )
     con.print(f"wrote {path}")
     return 0

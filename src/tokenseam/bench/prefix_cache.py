@@ -14,8 +14,14 @@ import httpx
 
 from .common import LlamaServer, machine, median, write_json
 
-QUESTIONS = ["What is the main topic?", "Who is mentioned first?", "Which number appears last?",
-             "Summarise it in one sentence.", "What happens at the end?", "Is a city named?"]
+QUESTIONS = [
+    "What is the main topic?",
+    "Who is mentioned first?",
+    "Which number appears last?",
+    "Summarise it in one sentence.",
+    "What happens at the end?",
+    "Is a city named?",
+]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,8 +37,10 @@ def _document(n_words: int, seed: int) -> str:
     import random
 
     rng = random.Random(seed)
-    words = ("river city engine report market garden winter signal harbor letter planet forest music bridge "
-             "doctor number station island paper window").split()
+    words = (
+        "river city engine report market garden winter signal harbor letter planet forest music bridge "
+        "doctor number station island paper window"
+    ).split()
     out = []
     for i in range(n_words):
         out.append(rng.choice(words))
@@ -46,8 +54,9 @@ async def _ttft(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float,
     t0 = time.perf_counter()
     first = None
     usage: dict = {}
-    async with client.stream("POST", url, json={**body, "stream": True,
-                                                "stream_options": {"include_usage": True}}) as r:
+    async with client.stream(
+        "POST", url, json={**body, "stream": True, "stream_options": {"include_usage": True}}
+    ) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
             if line.startswith("data: {"):
@@ -80,7 +89,9 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
     from ..server.runtime import build_server
 
     if True:
-        app, state = build_server(model, n_ctx=2048, parallel=8, threads=args.threads, prefix_cache_tokens=16384)
+        app, state = build_server(
+            model, n_ctx=2048, parallel=8, threads=args.threads, prefix_cache_tokens=16384
+        )
         bg = BackgroundServer(app).start()
         url = bg.url + "/v1/completions"
         tok, vocab = state.tokenizer, state.vocab
@@ -99,13 +110,24 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                             prompt = join_stable(tok, sp, chunk)  # the head's stable ids, verbatim
                         else:
                             prompt = tok.encode(head + chunk)
-                        r = await c.post(url, json={"prompt": prompt, "max_tokens": 1, "temperature": 0,
-                                                    "token_healing": False})
+                        r = await c.post(
+                            url,
+                            json={
+                                "prompt": prompt,
+                                "max_tokens": 1,
+                                "temperature": 0,
+                                "token_healing": False,
+                            },
+                        )
                         r.raise_for_status()
                         if i:
                             cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
                             shares.append(min(cached, head_len) / max(head_len, 1))
-            return {"mean_share": sum(shares) / len(shares), "min_share": min(shares), "requests": len(shares)}
+            return {
+                "mean_share": sum(shares) / len(shares),
+                "min_share": min(shares),
+                "requests": len(shares),
+            }
 
         async def long_prefix() -> dict:
             doc = _document(int(args.long_prefix_tokens * 0.8), seed=1)
@@ -115,19 +137,34 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                 for k, q in enumerate(QUESTIONS[:3]):
                     state.engine.prefix_cache.clear()
                     qa = tok.encode(f"\nQuestion: {q}\nAnswer:")
-                    t, u = await _ttft(c, url, {"prompt": ids + qa, "max_tokens": 1, "temperature": 0,
-                                                "token_healing": False})
+                    t, u = await _ttft(
+                        c,
+                        url,
+                        {"prompt": ids + qa, "max_tokens": 1, "temperature": 0, "token_healing": False},
+                    )
                     cold.append(t)
                     q2 = tok.encode(f"\nQuestion: {QUESTIONS[k + 3]}\nAnswer:")
-                    t2, u2 = await _ttft(c, url, {"prompt": ids + q2, "max_tokens": 1, "temperature": 0,
-                                                  "token_healing": False})
+                    t2, u2 = await _ttft(
+                        c,
+                        url,
+                        {"prompt": ids + q2, "max_tokens": 1, "temperature": 0, "token_healing": False},
+                    )
                     warm.append(t2)
-            return {"prefix_tokens": len(ids), "ttft_cold_s": median(cold), "ttft_cached_s": median(warm),
-                    "ratio": median(warm) / median(cold), "cached_tokens": u2.get("prompt_tokens_details", {})}
+            return {
+                "prefix_tokens": len(ids),
+                "ttft_cold_s": median(cold),
+                "ttft_cached_s": median(warm),
+                "ratio": median(warm) / median(cold),
+                "cached_tokens": u2.get("prompt_tokens_details", {}),
+            }
 
         async def interleaved() -> dict:
-            heads = [tok.encode(f"System {k}: you are assistant number {k}.\n" + _document(220, seed=10 + k) + "\n")
-                     for k in range(8)]
+            heads = [
+                tok.encode(
+                    f"System {k}: you are assistant number {k}.\n" + _document(220, seed=10 + k) + "\n"
+                )
+                for k in range(8)
+            ]
             state.engine.prefix_cache.clear()
             total = served = 0
             async with httpx.AsyncClient(timeout=600) as c:
@@ -135,8 +172,17 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                     reqs = []
                     for k, h in enumerate(heads):
                         q = tok.encode(f"Question {rnd}: {QUESTIONS[(rnd + k) % len(QUESTIONS)]}")
-                        reqs.append(c.post(url, json={"prompt": h + q, "max_tokens": 4, "temperature": 0,
-                                                      "token_healing": False}))
+                        reqs.append(
+                            c.post(
+                                url,
+                                json={
+                                    "prompt": h + q,
+                                    "max_tokens": 4,
+                                    "temperature": 0,
+                                    "token_healing": False,
+                                },
+                            )
+                        )
                     outs = await asyncio.gather(*reqs)  # 8 concurrent requests, one per prefix
                     if rnd == 0:
                         continue
@@ -145,7 +191,11 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                         cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
                         total += len(heads[k])
                         served += min(cached, len(heads[k]))
-            return {"prefixes": 8, "prefix_tokens_each": [len(h) for h in heads], "share": served / max(total, 1)}
+            return {
+                "prefixes": 8,
+                "prefix_tokens_each": [len(h) for h in heads],
+                "share": served / max(total, 1),
+            }
 
         try:
             m["rag_plain"] = asyncio.run(rag(stable=False))
@@ -159,7 +209,9 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
         if args.llama_server:
             from ..vocab import Tokenizer
 
-            m["llama_server"] = _llama_server(args, state.backend.path, Tokenizer.from_gguf(state.backend.path))
+            m["llama_server"] = _llama_server(
+                args, state.backend.path, Tokenizer.from_gguf(state.backend.path)
+            )
     return m
 
 
@@ -167,15 +219,27 @@ def _report(console, res: dict) -> None:
     from rich.table import Table
 
     table = Table(title="prefix KV cache (tokenseam server; shares are of the fixed prefix's tokens)")
-    for col in ("model", "RAG share, plain", "RAG share, stable keys", "TTFT cold", "TTFT cached", "cached/cold",
-                "8 interleaved prefixes"):
+    for col in (
+        "model",
+        "RAG share, plain",
+        "RAG share, stable keys",
+        "TTFT cold",
+        "TTFT cached",
+        "cached/cold",
+        "8 interleaved prefixes",
+    ):
         table.add_column(col)
     for model, m in res["models"].items():
         lp = m["long_prefix"]
-        table.add_row(model, f"{m['rag_plain']['mean_share']:.1%} (min {m['rag_plain']['min_share']:.0%})",
-                      f"{m['rag_stable_keys']['mean_share']:.1%} (min {m['rag_stable_keys']['min_share']:.0%})",
-                      f"{lp['ttft_cold_s'] * 1000:.0f} ms", f"{lp['ttft_cached_s'] * 1000:.0f} ms",
-                      f"{lp['ratio']:.3f}", f"{m['interleaved_8']['share']:.1%}")
+        table.add_row(
+            model,
+            f"{m['rag_plain']['mean_share']:.1%} (min {m['rag_plain']['min_share']:.0%})",
+            f"{m['rag_stable_keys']['mean_share']:.1%} (min {m['rag_stable_keys']['min_share']:.0%})",
+            f"{lp['ttft_cold_s'] * 1000:.0f} ms",
+            f"{lp['ttft_cached_s'] * 1000:.0f} ms",
+            f"{lp['ratio']:.3f}",
+            f"{m['interleaved_8']['share']:.1%}",
+        )
     console.print(table)
     for model, m in res["models"].items():
         if "llama_server" in m:
@@ -186,14 +250,19 @@ def _llama_server(args, path, tok) -> dict:
     """llama-server -np 1 and -np 8 on the same long-prefix TTFT and interleaved workloads (cache_prompt on)."""
     doc_ids = tok.encode("Document:\n" + _document(int(args.long_prefix_tokens * 0.8), seed=1))
     doc_ids = doc_ids[: args.long_prefix_tokens]
-    heads = [tok.encode(f"System {k}: you are assistant number {k}.\n" + _document(220, seed=10 + k) + "\n")
-             for k in range(8)]
+    heads = [
+        tok.encode(f"System {k}: you are assistant number {k}.\n" + _document(220, seed=10 + k) + "\n")
+        for k in range(8)
+    ]
 
     async def ttft(c: httpx.AsyncClient, base: str, prompt: list[int]) -> tuple[float, int]:
         t0 = time.perf_counter()
         first, cached = None, 0
-        async with c.stream("POST", base + "/completion", json={"prompt": prompt, "n_predict": 1, "stream": True,
-                                                                "cache_prompt": True}) as r:
+        async with c.stream(
+            "POST",
+            base + "/completion",
+            json={"prompt": prompt, "n_predict": 1, "stream": True, "cache_prompt": True},
+        ) as r:
             async for line in r.aiter_lines():
                 if line.startswith("data: {"):
                     first = first or time.perf_counter() - t0
@@ -206,13 +275,19 @@ def _llama_server(args, path, tok) -> dict:
             warm, _ = await ttft(c, base, doc_ids + tok.encode("\nQuestion: B?\nAnswer:"))
             total = served = 0
             for rnd in range(args.rounds):
-                outs = await asyncio.gather(*[ttft(c, base, h + tok.encode(f"Question {rnd}: what?")) for h in heads])
+                outs = await asyncio.gather(
+                    *[ttft(c, base, h + tok.encode(f"Question {rnd}: what?")) for h in heads]
+                )
                 if rnd:
                     for h, (_, cached) in zip(heads, outs, strict=True):
                         total += len(h)
                         served += min(cached, len(h))
-        return {"ttft_cold_s": cold, "ttft_cached_s": warm, "ratio": warm / cold,
-                "interleaved_share": served / max(total, 1)}
+        return {
+            "ttft_cold_s": cold,
+            "ttft_cached_s": warm,
+            "ratio": warm / cold,
+            "interleaved_share": served / max(total, 1),
+        }
 
     out = {}
     for np_ in (1, 8):

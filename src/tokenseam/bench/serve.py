@@ -50,19 +50,30 @@ def run(args: argparse.Namespace) -> int:
         return 2
     path = resolve_model(args.model)
     console = Console()
-    res: dict = {"machine": machine(), "model": str(path), "threads": args.threads, "tokens": args.tokens,
-                 "streams": args.streams, "repeats": args.repeats, "rounds": []}
+    res: dict = {
+        "machine": machine(),
+        "model": str(path),
+        "threads": args.threads,
+        "tokens": args.tokens,
+        "streams": args.streams,
+        "repeats": args.repeats,
+        "rounds": [],
+    }
     # Every system runs once per round, rounds interleaved, so a burst of load from elsewhere on a shared
     # machine hits anchor and tokenseam alike; ratios are taken within a round, then the median.
-    console.print(f"loading llama-cpp-python, the raw batch loop and a `tokenseam serve` process "
-                  f"({Path(path).name}, {args.threads} threads)")
+    console.print(
+        f"loading llama-cpp-python, the raw batch loop and a `tokenseam serve` process "
+        f"({Path(path).name}, {args.threads} threads)"
+    )
     lcp = _LlamaCppPython(path, args)
     raw = _RawBatch(path, args)
     with TokenseamServer(path, args) as ts:
         ts.warm_up()
         for r in range(args.repeats):
-            console.print(f"[bold]round {r + 1}/{args.repeats}[/bold]: llama-cpp-python, tokenseam 1 stream, "
-                          f"raw batch 1 and {args.streams}, tokenseam {args.streams} streams, tokenseam JSON schema")
+            console.print(
+                f"[bold]round {r + 1}/{args.repeats}[/bold]: llama-cpp-python, tokenseam 1 stream, "
+                f"raw batch 1 and {args.streams}, tokenseam {args.streams} streams, tokenseam JSON schema"
+            )
             rnd = {"llama_cpp_python_1": lcp.once(r), "tokenseam_1": ts.measure([r])}
             rnd["raw_1"] = raw.once(1)
             rnd["raw_n"] = raw.once(args.streams)
@@ -84,8 +95,15 @@ def run(args: argparse.Namespace) -> int:
 
 # minItems keeps the constrained output going to max_tokens (an empty array would end after 3 tokens and
 # the rate would measure the time to first token, not decoding under the grammar).
-JSON_SCHEMA = {"type": "array", "minItems": 64, "items": {"type": "object", "properties": {
-    "name": {"type": "string"}, "note": {"type": "string"}}, "required": ["name", "note"]}}
+JSON_SCHEMA = {
+    "type": "array",
+    "minItems": 64,
+    "items": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "note": {"type": "string"}},
+        "required": ["name", "note"],
+    },
+}
 
 
 def _summarise(res: dict, args) -> None:
@@ -98,8 +116,11 @@ def _summarise(res: dict, args) -> None:
         return median([r[a]["tok_s"] / r[b]["tok_s"] for r in rounds])
 
     res["summary"] = {
-        "llama_cpp_python_1": med("llama_cpp_python_1"), "raw_1": med("raw_1"), "raw_n": med("raw_n"),
-        "tokenseam_1": med("tokenseam_1"), "tokenseam_n": med("tokenseam_n"),
+        "llama_cpp_python_1": med("llama_cpp_python_1"),
+        "raw_1": med("raw_1"),
+        "raw_n": med("raw_n"),
+        "tokenseam_1": med("tokenseam_1"),
+        "tokenseam_n": med("tokenseam_n"),
         "tokenseam_json_1": med("tokenseam_json_1"),
         "ratio_single_vs_llama_cpp_python": ratio("tokenseam_1", "llama_cpp_python_1"),
         "ratio_batched_vs_raw": ratio("tokenseam_n", "raw_n"),
@@ -114,8 +135,10 @@ def _print(console, res: dict, args) -> None:
     from rich.table import Table
 
     s = res["summary"]
-    table = Table(title=f"decode tokens/s, median of {args.repeats} interleaved rounds "
-                        f"({Path(res['model']).name}, {args.threads} threads)")
+    table = Table(
+        title=f"decode tokens/s, median of {args.repeats} interleaved rounds "
+        f"({Path(res['model']).name}, {args.threads} threads)"
+    )
     for col in ("system", "1 stream", f"{args.streams} streams (aggregate)"):
         table.add_column(col)
     table.add_row("llama-cpp-python create_completion", f"{s['llama_cpp_python_1']:.1f}", "-")
@@ -124,16 +147,23 @@ def _print(console, res: dict, args) -> None:
         ls = res["llama_server"]
         table.add_row("llama-server", f"{ls['tok_s_1']:.1f}", f"{ls['tok_s_n']:.1f}")
     table.add_row("tokenseam serve (HTTP SSE)", f"{s['tokenseam_1']:.1f}", f"{s['tokenseam_n']:.1f}")
-    table.add_row("tokenseam under a JSON Schema", f"{s['tokenseam_json_1']:.1f} "
-                  f"({s['ratio_json_vs_unconstrained']:.3f}x unconstrained)", "-")
-    table.add_row("ratio tokenseam / anchor (median of per-round ratios)",
-                  f"{s['ratio_single_vs_llama_cpp_python']:.3f} (vs llama-cpp-python)",
-                  f"{s['ratio_batched_vs_raw']:.3f} (vs raw batch)")
+    table.add_row(
+        "tokenseam under a JSON Schema",
+        f"{s['tokenseam_json_1']:.1f} ({s['ratio_json_vs_unconstrained']:.3f}x unconstrained)",
+        "-",
+    )
+    table.add_row(
+        "ratio tokenseam / anchor (median of per-round ratios)",
+        f"{s['ratio_single_vs_llama_cpp_python']:.3f} (vs llama-cpp-python)",
+        f"{s['ratio_batched_vs_raw']:.3f} (vs raw batch)",
+    )
     console.print(table)
-    console.print(f"time outside llama_decode: engine thread {s['engine_overhead_ms_per_token_1']:.3f} ms per token "
-                  f"(single stream), {s['engine_overhead_ms_per_step_n']:.3f} ms per batched step of "
-                  f"{args.streams}; end to end (server process, single stream) "
-                  f"{s['outside_decode_ms_per_token_1']:.3f} ms per token")
+    console.print(
+        f"time outside llama_decode: engine thread {s['engine_overhead_ms_per_token_1']:.3f} ms per token "
+        f"(single stream), {s['engine_overhead_ms_per_step_n']:.3f} ms per batched step of "
+        f"{args.streams}; end to end (server process, single stream) "
+        f"{s['outside_decode_ms_per_token_1']:.3f} ms per token"
+    )
 
 
 class _LlamaCppPython:
@@ -141,16 +171,26 @@ class _LlamaCppPython:
         from llama_cpp import Llama
 
         self.args = args
-        self.llm = Llama(model_path=str(path), n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads,
-                         n_batch=512, verbose=False)
+        self.llm = Llama(
+            model_path=str(path),
+            n_ctx=2048,
+            n_threads=args.threads,
+            n_threads_batch=args.threads,
+            n_batch=512,
+            verbose=False,
+        )
         self.llm.create_completion(PROMPTS[0], max_tokens=4, temperature=0)  # warm-up
 
     def once(self, r: int) -> dict:
         t0 = time.perf_counter()
-        out = self.llm.create_completion(PROMPTS[r % len(PROMPTS)], max_tokens=self.args.tokens, temperature=0)
+        out = self.llm.create_completion(
+            PROMPTS[r % len(PROMPTS)], max_tokens=self.args.tokens, temperature=0
+        )
         n = out["usage"]["completion_tokens"]
         if n < self.args.tokens // 2:
-            raise RuntimeError(f"llama-cpp-python stopped after {n} tokens (EOS); the rate would mean nothing")
+            raise RuntimeError(
+                f"llama-cpp-python stopped after {n} tokens (EOS); the rate would mean nothing"
+            )
         return {"tok_s": n / (time.perf_counter() - t0), "tokens": n}
 
     def close(self) -> None:
@@ -169,39 +209,77 @@ class TokenseamServer(ServerProcess):
 
         port = free_port()
         self.args = args
-        super().__init__([sys.executable, "-m", "tokenseam.cli", "serve", "--model", str(path), "--port", str(port),
-                          "--ctx-size", "1024", "--parallel", str(max(args.streams, 1)), "--threads",
-                          str(args.threads), "--cache", "off", "--log-level", "warning"], port)
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "tokenseam.cli",
+                "serve",
+                "--model",
+                str(path),
+                "--port",
+                str(port),
+                "--ctx-size",
+                "1024",
+                "--parallel",
+                str(max(args.streams, 1)),
+                "--threads",
+                str(args.threads),
+                "--cache",
+                "off",
+                "--log-level",
+                "warning",
+            ],
+            port,
+        )
 
     def _body(self, i: int, schema: dict | None) -> dict:
-        b = {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": self.args.tokens, "temperature": 0,
-             "stream": True, "return_token_ids": True, "ignore_eos": True}
+        b = {
+            "prompt": PROMPTS[i % len(PROMPTS)],
+            "max_tokens": self.args.tokens,
+            "temperature": 0,
+            "stream": True,
+            "return_token_ids": True,
+            "ignore_eos": True,
+        }
         if schema is not None:
             b["guided_json"] = schema
         return b
 
     def warm_up(self) -> None:
         asyncio.run(_concurrent(self.url + "/v1/completions", [self._body(0, None)]))
-        asyncio.run(_concurrent(self.url + "/v1/completions", [self._body(0, JSON_SCHEMA)]))  # compile + masks
+        asyncio.run(
+            _concurrent(self.url + "/v1/completions", [self._body(0, JSON_SCHEMA)])
+        )  # compile + masks
 
     def counters(self) -> dict[str, float]:
         import re
 
         text = httpx.get(self.url + "/metrics", timeout=10).text
-        return {m.group(1): float(m.group(2)) for m in
-                re.finditer(r"^tokenseam_engine_(\w+)_total (\S+)$", text, re.M)}
+        return {
+            m.group(1): float(m.group(2))
+            for m in re.finditer(r"^tokenseam_engine_(\w+)_total (\S+)$", text, re.M)
+        }
 
     def measure(self, prompts: list[int], schema: dict | None = None) -> dict:
         c0 = self.counters()
-        n, dt = asyncio.run(_concurrent(self.url + "/v1/completions", [self._body(i, schema) for i in prompts]))
+        n, dt = asyncio.run(
+            _concurrent(self.url + "/v1/completions", [self._body(i, schema) for i in prompts])
+        )
         if n != self.args.tokens * len(prompts):
-            raise RuntimeError(f"tokenseam generated {n} tokens instead of {self.args.tokens * len(prompts)}; "
-                               "the rate would not be a decode rate")
+            raise RuntimeError(
+                f"tokenseam generated {n} tokens instead of {self.args.tokens * len(prompts)}; "
+                "the rate would not be a decode rate"
+            )
         c1 = self.counters()
         d = {k: c1[k] - c0.get(k, 0.0) for k in c1}
-        return {"tok_s": n / dt, "tokens": n, "seconds": dt,
-                "engine_overhead_ms_per_step": d["overhead_seconds"] / max(d["steps"], 1) * 1000,
-                "outside_decode_ms_per_token": (dt - d["decode_seconds"]) / max(n, 1) * 1000}
+        return {
+            "tok_s": n / dt,
+            "tokens": n,
+            "seconds": dt,
+            "engine_overhead_ms_per_step": d["overhead_seconds"] / max(d["steps"], 1) * 1000,
+            "outside_decode_ms_per_token": (dt - d["decode_seconds"]) / max(n, 1) * 1000,
+        }
 
 
 class _RawBatch:
@@ -214,7 +292,9 @@ class _RawBatch:
 
         ensure_llama_backend()
         self.args = args
-        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), llama_cpp.llama_model_default_params())
+        self.model = llama_cpp.llama_model_load_from_file(
+            str(path).encode(), llama_cpp.llama_model_default_params()
+        )
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
 
@@ -250,8 +330,12 @@ class _RawBatch:
             batch.n_tokens = n
             llama_cpp.llama_decode(ctx, batch)
             idx = [i for i in range(n) if batch.logits[i]]
-            toks = [int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,))))
-                    for i in idx]
+            toks = [
+                int(
+                    np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)))
+                )
+                for i in idx
+            ]
             t0 = time.perf_counter()
             for _ in range(args.tokens - 1):
                 for s in range(n_seq):
@@ -261,8 +345,14 @@ class _RawBatch:
                 batch.n_tokens = n_seq
                 if llama_cpp.llama_decode(ctx, batch) != 0:
                     raise RuntimeError("llama_decode failed")
-                toks = [int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, s),
-                                                            shape=(n_vocab,)))) for s in range(n_seq)]
+                toks = [
+                    int(
+                        np.argmax(
+                            np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, s), shape=(n_vocab,))
+                        )
+                    )
+                    for s in range(n_seq)
+                ]
             return {"tok_s": n_seq * (args.tokens - 1) / (time.perf_counter() - t0)}
         finally:
             llama_cpp.llama_batch_free(batch)
@@ -311,9 +401,21 @@ def _llama_server(path: Path, args) -> dict:
                 async def go(k=k, r=r, base=base):
                     async with httpx.AsyncClient(timeout=600) as c:
                         t0 = time.perf_counter()
-                        rs = await asyncio.gather(*[c.post(base + "/completion", json={
-                            "prompt": PROMPTS[(r + i) % len(PROMPTS)], "n_predict": args.tokens, "temperature": 0,
-                            "ignore_eos": True, "cache_prompt": False}) for i in range(k)])
+                        rs = await asyncio.gather(
+                            *[
+                                c.post(
+                                    base + "/completion",
+                                    json={
+                                        "prompt": PROMPTS[(r + i) % len(PROMPTS)],
+                                        "n_predict": args.tokens,
+                                        "temperature": 0,
+                                        "ignore_eos": True,
+                                        "cache_prompt": False,
+                                    },
+                                )
+                                for i in range(k)
+                            ]
+                        )
                         return sum(x.json()["tokens_predicted"] for x in rs), time.perf_counter() - t0
 
                 n, dt = asyncio.run(go())

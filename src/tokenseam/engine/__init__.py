@@ -11,7 +11,17 @@ from .sampling import SamplingParams, TokenLogprob
 from .sequence import ChoiceEvent, GenerationRequest, RequestDone
 
 __all__ = [
-    "BackendConfig", "BackendError", "ChoiceEvent", "ContextLengthError", "Engine", "EngineError",
-    "GenerationRequest", "InvalidRequestError", "LlamaCppBackend", "QueueFullError", "RequestDone",
-    "SamplingParams", "TokenLogprob",
+    "BackendConfig",
+    "BackendError",
+    "ChoiceEvent",
+    "ContextLengthError",
+    "Engine",
+    "EngineError",
+    "GenerationRequest",
+    "InvalidRequestError",
+    "LlamaCppBackend",
+    "QueueFullError",
+    "RequestDone",
+    "SamplingParams",
+    "TokenLogprob",
 ]

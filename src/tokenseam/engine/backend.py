@@ -25,7 +25,9 @@ class BackendConfig:
     n_seq: int = 8  # sequences decoded together (`--parallel`)
     n_threads: int = 0  # 0 = all cores
     n_batch: int = 512  # max tokens per llama_decode call
-    prefix_cache_tokens: int = 16384  # tokens of KV the radix prefix cache keeps in host memory (0 = no cache)
+    prefix_cache_tokens: int = (
+        16384  # tokens of KV the radix prefix cache keeps in host memory (0 = no cache)
+    )
     prefix_cache_seqs: int = 256  # cached leaf paths at most
     prefix_block: int = 16  # only whole blocks of this many tokens are cached
 
@@ -38,8 +40,17 @@ class LlamaCppBackend:
         self.path = Path(model_path)
         self.config = config
         self.vocab = Vocabulary.from_gguf(self.path)
-        meta = read_gguf_metadata(self.path, skip=frozenset({
-            "tokenizer.ggml.merges", "tokenizer.ggml.scores", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type"}))
+        meta = read_gguf_metadata(
+            self.path,
+            skip=frozenset(
+                {
+                    "tokenizer.ggml.merges",
+                    "tokenizer.ggml.scores",
+                    "tokenizer.ggml.tokens",
+                    "tokenizer.ggml.token_type",
+                }
+            ),
+        )
         self.chat_template: str | None = meta.get("tokenizer.chat_template")
         self.model_name = self.path.stem
         mparams = llama_cpp.llama_model_default_params()
@@ -134,8 +145,10 @@ class LlamaCppBackend:
         self.decode_seconds += time.perf_counter() - t0
         self.decode_calls += 1
         if rc != 0:
-            raise BackendError(f"llama_decode failed with code {rc}" + (
-                " (no free KV cells: the context is full)" if rc == 1 else ""))
+            raise BackendError(
+                f"llama_decode failed with code {rc}"
+                + (" (no free KV cells: the context is full)" if rc == 1 else "")
+            )
         res: list[np.ndarray | None] = []
         for i in out_idx:
             if i < 0:
@@ -161,14 +174,19 @@ class LlamaCppBackend:
         """The sequence's KV (positions, K and V rows) as llama.cpp's sequence-state bytes."""
         size = llama_cpp.llama_state_seq_get_size(self._ctx, seq_id)
         data = bytearray(size)
-        n = llama_cpp.llama_state_seq_get_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, seq_id)
+        n = llama_cpp.llama_state_seq_get_data(
+            self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, seq_id
+        )
         del data[n:]
         return data
 
     def seq_restore(self, seq_id: int, data: bytes | bytearray) -> None:
         """Replace the sequence's KV with saved state (needs a contiguous run of free cells)."""
-        buf = (ctypes.c_uint8 * len(data)).from_buffer(data) if isinstance(data, bytearray) else \
-            (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        buf = (
+            (ctypes.c_uint8 * len(data)).from_buffer(data)
+            if isinstance(data, bytearray)
+            else (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        )
         if llama_cpp.llama_state_seq_set_data(self._ctx, buf, len(data), seq_id) == 0:
             raise BackendError("could not restore sequence state (no contiguous free KV cells)")
 
@@ -197,7 +215,9 @@ def _kv_bytes_per_token(meta: dict) -> int:
         layers = int(meta[f"{arch}.block_count"])
         heads = int(meta[f"{arch}.attention.head_count"])
         kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
-        head_dim = int(meta.get(f"{arch}.attention.key_length", int(meta[f"{arch}.embedding_length"]) // heads))
+        head_dim = int(
+            meta.get(f"{arch}.attention.key_length", int(meta[f"{arch}.embedding_length"]) // heads)
+        )
         v_dim = int(meta.get(f"{arch}.attention.value_length", head_dim))
     except (KeyError, ValueError, ZeroDivisionError):
         return 0

@@ -15,8 +15,10 @@ from ..vocab import Tokenizer, Vocabulary
 from .errors import InvalidRequestError
 
 # Used only when a GGUF carries no template.
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
-          "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 _MARK = "\x00tokenseam-content-{}\x00"
 
@@ -31,11 +33,20 @@ class ChatTemplate:
         self._tmpl = env.from_string(self.source)
         self.vocab = vocab
         self.tokenizer = tokenizer
-        specials = sorted({vocab.token_text[i] for i in range(vocab.size) if vocab.is_special[i] and vocab.token_text[i]}
-                          | {vocab.token_text[i] for i in range(vocab.size) if vocab.token_text[i].startswith("<")
-                             and vocab.token_text[i].endswith(">") and len(vocab.token_text[i]) > 2
-                             and vocab.kind == "llama" and not vocab.token_text[i].startswith("<0x")},
-                          key=len, reverse=True)
+        specials = sorted(
+            {vocab.token_text[i] for i in range(vocab.size) if vocab.is_special[i] and vocab.token_text[i]}
+            | {
+                vocab.token_text[i]
+                for i in range(vocab.size)
+                if vocab.token_text[i].startswith("<")
+                and vocab.token_text[i].endswith(">")
+                and len(vocab.token_text[i]) > 2
+                and vocab.kind == "llama"
+                and not vocab.token_text[i].startswith("<0x")
+            },
+            key=len,
+            reverse=True,
+        )
         self._special_re = re.compile("|".join(re.escape(s) for s in specials)) if specials else None
         bos = vocab.token_text[vocab.bos_token_id] if vocab.bos_token_id is not None else ""
         eos_id = min(vocab.eos_token_ids) if vocab.eos_token_ids else None
@@ -43,17 +54,29 @@ class ChatTemplate:
         # Thinking models open a <think> block in the generation prompt.
         self.is_thinking = "<think>" in self.source
 
-    def render(self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None,
-               **extra) -> str:
+    def render(
+        self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None, **extra
+    ) -> str:
         try:
-            return self._tmpl.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     tools=tools, **self._vars, **extra)
+            return self._tmpl.render(
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                tools=tools,
+                **self._vars,
+                **extra,
+            )
         except TemplateError as e:
-            raise InvalidRequestError(f"the model's chat template rejected these messages: {e}", "messages") from e
+            raise InvalidRequestError(
+                f"the model's chat template rejected these messages: {e}", "messages"
+            ) from e
 
-    def encode(self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None) -> list[int]:
+    def encode(
+        self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None
+    ) -> list[int]:
         """Token ids of the rendered prompt. Template text may contain special tokens; message text may not."""
-        guarded = [m for m in messages if isinstance(m.get("content"), str) and self._has_special(m["content"])]
+        guarded = [
+            m for m in messages if isinstance(m.get("content"), str) and self._has_special(m["content"])
+        ]
         if not guarded:
             text = self.render(messages, add_generation_prompt, tools)
             return self._encode_template_text(text)
@@ -106,7 +129,7 @@ class ChatTemplate:
         out, pos = [], 0
         for m in self._special_re.finditer(text):
             if m.start() > pos:
-                out.append((text[pos:m.start()], False))
+                out.append((text[pos : m.start()], False))
             out.append((m.group(0), True))
             pos = m.end()
         if pos < len(text):

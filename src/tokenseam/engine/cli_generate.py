@@ -10,7 +10,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate text from a prompt, streamed to the terminal")
     p.add_argument("prompt", help="the prompt text")
     p.add_argument("--model", default=None, help="smollm2 (default), gemma3, or a .gguf path")
-    p.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
+    p.add_argument(
+        "--chat", action="store_true", help="wrap the prompt as a user message in the chat template"
+    )
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -19,8 +21,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--show-ids", action="store_true", help="print the generated token ids at the end")
-    p.add_argument("--token-healing", action=argparse.BooleanOptionalAction, default=None,
-                   help="roll back the prompt's unstable tail and regenerate it (default: on, off with --chat)")
+    p.add_argument(
+        "--token-healing",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="roll back the prompt's unstable tail and regenerate it (default: on, off with --chat)",
+    )
     p.set_defaults(func=run)
 
 
@@ -39,11 +45,18 @@ def run(args: argparse.Namespace) -> int:
     from .chat_template import ChatTemplate
     from .llm_engine import run_sync
 
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                            top_k=args.top_k, seed=args.seed, stop=args.stop)
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        stop=args.stop,
+    )
     try:
-        backend = LlamaCppBackend(resolve_model(args.model), BackendConfig(n_ctx=4096, n_seq=1,
-                                                                           n_threads=args.threads))
+        backend = LlamaCppBackend(
+            resolve_model(args.model), BackendConfig(n_ctx=4096, n_seq=1, n_threads=args.threads)
+        )
     except (ModelNotFoundError, VocabularyError, EngineError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -51,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.chat:
             ids = ChatTemplate(backend.chat_template, backend.vocab, backend.tokenizer).encode(
-                [{"role": "user", "content": args.prompt}])
+                [{"role": "user", "content": args.prompt}]
+            )
         else:
             ids = backend.tokenizer.encode(args.prompt, add_special=True)
         request = GenerationRequest(ids, params)
@@ -61,8 +75,12 @@ def run(args: argparse.Namespace) -> int:
             healed = heal_prompt(ids, backend.vocab)
             if healed.healed and healed.kept_ids:
                 removed = healed.removed_bytes
-                request = GenerationRequest(healed.kept_ids, params, text_skip_bytes=len(removed),
-                                            constraint_factory=lambda: HealingConstraint(backend.vocab, removed))
+                request = GenerationRequest(
+                    healed.kept_ids,
+                    params,
+                    text_skip_bytes=len(removed),
+                    constraint_factory=lambda: HealingConstraint(backend.vocab, removed),
+                )
                 if args.show_ids:
                     print(f"[healed: removed {healed.removed_ids} = {removed!r}]", file=sys.stderr)
         all_ids: list[int] = []

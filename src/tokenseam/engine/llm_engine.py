@@ -37,8 +37,12 @@ class Engine:
         cfg = backend.config
         first = backend.n_seq_total  # cache sequence ids are host blobs, numbered past llama.cpp's sequences
         self.prefix_cache = PrefixCache(
-            HostKV(backend, first), list(range(first, first + backend.n_cache_seqs)), cfg.prefix_cache_tokens,
-            cfg.prefix_block, backend.kv_bytes_per_token)
+            HostKV(backend, first),
+            list(range(first, first + backend.n_cache_seqs)),
+            cfg.prefix_cache_tokens,
+            cfg.prefix_block,
+            backend.kv_bytes_per_token,
+        )
         self._slot_tokens: list[list[int]] = [[] for _ in range(self.n_slots)]
         self._free: set[int] = set(range(self.n_slots))
         self._waiting: deque[RequestState] = deque()
@@ -67,13 +71,18 @@ class Engine:
         n_ctx = self.backend.n_ctx
         if n_prompt >= n_ctx:
             raise ContextLengthError(
-                f"the prompt is {n_prompt} tokens but the context window is {n_ctx} tokens", "prompt")
+                f"the prompt is {n_prompt} tokens but the context window is {n_ctx} tokens", "prompt"
+            )
         if p.max_tokens is not None and n_prompt + p.max_tokens > n_ctx:
             raise ContextLengthError(
                 f"prompt ({n_prompt} tokens) + max_tokens ({p.max_tokens}) exceeds the context window of "
-                f"{n_ctx} tokens", "max_tokens")
+                f"{n_ctx} tokens",
+                "max_tokens",
+            )
         if p.n > self.n_slots:
-            raise InvalidRequestError(f"n={p.n} exceeds the server's parallel sequences ({self.n_slots})", "n")
+            raise InvalidRequestError(
+                f"n={p.n} exceeds the server's parallel sequences ({self.n_slots})", "n"
+            )
         state = RequestState(request, emit)
         with self._cv:
             if len(self._waiting) >= self.max_queue:
@@ -186,7 +195,9 @@ class Engine:
             self._slot_tokens[slots[0]] = list(prompt[:reuse])
             st.prefill_pos = reuse
             st.cached_tokens = reuse
-            st.seqs = [Sequence(st, i, slot, self.vocab, self.backend.n_vocab) for i, slot in enumerate(slots)]
+            st.seqs = [
+                Sequence(st, i, slot, self.vocab, self.backend.n_vocab) for i, slot in enumerate(slots)
+            ]
             st.seqs[0].n_past = reuse
             self.stats.prompt_tokens += len(prompt)
             self.stats.cached_tokens += reuse
@@ -215,7 +226,7 @@ class Engine:
             # The last prompt token is always decoded on its own, so its logits do not depend on how much of
             # the prompt came from the prefix cache (llama.cpp's numerics vary with batch shape).
             end = len(st.prompt) if st.prefill_pos == len(st.prompt) - 1 else len(st.prompt) - 1
-            chunk = st.prompt[st.prefill_pos: min(end, st.prefill_pos + budget)]
+            chunk = st.prompt[st.prefill_pos : min(end, st.prefill_pos + budget)]
             last = st.prefill_pos + len(chunk) == len(st.prompt)
             items.append((s0.seq_id, chunk, st.prefill_pos, last))
             owners.append((st, None))
@@ -256,8 +267,9 @@ class Engine:
                     self._free.add(s.seq_id)
                 self._running.remove(st)
                 st.done = True
-                events = (events or []) + [RequestDone(len(st.prompt), sum(len(s.generated) for s in st.seqs),
-                                                       st.cached_tokens)]
+                events = (events or []) + [
+                    RequestDone(len(st.prompt), sum(len(s.generated) for s in st.seqs), st.cached_tokens)
+                ]
             if events:
                 st.emit(events)
         self.stats.generated_tokens += n_sampled

@@ -105,8 +105,9 @@ class PrefixCache:
     cannot share its head with another), so the budget counts every leaf's depth.
     """
 
-    def __init__(self, kv: KVOps, seq_ids: list[int], max_tokens: int, block_size: int = 16,
-                 bytes_per_token: int = 0) -> None:
+    def __init__(
+        self, kv: KVOps, seq_ids: list[int], max_tokens: int, block_size: int = 16, bytes_per_token: int = 0
+    ) -> None:
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
         self.kv = kv
@@ -217,8 +218,13 @@ class PrefixCache:
 
     def _cut_node(self, node: RadixNode, k: int) -> None:
         """Cut `node` after its first k tokens: a new inner node takes its place above it."""
-        upper = RadixNode(node.tokens[:k], node.parent, node.depth - len(node.tokens) + k, node.seq_id,
-                          last_access=node.last_access)
+        upper = RadixNode(
+            node.tokens[:k],
+            node.parent,
+            node.depth - len(node.tokens) + k,
+            node.seq_id,
+            last_access=node.last_access,
+        )
         node.parent.children[upper.tokens[0]] = upper
         node.tokens = node.tokens[k:]
         node.parent = upper

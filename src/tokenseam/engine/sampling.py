@@ -92,7 +92,9 @@ class Sampler:
         self.rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, seed_offset])
         self.counts: dict[int, int] = {}
         self._bias_ids = np.fromiter(params.logit_bias.keys(), dtype=np.int64, count=len(params.logit_bias))
-        self._bias_vals = np.fromiter(params.logit_bias.values(), dtype=np.float32, count=len(params.logit_bias))
+        self._bias_vals = np.fromiter(
+            params.logit_bias.values(), dtype=np.float32, count=len(params.logit_bias)
+        )
         self._needs_copy = bool(len(self._bias_ids) or params.presence_penalty or params.frequency_penalty)
 
     def sample(self, logits: np.ndarray, allowed: np.ndarray | None) -> tuple[int, TokenLogprob | None]:

@@ -54,8 +54,13 @@ from ..wire import error_body
 log = logging.getLogger("tokenseam.gateway")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
-REDACTED_LOGGERS = ("httpx", "httpcore", "tokenseam.gateway", "tokenseam.respcache.policy",
-                    "tokenseam.respcache.stores")
+REDACTED_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "tokenseam.gateway",
+    "tokenseam.respcache.policy",
+    "tokenseam.respcache.stores",
+)
 
 
 class UpstreamError(ResponseCacheError):
@@ -75,7 +80,9 @@ class UpstreamError(ResponseCacheError):
         return e
 
     def response(self) -> Response:
-        return Response(self.body, status_code=self.status, media_type=self.content_type or "application/json")
+        return Response(
+            self.body, status_code=self.status, media_type=self.content_type or "application/json"
+        )
 
 
 def upstream_base_and_query(upstream_url: str) -> tuple[str, str]:
@@ -86,8 +93,9 @@ def upstream_base_and_query(upstream_url: str) -> tuple[str, str]:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ResponseCacheError(f"upstream URL {redact_url(upstream_url)!r} must start with http:// or https:// "
-                                 "and name a host")
+        raise ResponseCacheError(
+            f"upstream URL {redact_url(upstream_url)!r} must start with http:// or https:// and name a host"
+        )
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]
@@ -102,7 +110,9 @@ def _without_userinfo(base: str) -> tuple[str, str | None]:
     if parts.username is None and parts.password is None:
         return base, None
     token = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])), "Basic " + base64.b64encode(token).decode()
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])), "Basic " + base64.b64encode(
+        token
+    ).decode()
 
 
 def _redact_tree(value: Any, hide: Callable[[str], str]) -> Any:
@@ -115,12 +125,20 @@ def _redact_tree(value: Any, hide: Callable[[str], str]) -> Any:
     return value
 
 
-def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None, api_key: str | None = None,
-                       timeout: float = 120.0, connect_timeout: float = 5.0,
-                       max_body_bytes: int = DEFAULT_MAX_BODY, registry: Any = None,
-                       max_connections: int = 256, client_api_keys: Iterable[str] | None = None,
-                       allowed_hosts: Iterable[str] | None = None,
-                       cors_origins: Iterable[str] | None = None) -> Starlette:
+def create_gateway_app(
+    upstream_url: str,
+    *,
+    cache: ResponseCache | None = None,
+    api_key: str | None = None,
+    timeout: float = 120.0,
+    connect_timeout: float = 5.0,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    registry: Any = None,
+    max_connections: int = 256,
+    client_api_keys: Iterable[str] | None = None,
+    allowed_hosts: Iterable[str] | None = None,
+    cors_origins: Iterable[str] | None = None,
+) -> Starlette:
     """A Starlette app serving `/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/health`, `/metrics`.
 
     `cache=None` builds a memory-backed `ResponseCache`; `api_key` replaces the client's Authorization
@@ -163,7 +181,8 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
     async def lifespan(app: Starlette):
         holder["client"] = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
         # httpx logs every request's full URL (password and query) at INFO; the store loggers can quote a
         # store URL. Redact what those loggers emit while this gateway runs.
         try:
@@ -185,10 +204,16 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
     def map_transport(e: httpx.HTTPError) -> UpstreamError:
         # httpx messages can quote the URL (userinfo included): only the redacted form leaves the gateway.
         if isinstance(e, httpx.TimeoutException):
-            return UpstreamError.gateway(504, f"the upstream {shown} did not answer within the timeout "
-                                         f"({type(e).__name__})", "upstream_timeout")
-        return UpstreamError.gateway(502, f"cannot reach the upstream {shown}: {type(e).__name__}: {hide(str(e))}",
-                                     "upstream_unreachable")
+            return UpstreamError.gateway(
+                504,
+                f"the upstream {shown} did not answer within the timeout ({type(e).__name__})",
+                "upstream_timeout",
+            )
+        return UpstreamError.gateway(
+            502,
+            f"cannot reach the upstream {shown}: {type(e).__name__}: {hide(str(e))}",
+            "upstream_unreachable",
+        )
 
     async def generation(request: Request) -> Response:
         route = request.url.path
@@ -197,8 +222,9 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         except HTTPError as e:
             return e.response()
         try:
-            plan = cache.plan(route, body, request.headers,
-                              tenant=tenant_from_api_key(request.headers.get("authorization")))
+            plan = cache.plan(
+                route, body, request.headers, tenant=tenant_from_api_key(request.headers.get("authorization"))
+            )
         except CacheRequestError as e:
             return HTTPError(400, str(e), "invalid_request", param=e.param).response()
         url = upstream(route)
@@ -211,39 +237,50 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
             except httpx.HTTPError as e:
                 raise map_transport(e) from e
             if r.status_code != 200:
-                raise UpstreamError(r.status_code, scrub(r.content), r.headers.get("content-type", "application/json"))
+                raise UpstreamError(
+                    r.status_code, scrub(r.content), r.headers.get("content-type", "application/json")
+                )
             try:
                 data = r.json()
             except ValueError:
-                raise UpstreamError.gateway(502, f"the upstream {shown} returned a body that is not JSON",
-                                            "upstream_bad_response") from None
+                raise UpstreamError.gateway(
+                    502, f"the upstream {shown} returned a body that is not JSON", "upstream_bad_response"
+                ) from None
             if not isinstance(data, dict):
-                raise UpstreamError.gateway(502, "the upstream returned JSON that is not an object",
-                                            "upstream_bad_response")
+                raise UpstreamError.gateway(
+                    502, "the upstream returned JSON that is not an object", "upstream_bad_response"
+                )
             return data
 
         async def generate_stream(req: dict[str, Any]):
             try:
                 async with client.stream("POST", url, json=req, headers=headers) as r:
                     if r.status_code != 200:
-                        raise UpstreamError(r.status_code, scrub(await r.aread()),
-                                            r.headers.get("content-type", "application/json"))
+                        raise UpstreamError(
+                            r.status_code,
+                            scrub(await r.aread()),
+                            r.headers.get("content-type", "application/json"),
+                        )
                     parser = SSEParser()
                     async for data in r.aiter_bytes():
                         for ev in parser.feed(data):
                             if ev == "[DONE]":
                                 return
                             if not isinstance(ev, dict):
-                                raise UpstreamError.gateway(502, "the upstream sent a stream event that is not an "
-                                                            "object", "upstream_bad_response")
+                                raise UpstreamError.gateway(
+                                    502,
+                                    "the upstream sent a stream event that is not an object",
+                                    "upstream_bad_response",
+                                )
                             yield ev
             except httpx.HTTPError as e:
                 raise map_transport(e) from e
             except ResponseCacheError as e:
                 if isinstance(e, UpstreamError):
                     raise
-                raise UpstreamError.gateway(502, f"the upstream stream is malformed: {hide(str(e))}",
-                                            "upstream_bad_response") from e
+                raise UpstreamError.gateway(
+                    502, f"the upstream stream is malformed: {hide(str(e))}", "upstream_bad_response"
+                ) from e
 
         try:
             if plan.stream:
@@ -253,8 +290,12 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         except UpstreamError as e:
             return e.response()
         except IncompleteStreamError as e:
-            return HTTPError(502, f"the upstream {shown} answered a stream request without any stream event "
-                             f"({hide(str(e))})", "upstream_bad_response", type_="upstream_error").response()
+            return HTTPError(
+                502,
+                f"the upstream {shown} answered a stream request without any stream event ({hide(str(e))})",
+                "upstream_bad_response",
+                type_="upstream_error",
+            ).response()
         if isinstance(result, CacheStream):
             return sse_response(result.events, result.headers)
         return JSONResponse(result.body, headers=result.headers)
@@ -264,8 +305,11 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
             r = await holder["client"].get(upstream("/v1/models"), headers=upstream_headers(request))
         except httpx.HTTPError as e:
             return map_transport(e).response()
-        return Response(scrub(r.content), status_code=r.status_code,
-                        media_type=r.headers.get("content-type", "application/json"))
+        return Response(
+            scrub(r.content),
+            status_code=r.status_code,
+            media_type=r.headers.get("content-type", "application/json"),
+        )
 
     async def health(request: Request) -> Response:
         # Unauthenticated: everything shown goes through the redaction (store errors can quote a Redis URL).
@@ -273,8 +317,13 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         # gateway serving (requests go upstream), so it is "degraded", not an error.
         state = _redact_tree(await asyncio.to_thread(cache.health), hide)
         degraded = not state.get("ok", True) or bool(state.get("degraded"))
-        body = {"status": "degraded" if degraded else "ok", "upstream": shown, "cache_mode": cache.mode,
-                "cache": state, "time": time.time()}
+        body = {
+            "status": "degraded" if degraded else "ok",
+            "upstream": shown,
+            "cache_mode": cache.mode,
+            "cache": state,
+            "time": time.time(),
+        }
         if degraded:
             body["problems"] = ["the response cache store is unavailable (requests go to the upstream)"]
         return JSONResponse(body)
@@ -286,22 +335,34 @@ def create_gateway_app(upstream_url: str, *, cache: ResponseCache | None = None,
         return HTTPError(404, f"no route {request.method} {request.url.path}", "not_found").response()
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        return HTTPError(405, f"method {request.method} not allowed on {request.url.path}",
-                         "method_not_allowed").response()
+        return HTTPError(
+            405, f"method {request.method} not allowed on {request.url.path}", "method_not_allowed"
+        ).response()
 
-    app = Starlette(routes=[
-        Route(ROUTE_CHAT, generation, methods=["POST"]),
-        Route(ROUTE_COMPLETIONS, generation, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-    ], lifespan=lifespan, exception_handlers={404: not_found, 405: not_allowed}, middleware=[
-        # Guard outside, so its 401s and the 500s below carry CORS headers for allowed origins; no `Exception`
-        # handler, since Starlette re-raises after it and the keep-alive connection is dropped (see CatchErrors).
-        Middleware(Guard, allowed_hosts=allowed_hosts, cors_origins=cors_origins, api_keys=client_keys,
-                   public_paths=("/health",), expose_headers=("x-tokenseam-cache", "x-request-id")),
-        Middleware(CatchErrors, logger=log, redact=hide, what="gateway"),
-    ])
+    app = Starlette(
+        routes=[
+            Route(ROUTE_CHAT, generation, methods=["POST"]),
+            Route(ROUTE_COMPLETIONS, generation, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+        exception_handlers={404: not_found, 405: not_allowed},
+        middleware=[
+            # Guard outside, so its 401s and the 500s below carry CORS headers for allowed origins; no `Exception`
+            # handler, since Starlette re-raises after it and the keep-alive connection is dropped (see CatchErrors).
+            Middleware(
+                Guard,
+                allowed_hosts=allowed_hosts,
+                cors_origins=cors_origins,
+                api_keys=client_keys,
+                public_paths=("/health",),
+                expose_headers=("x-tokenseam-cache", "x-request-id"),
+            ),
+            Middleware(CatchErrors, logger=log, redact=hide, what="gateway"),
+        ],
+    )
     app.state.cache = cache
     app.state.upstream = shown
     app.state.redact = hide

@@ -89,7 +89,9 @@ class Automaton:
         # enough for the difference to matter, and a clamped counted loop (a long maxLength string body) becomes
         # a state that string-safe characters loop on, so the walk takes such tokens whole instead of building
         # a state per count.
-        self.clamped_trans = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32) if self.has_counters else None
+        self.clamped_trans = (
+            np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32) if self.has_counters else None
+        )
         self.accepting = np.zeros(cap, dtype=bool)
         # A position is a pair (local state K, parent stack P): K holds every configuration with its frames
         # above P rebased onto BOT, so K (and its masks) is shared by every place the same shape recurs.
@@ -271,7 +273,9 @@ class Automaton:
         self.state_esc.append(esc)
         self.accepting[sid] = acc
         room = self._safe_budget(configs)
-        self.flags[sid] = (LIVE if configs or acc else 0) | (ESCAPES if esc else 0) | (SAFE_SINK if room > 0 else 0)
+        self.flags[sid] = (
+            (LIVE if configs or acc else 0) | (ESCAPES if esc else 0) | (SAFE_SINK if room > 0 else 0)
+        )
         self.budget[sid] = max(room, 0)
         self._fast.add(sid, configs, esc)
         return sid
@@ -391,7 +395,11 @@ class Automaton:
             # The usual case: edges on the same bytes or on disjoint bytes, so each range is one run.
             for r in ranges:
                 moves = by_range[r]
-                run(cls_of[r[0]], cls_of[r[1]] + 1, tuple(sorted(set(moves))) if len(moves) > 1 else tuple(moves))
+                run(
+                    cls_of[r[0]],
+                    cls_of[r[1]] + 1,
+                    tuple(sorted(set(moves))) if len(moves) > 1 else tuple(moves),
+                )
             return starts, segs
         events = []
         for (lo, hi), moves in by_range.items():
@@ -441,10 +449,10 @@ class Automaton:
         nxt = self._succ_memo.get(key)
         if nxt is None:
             nxt = self._succ_memo[key] = self._successor(key)
-        self.trans[sid, c0:c1 + 1] = nxt
+        self.trans[sid, c0 : c1 + 1] = nxt
         if self.clamped_trans is not None:
             cn = self.clamped(nxt) if nxt >= 0 else nxt
-            self.clamped_trans[sid, c0:c1 + 1] = cn
+            self.clamped_trans[sid, c0 : c1 + 1] = cn
 
     @property
     def _walk_trans(self) -> np.ndarray:
@@ -699,4 +707,3 @@ class Automaton:
                     k2 = self.clamped(k2)
             hit = self._escape_memo[key] = (k2, p2, bool(acc2))
         return hit
-

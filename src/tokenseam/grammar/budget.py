@@ -40,8 +40,9 @@ COMPILE_SIZE = 6_000_000
 CHECK_EVERY = 2048  # units between two looks at the clock (a unit is well under a microsecond of work)
 YIELD_SECONDS = 0.01  # release the GIL at least this often (a yield costs 0.05-1 ms on a busy machine)
 
-_CURRENT: contextvars.ContextVar[CompileBudget | None] = contextvars.ContextVar("tokenseam_compile_budget",
-                                                                                 default=None)
+_CURRENT: contextvars.ContextVar[CompileBudget | None] = contextvars.ContextVar(
+    "tokenseam_compile_budget", default=None
+)
 
 
 class CompileBudget:
@@ -50,11 +51,23 @@ class CompileBudget:
     Stages set `stage` (what is being done) and `where` (a JSON pointer or rule name) so that the error says
     where the budget ran out; both are plain attributes, cheap to set in a loop."""
 
-    __slots__ = ("seconds", "size", "rss_limit", "deadline", "size_used", "work", "stage", "where", "_next",
-                 "_yielded", "_peak")
+    __slots__ = (
+        "seconds",
+        "size",
+        "rss_limit",
+        "deadline",
+        "size_used",
+        "work",
+        "stage",
+        "where",
+        "_next",
+        "_yielded",
+        "_peak",
+    )
 
-    def __init__(self, seconds: float = COMPILE_SECONDS, size: float = COMPILE_SIZE,
-                 rss_limit: int | None = None) -> None:
+    def __init__(
+        self, seconds: float = COMPILE_SECONDS, size: float = COMPILE_SIZE, rss_limit: int | None = None
+    ) -> None:
         if not seconds > 0 or not size > 0:
             raise ValueError("compile budgets must be positive")
         self.seconds = seconds
@@ -98,8 +111,12 @@ class CompileBudget:
         """Check both limits now (the counters call this every CHECK_EVERY units)."""
         self._next = self.work + CHECK_EVERY
         if self.size_used > self.size:
-            raise GrammarError(self._message(f"size budget ({self.size:,} units, about 64 bytes each, of "
-                                             "sub-schemas, IR nodes and automaton states and edges)"))
+            raise GrammarError(
+                self._message(
+                    f"size budget ({self.size:,} units, about 64 bytes each, of "
+                    "sub-schemas, IR nodes and automaton states and edges)"
+                )
+            )
         now = time.monotonic()
         if now > self.deadline:
             raise GrammarError(self._message(f"time budget ({self.seconds:g} s)"))
@@ -107,14 +124,17 @@ class CompileBudget:
             if self.rss_limit is not None and resident_bytes() > self.rss_limit:
                 raise GrammarResourceError(
                     f"the server reached its memory cap ({self.rss_limit // (1 << 20)} MB) while {self.stage}; "
-                    "retry later or simplify the grammar")
+                    "retry later or simplify the grammar"
+                )
             time.sleep(0)  # lets the server's other threads take the GIL
             self._yielded = time.monotonic()
 
     def _message(self, limit: str) -> str:
         at = f" at {self.where}" if self.where else ""
-        return (f"grammar compile exceeded its {limit} while {self.stage}{at}; simplify the grammar (fewer "
-                "nested allOf/anyOf/oneOf combinations, smaller repeat counts, fewer or shallower rules)")
+        return (
+            f"grammar compile exceeded its {limit} while {self.stage}{at}; simplify the grammar (fewer "
+            "nested allOf/anyOf/oneOf combinations, smaller repeat counts, fewer or shallower rules)"
+        )
 
 
 class _Unbounded(CompileBudget):
@@ -158,8 +178,9 @@ def resident_bytes() -> int:
 
 
 @contextmanager
-def compile_budget(seconds: float | None = None, size: float | None = None,
-                   rss_limit: int | None = None) -> Iterator[CompileBudget]:
+def compile_budget(
+    seconds: float | None = None, size: float | None = None, rss_limit: int | None = None
+) -> Iterator[CompileBudget]:
     """The budget for the code inside: the one already open (its limits rule; the arguments are then
     ignored), or a new one with these limits (module defaults for None; `rss_limit` None: no memory cap)."""
     b = _CURRENT.get()
@@ -167,10 +188,13 @@ def compile_budget(seconds: float | None = None, size: float | None = None,
         yield b
         return
     if rss_limit is not None and resident_bytes() > rss_limit:
-        raise GrammarResourceError(f"the server is at its memory cap ({rss_limit // (1 << 20)} MB); no grammar "
-                                   "is compiled until memory is freed; retry later")
-    b = CompileBudget(COMPILE_SECONDS if seconds is None else seconds, COMPILE_SIZE if size is None else size,
-                      rss_limit)
+        raise GrammarResourceError(
+            f"the server is at its memory cap ({rss_limit // (1 << 20)} MB); no grammar "
+            "is compiled until memory is freed; retry later"
+        )
+    b = CompileBudget(
+        COMPILE_SECONDS if seconds is None else seconds, COMPILE_SIZE if size is None else size, rss_limit
+    )
     token = _CURRENT.set(b)
     try:
         yield b

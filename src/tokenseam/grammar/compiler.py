@@ -57,8 +57,15 @@ class GrammarCompiler:
     `python_builder`: automaton states are built only by the Python reference code, never by the numba
     builder (for tests that compare the two; much slower)."""
 
-    def __init__(self, vocab: Vocabulary, cache_size: int = 128, time_budget: float | None = None,
-                 size_budget: int | None = None, rss_limit: int | None = None, python_builder: bool = False) -> None:
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        cache_size: int = 128,
+        time_budget: float | None = None,
+        size_budget: int | None = None,
+        rss_limit: int | None = None,
+        python_builder: bool = False,
+    ) -> None:
         self.vocab = vocab
         self.table = token_table(vocab)
         self.cache_size = cache_size
@@ -158,9 +165,13 @@ class GrammarCompiler:
         document of each. Nothing is added to this compiler's cache."""
         scratch = GrammarCompiler(self.vocab, cache_size=1)
         out = np.zeros(self.vocab.mask_words, dtype=np.int32)
-        for schema, doc in (({}, '{"a": [1, {"b": "x y"}], "c": -2.5e3, "d": [true, null]}'),
-                            ({"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 30}},
-                             '["ab", "c d", "e"]')):
+        for schema, doc in (
+            ({}, '{"a": [1, {"b": "x y"}], "c": -2.5e3, "d": [true, null]}'),
+            (
+                {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 30}},
+                '["ab", "c d", "e"]',
+            ),
+        ):
             m = GrammarMatcher(scratch.compile_json_schema(schema))
             for ch in doc:
                 m.fill_next_token_bitmask(out)

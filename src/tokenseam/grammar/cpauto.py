@@ -238,8 +238,12 @@ def product(a: CPNFA, b: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
                 else:
                     j += 1
         else:
-            pairs = [(max(a1, a2), min(b1, b2), t1, t2) for a1, b1, t1 in ea for a2, b2, t2 in eb
-                     if max(a1, a2) <= min(b1, b2)]
+            pairs = [
+                (max(a1, a2), min(b1, b2), t1, t2)
+                for a1, b1, t1 in ea
+                for a2, b2, t2 in eb
+                if max(a1, a2) <= min(b1, b2)
+            ]
         budget.spend(1 + 2 * len(pairs))
         for lo, hi, t1, t2 in pairs:
             key = (t1, t2)

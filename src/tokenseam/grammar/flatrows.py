@@ -32,7 +32,7 @@ class FlatRows(dict):
     def __missing__(self, q: int) -> tuple:
         if not 0 <= q < len(self._off) - 1:
             raise IndexError(q)
-        part = self.data[self._off[q]:self._off[q + 1]].tolist()
+        part = self.data[self._off[q] : self._off[q + 1]].tolist()
         r = tuple(map(tuple, part)) if self.data.ndim == 2 else tuple(part)
         dict.__setitem__(self, q, r)
         return r

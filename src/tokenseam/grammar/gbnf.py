@@ -11,8 +11,24 @@ from .ir import EMPTY, MAX_CP, Chars, Grammar, Node, Ref, Repeat, alt, complemen
 from .rulegraph import productive
 
 MAX_REPEAT = 100_000
-_ESC = {"n": 10, "r": 13, "t": 9, "\\": 92, '"': 34, "[": 91, "]": 93, "/": 47, "-": 45, "'": 39, "0": 0,
-        "f": 12, "v": 11, "b": 8, "a": 7, "^": 94}
+_ESC = {
+    "n": 10,
+    "r": 13,
+    "t": 9,
+    "\\": 92,
+    '"': 34,
+    "[": 91,
+    "]": 93,
+    "/": 47,
+    "-": 45,
+    "'": 39,
+    "0": 0,
+    "f": 12,
+    "v": 11,
+    "b": 8,
+    "a": 7,
+    "^": 94,
+}
 
 
 class _Parser:
@@ -42,8 +58,9 @@ class _Parser:
 
     def name(self) -> str:
         j = self.i
-        while self.i < len(self.s) and (self.s[self.i].isalnum() and self.s[self.i].isascii()
-                                         or self.s[self.i] in "-_"):
+        while self.i < len(self.s) and (
+            self.s[self.i].isalnum() and self.s[self.i].isascii() or self.s[self.i] in "-_"
+        ):
             self.i += 1
         if j == self.i:
             raise self.err("expected a rule name")
@@ -250,6 +267,8 @@ def _parse_gbnf(text: str, start: str) -> Grammar:
         # finishes, compiling reports why.)
         for name in rules:
             if not ok[name]:
-                g.warnings.append(f"GBNF rule {name!r} can never finish (it has no way out of its recursion), "
-                                  "so alternatives that use it can never match")
+                g.warnings.append(
+                    f"GBNF rule {name!r} can never finish (it has no way out of its recursion), "
+                    "so alternatives that use it can never match"
+                )
     return g

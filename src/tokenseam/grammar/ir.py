@@ -220,6 +220,7 @@ class Grammar:
     # (JSON: strings cannot hold one).
     indent_limit: int | None = None
 
+
 ANY_RANGES: Ranges = norm([(0, MAX_CP)])
 # The code points a JSON string may hold unescaped, which the mask walk treats as "string-safe" (see
 # tables._safe_from): printable ASCII but quote and backslash, and every non-ASCII scalar value.

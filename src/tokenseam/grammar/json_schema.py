@@ -87,7 +87,9 @@ class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
         if not isinstance(ref, str):
             raise GrammarError(f"$ref at {ptr} must be a string")
         if not ref.startswith("#"):
-            raise GrammarError(f"unsupported $ref {ref!r} at {ptr}: only local references ('#/...') are supported")
+            raise GrammarError(
+                f"unsupported $ref {ref!r} at {ptr}: only local references ('#/...') are supported"
+            )
         node = self.root
         path = ref[1:]
         if path and not path.startswith("/"):
@@ -108,8 +110,13 @@ class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
             ws = self.ws
             v = Ref("any")
             string = self.string_node(0, None)
-            obj = seq(lit("{"), ws, opt(seq(string, self.colon, v, star(seq(self.sep, string, self.colon, v)))),
-                      ws, lit("}"))
+            obj = seq(
+                lit("{"),
+                ws,
+                opt(seq(string, self.colon, v, star(seq(self.sep, string, self.colon, v)))),
+                ws,
+                lit("}"),
+            )
             arr = seq(lit("["), ws, opt(seq(v, star(seq(self.sep, v)))), ws, lit("]"))
             self.rules["any"] = alt(obj, arr, string, NUMBER, lit("true"), lit("false"), lit("null"))
         return Ref("any")
@@ -130,9 +137,11 @@ class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
         except Exception as exc:  # noqa: BLE001 - jsonschema raises many types for odd schemas
             uri = refused_uri(exc)
             if uri is not None:
-                raise GrammarError(f"$ref to {uri!r} (met while checking enum/const values at {ptr or '#'}) is "
-                                   "not resolved: only references inside the document are, and nothing is "
-                                   "fetched over the network or read from files") from None
+                raise GrammarError(
+                    f"$ref to {uri!r} (met while checking enum/const values at {ptr or '#'}) is "
+                    "not resolved: only references inside the document are, and nothing is "
+                    "fetched over the network or read from files"
+                ) from None
             raise GrammarError(f"cannot evaluate enum/const against the schema: {exc}") from exc
         finally:
             b.stage = stage
@@ -282,7 +291,9 @@ class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
                 if isinstance(vals, list) and vals and all(isinstance(v, str) for v in vals):
                     excl = list(rest.get("_not_strings", [])) + vals
                     return self.compile({**rest, "_not_strings": excl}, ptr)
-        self.unsupported("keyword 'not' (only not with type, required or string enum/const is supported)", ptr)
+        self.unsupported(
+            "keyword 'not' (only not with type, required or string enum/const is supported)", ptr
+        )
         return self.compile(rest, ptr)
 
     def ref(self, ref: str, ptr: str) -> Node:
@@ -353,8 +364,9 @@ class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
         return alt(lit("true"), lit("false"))
 
 
-def schema_to_grammar(schema: dict | bool, strict: bool = False, lenient: bool = False, compact: bool = False,
-                      max_ws: int = 40) -> Grammar:
+def schema_to_grammar(
+    schema: dict | bool, strict: bool = False, lenient: bool = False, compact: bool = False, max_ws: int = 40
+) -> Grammar:
     """Lower a JSON Schema to a grammar IR. See GrammarCompiler.compile_json_schema for the options."""
     if not isinstance(schema, (dict, bool)):
         raise GrammarError(f"JSON schema must be an object or boolean, got {type(schema).__name__}")

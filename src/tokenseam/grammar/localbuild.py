@@ -257,7 +257,16 @@ def _clamp_stack(st, ar):
 def _local(q0, ar):
     """Start of q0's local closure in loc_pool (its NFA states with byte edges, ascending), -1 if the closure
     touches a stack operation or grows past LOCAL_LIMIT (as Automaton._local), NO_ROOM if the pool is full."""
-    e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta = ar.e_off, ar.eps_off, ar.eps_t, ar.qinfo, ar.loc, ar.loc_pool, ar.mark, ar.meta
+    e_off, eps_off, eps_t, qinfo, loc, loc_pool, mark, meta = (
+        ar.e_off,
+        ar.eps_off,
+        ar.eps_t,
+        ar.qinfo,
+        ar.loc,
+        ar.loc_pool,
+        ar.mark,
+        ar.meta,
+    )
     s = loc[q0, 0]
     if s != LOC_TODO:
         return s
@@ -320,7 +329,15 @@ def _closure(t0, st0, keys, nk, escs, ne, ar):
     """Append the closure of (t0, st0) to keys (configurations with byte edges) and escs (escape states), as
     Automaton._closure_loop. Returns (status, nk, ne, accepting): status CLOSED, COUNTED (a counter operation ran),
     NEED_PYTHON (too large, or a case left to Python) or NO_ROOM."""
-    e_off, eps_off, eps_t, qinfo, rule_start, loops, stk = ar.e_off, ar.eps_off, ar.eps_t, ar.qinfo, ar.rule_start, ar.loops, ar.stk
+    e_off, eps_off, eps_t, qinfo, rule_start, loops, stk = (
+        ar.e_off,
+        ar.eps_off,
+        ar.eps_t,
+        ar.qinfo,
+        ar.rule_start,
+        ar.loops,
+        ar.stk,
+    )
     seen = set()
     seen.add(_key(t0, st0))
     work = [(np.int64(t0), np.int64(st0))]
@@ -470,7 +487,14 @@ def _uniq(a, n):
 def _intern(keys, acc, escs, ar):
     """The state with these configuration keys (sorted, unique), acceptance and escapes, made if new (flags and
     safe-text budget as Automaton._intern); NEED_PYTHON or NO_ROOM."""
-    trans, flags, budget, accepting, qinfo, loops = ar.trans, ar.flags, ar.budget, ar.accepting, ar.qinfo, ar.loops
+    trans, flags, budget, accepting, qinfo, loops = (
+        ar.trans,
+        ar.flags,
+        ar.budget,
+        ar.accepting,
+        ar.qinfo,
+        ar.loops,
+    )
     cfg, soff, escp, ht, stk, meta = ar.cfg, ar.soff, ar.escp, ar.ht, ar.stk, ar.meta
     u = keys.shape[0]
     ue = escs.shape[0]
@@ -529,7 +553,15 @@ def fill(s, c, clamp, ar):
     """The successor of state s on byte class c, written to trans for the run of classes around c that every
     edge treats alike (as Automaton.fill); NEED_PYTHON when Python must build it, NO_ROOM when an array is full.
     `clamp`: the successor's counters clamped (walks, on clamped rows) rather than real (commits)."""
-    trans, e_off, nfa_e, loc, loc_pool, cfg, soff = ar.trans, ar.e_off, ar.nfa_e, ar.loc, ar.loc_pool, ar.cfg, ar.soff
+    trans, e_off, nfa_e, loc, loc_pool, cfg, soff = (
+        ar.trans,
+        ar.e_off,
+        ar.nfa_e,
+        ar.loc,
+        ar.loc_pool,
+        ar.cfg,
+        ar.soff,
+    )
     ncls = trans.shape[1]
     a = soff[s, 0]
     m = soff[s, 1]
@@ -926,8 +958,9 @@ def _grown(a: np.ndarray, rows: int) -> np.ndarray:
 class LocalBuilder:
     """The numba-side view of an automaton's NFA, states and stacks (see the module docstring)."""
 
-    def __init__(self, nfa, byte_class: np.ndarray, special: set[int], max_states: int,
-                 loop_reach: list[int]) -> None:
+    def __init__(
+        self, nfa, byte_class: np.ndarray, special: set[int], max_states: int, loop_reach: list[int]
+    ) -> None:
         n = nfa.size
         self.meta = np.zeros(N_META, dtype=np.int64)
         self.meta[M_MAX_STATES] = max_states
@@ -945,7 +978,12 @@ class LocalBuilder:
             return np.fromiter(keys, dtype=np.int64, count=len(keys))
 
         qinfo[ids(special), 0] |= Q_STACK
-        for flag, ops in ((Q_CPUSH, nfa.cpush), (Q_CINC, nfa.cinc), (Q_CGUARD, nfa.cguard), (Q_CEXIT, nfa.cexit)):
+        for flag, ops in (
+            (Q_CPUSH, nfa.cpush),
+            (Q_CINC, nfa.cinc),
+            (Q_CGUARD, nfa.cguard),
+            (Q_CEXIT, nfa.cexit),
+        ):
             if ops:
                 at = ids(ops)
                 qinfo[at[(qinfo[at, 0] & Q_CTR) != 0], 0] |= Q_COUNTER  # two operations on one state
@@ -959,9 +997,14 @@ class LocalBuilder:
         self.qinfo = qinfo
         self.byte_class = byte_class
         self.rule_start = np.asarray(nfa.rule_start, dtype=np.int32)
-        self.loops = np.asarray([(lo, -1 if hi is None else hi, reach, nfa.loop_slack.get(lid, 0))
-                                 for lid, ((lo, hi), reach) in enumerate(zip(nfa.loops, loop_reach, strict=True))]
-                                or [(0, 0, 0, 0)], dtype=np.int64)
+        self.loops = np.asarray(
+            [
+                (lo, -1 if hi is None else hi, reach, nfa.loop_slack.get(lid, 0))
+                for lid, ((lo, hi), reach) in enumerate(zip(nfa.loops, loop_reach, strict=True))
+            ]
+            or [(0, 0, 0, 0)],
+            dtype=np.int64,
+        )
         # The NFA's rows are flat since prepare.prepare_nfa (nfa.FlatRows).
         edge_rows = nfa.edges.data
         self.e_off = nfa.edges.off
@@ -973,13 +1016,35 @@ class LocalBuilder:
         self.loc_pool = np.zeros(max(4 * k, 2 * n) if k > 1 else 1, dtype=np.int32)
         self.mark = np.zeros(n, dtype=np.int32)
 
-    def arrays(self, trans: np.ndarray, flags: np.ndarray, budget: np.ndarray,
-               accepting: np.ndarray) -> BuilderArrays:
+    def arrays(
+        self, trans: np.ndarray, flags: np.ndarray, budget: np.ndarray, accepting: np.ndarray
+    ) -> BuilderArrays:
         """The automaton's per-state arrays (`trans`: the rows to build) and the builder's, for one numba call
         (made anew for each call: growing replaces the arrays)."""
-        return BuilderArrays(trans, flags, budget, accepting, self.byte_class, self.e_off, self.nfa_e, self.eps_off,
-                             self.eps_t, self.qinfo, self.rule_start, self.loops, self.loc, self.loc_pool, self.mark,
-                             self.cfg, self.soff, self.escp, self.ht, self.stk, self.sht, self.meta)
+        return BuilderArrays(
+            trans,
+            flags,
+            budget,
+            accepting,
+            self.byte_class,
+            self.e_off,
+            self.nfa_e,
+            self.eps_off,
+            self.eps_t,
+            self.qinfo,
+            self.rule_start,
+            self.loops,
+            self.loc,
+            self.loc_pool,
+            self.mark,
+            self.cfg,
+            self.soff,
+            self.escp,
+            self.ht,
+            self.stk,
+            self.sht,
+            self.meta,
+        )
 
     def add(self, sid: int, configs: tuple, esc: tuple) -> None:
         """Record a state made by Python."""
@@ -989,13 +1054,13 @@ class LocalBuilder:
         if o + u > self.cfg.shape[0]:
             self.cfg = _grown(self.cfg, max(2 * self.cfg.shape[0], o + u))
         if u:
-            self.cfg[o:o + u] = configs
+            self.cfg[o : o + u] = configs
         oe = int(meta[M_ESC_USED])
         ue = len(esc)
         if oe + ue > self.escp.shape[0]:
             self.escp = _grown(self.escp, max(2 * self.escp.shape[0], oe + ue))
         if ue:
-            self.escp[oe:oe + ue] = esc
+            self.escp[oe : oe + ue] = esc
         if sid >= self.soff.shape[0]:
             self.grow_states(2 * self.soff.shape[0])
         self.soff[sid] = (o, u, oe, ue)
@@ -1057,5 +1122,5 @@ class LocalBuilder:
     def state(self, sid: int) -> tuple[tuple, tuple]:
         """(configurations, escapes) of a state numba made."""
         o, u, oe, ue = self.soff[sid].tolist()
-        configs = tuple([(q, st) for q, st in self.cfg[o:o + u].tolist()])
-        return configs, tuple(self.escp[oe:oe + ue].tolist())
+        configs = tuple([(q, st) for q, st in self.cfg[o : o + u].tolist()])
+        return configs, tuple(self.escp[oe : oe + ue].tolist())

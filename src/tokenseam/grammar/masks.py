@@ -124,8 +124,20 @@ class MaskCache:
         fast = auto._fast
         while True:
             fast.index(auto)
-            r = walk_esc(tab.data, tab.offs, tab.lcp, tab.skip, tab.ids, tab.safe_from, states, pos, out, rec, nrec,
-                         auto.builder_arrays(auto._walk_trans))
+            r = walk_esc(
+                tab.data,
+                tab.offs,
+                tab.lcp,
+                tab.skip,
+                tab.ids,
+                tab.safe_from,
+                states,
+                pos,
+                out,
+                rec,
+                nrec,
+                auto.builder_arrays(auto._walk_trans),
+            )
             auto._sync()
             if r == WALK_DONE:
                 break

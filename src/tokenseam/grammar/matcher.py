@@ -35,7 +35,9 @@ class GrammarMatcher:
             free = ~tb.is_special.copy()
             free[list(self._end_ids)] = True
             free[list(self._eos)] = False
-            bits = np.packbits(np.concatenate([free, np.zeros(tb.words * 32 - len(free), bool)]), bitorder="little")
+            bits = np.packbits(
+                np.concatenate([free, np.zeros(tb.words * 32 - len(free), bool)]), bitorder="little"
+            )
             self._free_mask = bits.view(np.int32).copy()
         self.reset()
 
@@ -60,10 +62,10 @@ class GrammarMatcher:
         tail = self._tail + data
         k = tail.find(self._end_tag)
         if k < 0:
-            self._tail = tail[-len(self._end_tag):]
+            self._tail = tail[-len(self._end_tag) :]
             return True
         # The tag may end inside the token ("</think>\n{"): what follows it is the grammar's first input.
-        rest = tail[k + len(self._end_tag):]
+        rest = tail[k + len(self._end_tag) :]
         if rest:
             nxt = self._auto.step_bytes(self._state, rest)
             if nxt < 0:
@@ -108,11 +110,11 @@ class GrammarMatcher:
             tail = self._tail + bytes(data)
             k = tail.find(self._end_tag)
             if k < 0:
-                self._tail = tail[-len(self._end_tag):]
+                self._tail = tail[-len(self._end_tag) :]
                 return True
             self._free = False
             self._tail = b""
-            data = tail[k + len(self._end_tag):]
+            data = tail[k + len(self._end_tag) :]
         nxt = self._auto.step_bytes(self._state, bytes(data))
         if nxt < 0:
             return False

@@ -40,6 +40,7 @@ INLINE_LIMIT = 400
 # rows and its edges.
 CHARGE_BLOCK = 64
 
+
 class ByteNFA:
     """Byte-range edges, epsilon edges and call edges; rule r spans rule_start[r] .. rule_end[r]."""
 
@@ -61,7 +62,9 @@ class ByteNFA:
         self.cexit: dict[int, tuple[int, int]] = {}
         self.cguard: dict[int, tuple[int, int]] = {}  # enter the body only while the counter is < max
         self.loop_slack: dict[int, int] = {}  # loop id -> how far below its max its guards' bounds may lie
-        self.loop_step: dict[int, int] = {}  # loop id -> at least this many bytes per pass of its body (else 1)
+        self.loop_step: dict[
+            int, int
+        ] = {}  # loop id -> at least this many bytes per pass of its body (else 1)
         # States from which any string-safe text (ir.SAFE_RANGES) can be read by byte and plain epsilon edges
         # and still finish: a free string body, "any key but these", `.*`. Masks from them take every
         # string-safe token without a walk (see MaskCache.local_info). A subset: it need not name them all.
@@ -89,6 +92,7 @@ class ByteNFA:
         if not isinstance(self.edges, FlatRows):
             self.edges = FlatRows(self.edges, 3)
             self.eps = FlatRows(self.eps, 1)
+
 
 def _one_safe_char(node: Node) -> bool:
     """Whether `node` reads any one string-safe character by itself, with a class lowered as byte edges from
@@ -168,8 +172,9 @@ class _Builder:
             if self.counted(node):
                 v = 6 + (yield self._estimate(node.item, depth + 1))
             else:
-                v = 2 + (yield self._estimate(node.item, depth + 1)) * max(1, node.max if node.max is not None
-                                                                           else node.min + 1)
+                v = 2 + (yield self._estimate(node.item, depth + 1)) * max(
+                    1, node.max if node.max is not None else node.min + 1
+                )
         elif isinstance(node, Escaped):
             v = (yield self._estimate(node.item, depth + 1)) * 2
         elif isinstance(node, Ref):
@@ -296,8 +301,10 @@ class _Builder:
         self.budget.where = f"rule {self.g.start!r}"
         est = self.estimate(self.g.rules[self.g.start])
         if est > MAX_STATES:
-            raise GrammarError(f"grammar too large (about {est} automaton states, limit {MAX_STATES}); "
-                               "reduce repeat counts or nesting")
+            raise GrammarError(
+                f"grammar too large (about {est} automaton states, limit {MAX_STATES}); "
+                "reduce repeat counts or nesting"
+            )
         self.pending: list[tuple[str, int, int]] = []
         self.rule(self.g.start)
         while self.pending:
@@ -473,7 +480,8 @@ class _Builder:
                 u[n] = node.extra is not None and can_add(c)
                 for j in range(n - 1, -1, -1):
                     u[j] = (can_add(c) and viable(bump(c), j + 1)) or (
-                        not node.items[j][1] and viable(c, j + 1) and u[j + 1])
+                        not node.items[j][1] and viable(c, j + 1) and u[j + 1]
+                    )
                 follows[c] = u
             return u[k]
 

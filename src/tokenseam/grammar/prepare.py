@@ -112,8 +112,10 @@ def _check_left_recursion(nfa: ByteNFA) -> None:
     # index) is named, as a search from every rule in turn named it, but in time linear in the calls.
     for r, cyclic in enumerate(_on_cycle(first)):
         if cyclic:
-            raise GrammarError(f"rule {nfa.rule_names[r]!r} is left-recursive (it can call itself "
-                               "without consuming input); rewrite it with repetition")
+            raise GrammarError(
+                f"rule {nfa.rule_names[r]!r} is left-recursive (it can call itself "
+                "without consuming input); rewrite it with repetition"
+            )
 
 
 def _trim(nfa: ByteNFA) -> None:

@@ -34,8 +34,20 @@ from .ir import (
 ASCII_DIGIT = ((0x30, 0x39),)
 ASCII_WORD = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
 # ECMA-262 WhiteSpace and LineTerminator.
-ECMA_SPACE = norm([(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
-                   (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)])
+ECMA_SPACE = norm(
+    [
+        (0x09, 0x0D),
+        (0x20, 0x20),
+        (0xA0, 0xA0),
+        (0x1680, 0x1680),
+        (0x2000, 0x200A),
+        (0x2028, 0x2029),
+        (0x202F, 0x202F),
+        (0x205F, 0x205F),
+        (0x3000, 0x3000),
+        (0xFEFF, 0xFEFF),
+    ]
+)
 ANY = norm([(0, MAX_CP)])
 MAX_REPEAT = 100_000
 DIALECTS = ("python", "json-schema")
@@ -46,8 +58,10 @@ def python_classes() -> dict[str, tuple]:
     r"""The code points Python's `re` matches with \d, \w and \s in a str pattern, as ranges (found once per
     process by scanning every code point with `re` itself, about 60 ms)."""
     text = np.arange(MAX_CP + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
-    return {k: tuple((m.start(), m.end() - 1) for m in re.finditer(p, text))
-            for k, p in (("d", r"\d+"), ("w", r"\w+"), ("s", r"\s+"))}
+    return {
+        k: tuple((m.start(), m.end() - 1) for m in re.finditer(p, text))
+        for k, p in (("d", r"\d+"), ("w", r"\w+"), ("s", r"\s+"))
+    }
 
 
 @functools.cache
@@ -267,7 +281,9 @@ class _Parser:
         if self.peek() == "^":
             negate = True
             self.i += 1
-        ranges: list[tuple[int, int]] = []  # the class as ECMA-262 reads it (in the python dialect: as Python)
+        ranges: list[
+            tuple[int, int]
+        ] = []  # the class as ECMA-262 reads it (in the python dialect: as Python)
         other: list[tuple[int, int]] = []  # ... and as Python reads it
         first = True
         while True:
@@ -381,8 +397,11 @@ def _strip_anchors(branch: Node) -> tuple[Node, bool, bool]:
         items.pop()
         end = True
     if len(items) == 1 and isinstance(items[0], _Group):
-        inner, s2, e2 = _strip_anchors(items[0].item) if not isinstance(items[0].item, _AltRaw) else (
-            items[0], False, False)
+        inner, s2, e2 = (
+            _strip_anchors(items[0].item)
+            if not isinstance(items[0].item, _AltRaw)
+            else (items[0], False, False)
+        )
         return inner, start or s2, end or e2
     return _SeqRaw(items), start, end
 

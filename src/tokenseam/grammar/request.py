@@ -24,12 +24,14 @@ def tool_call_schema(functions: list[dict]) -> dict:
         params = f.get("parameters")
         if params is None:
             params = {"type": "object"}
-        branches.append({
-            "type": "object",
-            "properties": {"name": {"const": f["name"]}, "arguments": params},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        })
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": f["name"]}, "arguments": params},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
     return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
@@ -47,8 +49,12 @@ def _functions(body: dict) -> list[dict]:
         raise GrammarError("'tools' must be a non-empty array when tool_choice forces a call")
     out = []
     for i, t in enumerate(tools):
-        if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(t.get("function"), dict):
-            raise GrammarError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
+        if (
+            not isinstance(t, dict)
+            or t.get("type", "function") != "function"
+            or not isinstance(t.get("function"), dict)
+        ):
+            raise GrammarError(f'tools[{i}] must be {{"type": "function", "function": {{...}}}}')
         f = t["function"]
         if not isinstance(f.get("name"), str) or not f["name"]:
             raise GrammarError(f"tools[{i}].function.name must be a non-empty string")
@@ -67,14 +73,18 @@ def _json_options(body: dict) -> dict:
     if opts is None:
         return {}
     if not isinstance(opts, dict):
-        raise GrammarError("json_schema_options must be an object such as {\"compact\": true}")
+        raise GrammarError('json_schema_options must be an object such as {"compact": true}')
     out = {}
     for k, v in opts.items():
         want = JSON_OPTION_TYPES.get(k)
         if want is None:
-            raise GrammarError(f"json_schema_options.{k} is not an option (use {', '.join(JSON_OPTION_TYPES)})")
+            raise GrammarError(
+                f"json_schema_options.{k} is not an option (use {', '.join(JSON_OPTION_TYPES)})"
+            )
         if not isinstance(v, want) or (want is int and isinstance(v, bool)):
-            raise GrammarError(f"json_schema_options.{k} must be {'true or false' if want is bool else 'an integer'}")
+            raise GrammarError(
+                f"json_schema_options.{k} must be {'true or false' if want is bool else 'an integer'}"
+            )
         if k == "max_ws" and not 0 <= v <= MAX_WS:
             raise GrammarError(f"json_schema_options.max_ws must be an integer between 0 and {MAX_WS}")
         out[k] = v
@@ -102,10 +112,16 @@ def _collect(body: dict, route: str) -> list[tuple[str, tuple]]:
             strict = js.get("strict", False)
             if not isinstance(strict, bool):
                 raise GrammarError("response_format.json_schema.strict must be a boolean")
-            found.append(("response_format",
-                          ("json", _schema_arg(schema, "response_format.json_schema.schema"), {"strict": strict})))
+            found.append(
+                (
+                    "response_format",
+                    ("json", _schema_arg(schema, "response_format.json_schema.schema"), {"strict": strict}),
+                )
+            )
         elif t != "text":
-            raise GrammarError(f"unsupported response_format type {t!r} (use text, json_object or json_schema)")
+            raise GrammarError(
+                f"unsupported response_format type {t!r} (use text, json_object or json_schema)"
+            )
     if body.get("guided_json") is not None:
         found.append(("guided_json", ("json", _schema_arg(body["guided_json"], "guided_json"), {})))
     if body.get("guided_regex") is not None:
@@ -131,15 +147,20 @@ def _collect(body: dict, route: str) -> list[tuple[str, tuple]]:
         funcs = _functions(body)
         if tc == "required":
             chosen = funcs
-        elif isinstance(tc, dict) and isinstance(tc.get("function"), dict) and isinstance(
-                tc["function"].get("name"), str):
+        elif (
+            isinstance(tc, dict)
+            and isinstance(tc.get("function"), dict)
+            and isinstance(tc["function"].get("name"), str)
+        ):
             name = tc["function"]["name"]
             chosen = [f for f in funcs if f["name"] == name]
             if not chosen:
                 raise GrammarError(f"tool_choice names function {name!r}, which is not in 'tools'")
         else:
-            raise GrammarError("tool_choice must be 'none', 'auto', 'required' or "
-                               "{\"type\": \"function\", \"function\": {\"name\": ...}}")
+            raise GrammarError(
+                "tool_choice must be 'none', 'auto', 'required' or "
+                '{"type": "function", "function": {"name": ...}}'
+            )
         strict = all(bool(f.get("strict", False)) for f in chosen)
         found.append(("tool_choice", ("json", tool_call_schema(chosen), {"strict": strict})))
     return found
@@ -153,16 +174,21 @@ def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -
     try:
         json_opts = _json_options(body)
         if json_opts and not any(kind == "json" for _, (kind, _, _) in found):
-            raise GrammarError("json_schema_options needs a JSON Schema constraint (response_format, guided_json, "
-                               "json_schema or a forced tool call)")
+            raise GrammarError(
+                "json_schema_options needs a JSON Schema constraint (response_format, guided_json, "
+                "json_schema or a forced tool call)"
+            )
     except GrammarError as e:
         e.param = "json_schema_options"
         raise
     if not found:
         return None
     if len(found) > 1:
-        raise GrammarError("conflicting output constraints in one request: "
-                           + ", ".join(name for name, _ in found) + " (use only one)")
+        raise GrammarError(
+            "conflicting output constraints in one request: "
+            + ", ".join(name for name, _ in found)
+            + " (use only one)"
+        )
     source, (kind, payload, options) = found[0]
     try:
         if kind == "json":

@@ -208,7 +208,9 @@ def prune_unproductive(g: Grammar, ok: dict[str, bool]) -> Grammar:
                     items.append(x)
             if not items:
                 r = NOTHING
-            elif len(items) != len(node.items) or any(x is not y for x, y in zip(items, node.items, strict=True)):
+            elif len(items) != len(node.items) or any(
+                x is not y for x, y in zip(items, node.items, strict=True)
+            ):
                 r = items[0] if len(items) == 1 else Alt(tuple(items))
         elif isinstance(node, Repeat):
             it = yield p(node.item)

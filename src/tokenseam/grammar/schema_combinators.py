@@ -128,14 +128,20 @@ class Combinators:
             if addl is True or "properties" not in side:
                 continue
             if "patternProperties" in other:
-                raise GrammarError(f"allOf mixing properties with patternProperties at {ptr} is not supported")
+                raise GrammarError(
+                    f"allOf mixing properties with patternProperties at {ptr} is not supported"
+                )
             oprops = other.get("properties", {})
             self.budget.spend(1 + len(out["properties"]) // 4)
             out["properties"] = dict(out["properties"])
             for name in side["properties"]:
                 if name not in oprops:
                     out["properties"][name] = {"allOf": [out["properties"][name], addl]}
-        if "patternProperties" in a and "patternProperties" in b and a["patternProperties"] != b["patternProperties"]:
+        if (
+            "patternProperties" in a
+            and "patternProperties" in b
+            and a["patternProperties"] != b["patternProperties"]
+        ):
             raise GrammarError(f"allOf with two patternProperties at {ptr} is not supported")
         return out
 
@@ -160,8 +166,14 @@ class Combinators:
                     continue
                 ri, rj = resolved[i], resolved[j]
                 req_j = rj.get("required", []) if isinstance(rj, dict) else []
-                if (isinstance(ri, dict) and isinstance(rj, dict) and self._types(ri) == {"object"}
-                        and self._types(rj) == {"object"} and req_j and isinstance(req_j, list)):
+                if (
+                    isinstance(ri, dict)
+                    and isinstance(rj, dict)
+                    and self._types(ri) == {"object"}
+                    and self._types(rj) == {"object"}
+                    and req_j
+                    and isinstance(req_j, list)
+                ):
                     extra.append({"anyOf": [{"properties": {k: False}} for k in req_j]})
                 else:
                     self.unsupported(f"oneOf whose branches {min(i, j)} and {max(i, j)} may overlap", ptr)
@@ -201,8 +213,10 @@ class Combinators:
             for key in ("anyOf", "oneOf"):
                 if isinstance(x.get(key), list) and "type" not in x:
                     rest = {k: v for k, v in x.items() if k != key}
-                    if all(self.disjoint(self.deref({"allOf": [rest, br]} if rest else br, ""), y, depth + 1)
-                           for br in x[key]):
+                    if all(
+                        self.disjoint(self.deref({"allOf": [rest, br]} if rest else br, ""), y, depth + 1)
+                        for br in x[key]
+                    ):
                         return True
         ta, tb = self._types(a), self._types(b)
         inter = set()

@@ -96,7 +96,9 @@ class ContainerLowering:
             try:
                 re.compile(p)
             except re.error as exc:
-                raise GrammarError(f"patternProperties key {p!r} at {ptr} is not a valid regex: {exc}") from exc
+                raise GrammarError(
+                    f"patternProperties key {p!r} at {ptr} is not a valid regex: {exc}"
+                ) from exc
             # Which declared names a pattern governs, as Python's re.search decides, without its backtracking.
             # A pattern the regex parser refuses is refused again below, after the properties as it always was
             # (the first error met stays the one reported).
@@ -110,7 +112,9 @@ class ContainerLowering:
         items = []
         for name in names:
             sp = f"{ptr}/properties/{pointer_escape(name)}"
-            matching = [p for p in pprops if not isinstance(pat_res[p], GrammarError) and pat_res[p].accepts(name)]
+            matching = [
+                p for p in pprops if not isinstance(pat_res[p], GrammarError) and pat_res[p].accepts(name)
+            ]
             if name in props:
                 sub = props[name]
                 if matching:

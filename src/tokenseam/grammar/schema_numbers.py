@@ -145,8 +145,10 @@ def _decimal_range(lo: Decimal, lo_ex: bool, hi: Decimal | None, hi_ex: bool) ->
                 high.append(EMPTY)
             parts.append(seq(lit(str(hi_n)), alt(*high)))
     else:
-        both = cpauto.product(cpauto.determinize(cpauto.from_ir(_ge_digits(lo_f, lo_ex))),
-                              cpauto.determinize(cpauto.from_ir(_le_digits(hi_f, hi_ex))))
+        both = cpauto.product(
+            cpauto.determinize(cpauto.from_ir(_ge_digits(lo_f, lo_ex))),
+            cpauto.determinize(cpauto.from_ir(_le_digits(hi_f, hi_ex))),
+        )
         opts = [] if cpauto.is_empty(both) else [seq(dot, Auto(both))]
         if low_int_ok and not (hi_f == "" and hi_ex):
             opts.append(EMPTY)

@@ -33,14 +33,33 @@ from .regex import parse_regex
 from .schema_keywords import TYPES, pointer_escape
 
 TYPE_NAMES = (*TYPES, "integer")
-_NONNEG_INT = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties", "minContains",
-               "maxContains")
+_NONNEG_INT = (
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "minContains",
+    "maxContains",
+)
 _REFS = ("$ref", "$dynamicRef", "$recursiveRef")
 _STRINGS = ("format", "pattern", "$id", "$schema", "$anchor", "$dynamicAnchor")
 _BOOLEANS = ("uniqueItems", "$recursiveAnchor")
 # Keywords whose value is one sub-schema, a list of them, or a map of names to them.
-_ONE_SCHEMA = ("additionalProperties", "additionalItems", "not", "if", "then", "else", "contains", "propertyNames",
-               "unevaluatedItems", "unevaluatedProperties", "contentSchema")
+_ONE_SCHEMA = (
+    "additionalProperties",
+    "additionalItems",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+)
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 # Keywords whose value is data, never a schema (nothing inside is a keyword).
@@ -81,9 +100,11 @@ def check_keywords(root) -> None:
                 if not isinstance(v, str):
                     raise bad(k, "a string")
                 if not v.startswith("#"):
-                    raise GrammarError(f"{k} {v!r} at {ptr} is not supported: only references inside the document "
-                                       "('#...') are resolved; nothing is fetched over the network or read "
-                                       "from files")
+                    raise GrammarError(
+                        f"{k} {v!r} at {ptr} is not supported: only references inside the document "
+                        "('#...') are resolved; nothing is fetched over the network or read "
+                        "from files"
+                    )
             elif k in _STRINGS:
                 if not isinstance(v, str):
                     raise bad(k, "a string")
@@ -108,14 +129,17 @@ def check_keywords(root) -> None:
                     raise bad(k, "a type name or a non-empty array of type names")
                 for t in names:
                     if t not in TYPE_NAMES:
-                        raise GrammarError(f"keyword 'type' at {ptr} names unknown type {t!r} "
-                                           f"(known: {', '.join(TYPE_NAMES)})")
+                        raise GrammarError(
+                            f"keyword 'type' at {ptr} names unknown type {t!r} "
+                            f"(known: {', '.join(TYPE_NAMES)})"
+                        )
             elif k == "required":
                 if not isinstance(v, list) or not all(isinstance(r, str) for r in v):
                     raise bad(k, "an array of strings")
             elif k == "dependentRequired":
-                if not isinstance(v, dict) or not all(isinstance(x, list) and all(isinstance(r, str) for r in x)
-                                                      for x in v.values()):
+                if not isinstance(v, dict) or not all(
+                    isinstance(x, list) and all(isinstance(r, str) for r in x) for x in v.values()
+                ):
                     raise bad(k, "an object of arrays of strings")
             elif k == "dependencies":
                 if not isinstance(v, dict):
@@ -135,7 +159,10 @@ def check_keywords(root) -> None:
                     stack.append((v, at))
             elif k in _SCHEMA_LISTS:
                 if not isinstance(v, list) or (k in ("anyOf", "oneOf") and not v):
-                    raise bad(k, "a non-empty array of schemas" if k in ("anyOf", "oneOf") else "an array of schemas")
+                    raise bad(
+                        k,
+                        "a non-empty array of schemas" if k in ("anyOf", "oneOf") else "an array of schemas",
+                    )
                 stack.extend((x, f"{at}/{i}") for i, x in enumerate(v))
             elif k in _SCHEMA_MAPS:
                 if not isinstance(v, dict):
@@ -221,7 +248,9 @@ def _additional_properties(validator, addl, instance, schema):
         for extra in extras:
             yield from validator.descend(instance[extra], addl, path=extra)
     elif not addl and extras:
-        yield ValidationError(f"additional properties are not allowed ({', '.join(sorted(map(repr, extras)))})")
+        yield ValidationError(
+            f"additional properties are not allowed ({', '.join(sorted(map(repr, extras)))})"
+        )
 
 
 def _budgeted(fn):
@@ -245,14 +274,20 @@ def _validator_class(base: type, has_pattern_properties: bool) -> type:
     import jsonschema
 
     kws = dict(base.VALIDATORS)
-    for name, fn in (("pattern", _pattern), ("patternProperties", _pattern_properties),
-                     ("additionalProperties", _additional_properties)):
+    for name, fn in (
+        ("pattern", _pattern),
+        ("patternProperties", _pattern_properties),
+        ("additionalProperties", _additional_properties),
+    ):
         if name in kws:
             kws[name] = fn
     if "unevaluatedProperties" in kws and has_pattern_properties:
+
         def unevaluated(validator, value, instance, schema):
-            raise GrammarError("unevaluatedProperties cannot be evaluated for enum/const values in a schema with "
-                               "patternProperties")
+            raise GrammarError(
+                "unevaluatedProperties cannot be evaluated for enum/const values in a schema with "
+                "patternProperties"
+            )
 
         kws["unevaluatedProperties"] = unevaluated
     cls = jsonschema.validators.extend(base, {k: _budgeted(fn) for k, fn in kws.items()})
@@ -272,13 +307,15 @@ class EnumValidator:
         self.charged = 0  # budget units spent on views
         self._has_pprops = False
         view = self.view(root, top=True)
-        base = jsonschema.validators.validator_for(view if isinstance(view, dict) else {},
-                                                   default=jsonschema.Draft202012Validator)
+        base = jsonschema.validators.validator_for(
+            view if isinstance(view, dict) else {}, default=jsonschema.Draft202012Validator
+        )
         cls = _validator_class(base, self._has_pprops)
         # The resource is made as jsonschema makes it, but in a registry of its own: without the bundled
         # metaschemas, and with a retrieval that refuses.
-        spec = referencing.jsonschema.specification_with(base.ID_OF(base.META_SCHEMA) or "urn:unknown-dialect",
-                                                         default=referencing.Specification.OPAQUE)
+        spec = referencing.jsonschema.specification_with(
+            base.ID_OF(base.META_SCHEMA) or "urn:unknown-dialect", default=referencing.Specification.OPAQUE
+        )
         resolver = referencing.Registry(retrieve=_refuse).resolver_with_root(spec.create_resource(view))
         self._root = cls(view, _resolver=resolver)
 

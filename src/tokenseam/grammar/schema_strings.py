@@ -27,33 +27,59 @@ HEX = cls("0-9a-fA-F")
 _YEAR = r"(000[1-9]|00[1-9]\d|0[1-9]\d\d|[1-9]\d{3})"
 _LEAP = r"(\d\d(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"
 # Exact calendar dates (month lengths and leap years), as validators that assert `format` check them.
-_DATE = (_YEAR + r"-(0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|" + _YEAR + r"-(0[469]|11)-(0[1-9]|[12]\d|30)|"
-         + _YEAR + r"-02-(0[1-9]|1\d|2[0-8])|" + _LEAP + r"-02-29")
+_DATE = (
+    _YEAR
+    + r"-(0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|"
+    + _YEAR
+    + r"-(0[469]|11)-(0[1-9]|[12]\d|30)|"
+    + _YEAR
+    + r"-02-(0[1-9]|1\d|2[0-8])|"
+    + _LEAP
+    + r"-02-29"
+)
 _TIME = r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)"
 
 FORMATS = {
     "date": _DATE,
     "time": _TIME,
     "duration": r"P(\d+W|(\d+Y(\d+M)?(\d+D)?|\d+M(\d+D)?|\d+D)(T(\d+H(\d+M)?(\d+S)?|\d+M(\d+S)?|\d+S))?"
-                r"|T(\d+H(\d+M)?(\d+S)?|\d+M(\d+S)?|\d+S))",
+    r"|T(\d+H(\d+M)?(\d+S)?|\d+M(\d+S)?|\d+S))",
     "email": r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
-             r"@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*",
+    r"@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*",
     "hostname": r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*",
     "ipv4": r"(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}",
     "ipv6": r"([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|"
-            r"([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|"
-            r"([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|"
-            r"([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|"
-            r":((:[0-9a-fA-F]{1,4}){1,7}|:)",
+    r"([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|"
+    r"([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|"
+    r"([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|"
+    r":((:[0-9a-fA-F]{1,4}){1,7}|:)",
     "uri": r"[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9\-._~:/?#@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*",
     "json-pointer": r"(/([^~/]|~[01])*)*",
     "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)",
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
 }
 # Formats the specification defines (validators may assert them): one we cannot express is an error.
-STANDARD_FORMATS = {"date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
-                    "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
-                    "json-pointer", "relative-json-pointer", "regex"}
+STANDARD_FORMATS = {
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+}
 FORMATS["date-time"] = "(" + _DATE + ")[Tt]" + _TIME
 
 
@@ -92,11 +118,15 @@ class StringLowering:
         pats = s.get("pattern")
         if pats is not None:
             for p in pats if isinstance(pats, list) else [pats]:
-                regexes.append(parse_regex(p, search=True, where=f"pattern at {ptr}/pattern", dialect="json-schema"))
+                regexes.append(
+                    parse_regex(p, search=True, where=f"pattern at {ptr}/pattern", dialect="json-schema")
+                )
         fmt = s.get("format")
         if fmt is not None:
             if fmt in FORMATS:
-                regexes.append(parse_regex(FORMATS[fmt], where=f"format {fmt}", dialect="json-schema"))  # ASCII \d
+                regexes.append(
+                    parse_regex(FORMATS[fmt], where=f"format {fmt}", dialect="json-schema")
+                )  # ASCII \d
             elif fmt in STANDARD_FORMATS:
                 self.unsupported(f"format {fmt!r}", ptr)
             else:
@@ -141,8 +171,13 @@ class StringLowering:
         patterns recur across a schema's objects; its complement and single word are filled in when asked."""
         entry = self.pattern_dfas.get(pattern)
         if entry is None:
-            d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True, dialect="json-schema",
-                                                              where=f"patternProperties at {ptr}")))
+            d = cpauto.determinize(
+                cpauto.from_ir(
+                    parse_regex(
+                        pattern, search=True, dialect="json-schema", where=f"patternProperties at {ptr}"
+                    )
+                )
+            )
             entry = self.pattern_dfas[pattern] = {"dfa": d}
         return entry
 

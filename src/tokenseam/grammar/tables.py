@@ -14,6 +14,7 @@ import numpy as np
 
 SKIP_DEPTHS = 4
 
+
 @numba.njit(cache=True)
 def _safe_from(data, offs):
     """Per token: where its tail of whole JSON-string-safe characters starts (printable ASCII other than
@@ -161,7 +162,9 @@ class TokenTable:
         self.safe_cps = np.where(self.safe_from == 0, _code_points(self.data, self.offs), -1)
         self.max_safe_cps = int(self.safe_cps.max()) if len(self.ids) else 0
         self._bulk: dict[int, tuple[np.ndarray, SubTable] | None] = {}
-        self._bulk_levels = [self.max_safe_cps] + [x for x in (48, 32, 24, 16, 12, 8) if x < self.max_safe_cps]
+        self._bulk_levels = [self.max_safe_cps] + [
+            x for x in (48, 32, 24, 16, 12, 8) if x < self.max_safe_cps
+        ]
         self._bulk_lock = threading.Lock()
         self.maxlen = int(lens.max()) if len(lens) else 1
         self.eos = np.asarray(sorted(vocab.eos_token_ids), dtype=np.int64)
@@ -245,8 +248,9 @@ class SubTable:
         """The suffixes from `depth` on of the entries at positions `idx` of table `tab`, in that order: a walk
         needs no sorted order to be exact, and `idx` ascending keeps the entries that share a path together."""
         self = cls.__new__(cls)
-        (self.ids, self.base, self.offs, self.data, self.lcp, self.skip, self.safe_from, words,
-         bits) = _suffix_arrays(tab.ids, tab.base, tab.offs, tab.data, idx, depth)
+        (self.ids, self.base, self.offs, self.data, self.lcp, self.skip, self.safe_from, words, bits) = (
+            _suffix_arrays(tab.ids, tab.base, tab.offs, tab.data, idx, depth)
+        )
         # suffix walks take every byte (safe_from = length): mid-token, no safe sink is known for the rest
         self.empty = (words, bits)
         return self

@@ -13,7 +13,15 @@ if TYPE_CHECKING:
     from .nfa import ByteNFA
 
 # json.dumps escapes for the code points that cannot appear raw inside a JSON string.
-_SHORT_ESC = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t", 0x08: b"\\b", 0x0C: b"\\f"}
+_SHORT_ESC = {
+    0x22: b'\\"',
+    0x5C: b"\\\\",
+    0x0A: b"\\n",
+    0x0D: b"\\r",
+    0x09: b"\\t",
+    0x08: b"\\b",
+    0x0C: b"\\f",
+}
 
 
 def json_escape_bytes(cp: int) -> bytes | None:

@@ -20,9 +20,21 @@ from .lint import CONTINUATIONS, BoundaryCheck, LintReport, check_continuations,
 SYSTEM_SAMPLE = "You are a careful assistant. Answer briefly."
 ASSISTANT_SAMPLE = "Sure, here is the answer."
 # How a user's message may end; each is checked against the template text that follows it.
-USER_ENDINGS = ("Hello", "Hello.", "Hello ", "Hello\n", "What is 2+2?", "你好", "x = 1", "\\alpha", "http:", "end)")
-_META_SKIP = frozenset({"tokenizer.ggml.merges", "tokenizer.ggml.scores", "tokenizer.ggml.tokens",
-                        "tokenizer.ggml.token_type"})
+USER_ENDINGS = (
+    "Hello",
+    "Hello.",
+    "Hello ",
+    "Hello\n",
+    "What is 2+2?",
+    "你好",
+    "x = 1",
+    "\\alpha",
+    "http:",
+    "end)",
+)
+_META_SKIP = frozenset(
+    {"tokenizer.ggml.merges", "tokenizer.ggml.scores", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type"}
+)
 
 
 def load_chat_template(model_path: str | Path) -> str:
@@ -33,13 +45,20 @@ def load_chat_template(model_path: str | Path) -> str:
         raise HealingError(str(e)) from e
     tmpl = meta.get("tokenizer.chat_template")
     if not isinstance(tmpl, str) or not tmpl.strip():
-        raise HealingError(f"{Path(model_path).name} has no chat template (GGUF key tokenizer.chat_template is "
-                           "missing): lint the prompt without --chat-template")
+        raise HealingError(
+            f"{Path(model_path).name} has no chat template (GGUF key tokenizer.chat_template is "
+            "missing): lint the prompt without --chat-template"
+        )
     return tmpl
 
 
-def render_chat(template: str, messages: list[dict[str, str]], add_generation_prompt: bool = True,
-                bos_token: str = "", eos_token: str = "") -> str:
+def render_chat(
+    template: str,
+    messages: list[dict[str, str]],
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+) -> str:
     """Render a chat template in a sandbox (templates come from model files, which may be untrusted)."""
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -50,8 +69,12 @@ def render_chat(template: str, messages: list[dict[str, str]], add_generation_pr
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
     try:
-        return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                bos_token=bos_token, eos_token=eos_token)
+        return env.from_string(template).render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos_token,
+            eos_token=eos_token,
+        )
     except HealingError:
         raise
     except jinja2.TemplateError as e:
@@ -60,7 +83,12 @@ def render_chat(template: str, messages: list[dict[str, str]], add_generation_pr
 
 def _sample_render(template: str, user_text: str) -> tuple[str, list[tuple[str, str]]]:
     convs = [
-        [("system", SYSTEM_SAMPLE), ("user", user_text), ("assistant", ASSISTANT_SAMPLE), ("user", user_text)],
+        [
+            ("system", SYSTEM_SAMPLE),
+            ("user", user_text),
+            ("assistant", ASSISTANT_SAMPLE),
+            ("user", user_text),
+        ],
         [("user", user_text), ("assistant", ASSISTANT_SAMPLE), ("user", user_text)],
     ]
     err: HealingError | None = None
@@ -74,10 +102,12 @@ def _sample_render(template: str, user_text: str) -> tuple[str, list[tuple[str, 
 
 
 def _context(text: str, offset: int) -> str:
-    return text[max(0, offset - 30):offset] + "|" + text[offset:offset + 30]
+    return text[max(0, offset - 30) : offset] + "|" + text[offset : offset + 30]
 
 
-def lint_chat_template(tokenizer: Tokenizer, vocab: Vocabulary, template: str, user_text: str) -> list[BoundaryCheck]:
+def lint_chat_template(
+    tokenizer: Tokenizer, vocab: Vocabulary, template: str, user_text: str
+) -> list[BoundaryCheck]:
     """Check every seam of the rendered sample conversation (user text = `user_text`) and the prompt's end."""
     rendered, conv = _sample_render(template, user_text)
     checks: list[BoundaryCheck] = []
@@ -86,15 +116,24 @@ def lint_chat_template(tokenizer: Tokenizer, vocab: Vocabulary, template: str, u
         needle = content if content in rendered[cursor:] else content.strip()
         start = rendered.find(needle, cursor) if needle else -1
         if start < 0:
-            raise HealingError(f"the chat template does not reproduce the {role} message text; cannot locate "
-                               "its boundaries")
+            raise HealingError(
+                f"the chat template does not reproduce the {role} message text; cannot locate its boundaries"
+            )
         end = start + len(needle)
         cursor = end
         # Template text followed by whatever the message starts with.
         _, conts = check_continuations(tokenizer, rendered[:start], parse_special=True, vocab=vocab)
         bad = [c for c in conts if c.retokenized]
-        checks.append(BoundaryCheck(f"before {role} text", start, not bad, max((c.retokenized for c in conts),
-                                    default=0), [c.continuation for c in bad], _context(rendered, start)))
+        checks.append(
+            BoundaryCheck(
+                f"before {role} text",
+                start,
+                not bad,
+                max((c.retokenized for c in conts), default=0),
+                [c.continuation for c in bad],
+                _context(rendered, start),
+            )
+        )
         # Whatever the message ends with, followed by the template text.
         bad_end, worst = [], 0
         for ending in dict.fromkeys((needle, *USER_ENDINGS)):
@@ -107,17 +146,27 @@ def lint_chat_template(tokenizer: Tokenizer, vocab: Vocabulary, template: str, u
             if n < len(a):
                 bad_end.append(ending)
                 worst = max(worst, len(a) - n)
-        checks.append(BoundaryCheck(f"after {role} text", end, not bad_end, worst, bad_end, _context(rendered, end)))
+        checks.append(
+            BoundaryCheck(f"after {role} text", end, not bad_end, worst, bad_end, _context(rendered, end))
+        )
     _, conts = check_continuations(tokenizer, rendered, parse_special=True, vocab=vocab)
     bad = [c for c in conts if c.retokenized]
-    checks.append(BoundaryCheck("end of generation prompt", len(rendered), not bad,
-                                max((c.retokenized for c in conts), default=0), [c.continuation for c in bad],
-                                _context(rendered, len(rendered))))
+    checks.append(
+        BoundaryCheck(
+            "end of generation prompt",
+            len(rendered),
+            not bad,
+            max((c.retokenized for c in conts), default=0),
+            [c.continuation for c in bad],
+            _context(rendered, len(rendered)),
+        )
+    )
     return checks
 
 
-def lint_chat_prompt(tokenizer: Tokenizer, vocab: Vocabulary, template: str, user_text: str,
-                     model: str = "") -> LintReport:
+def lint_chat_prompt(
+    tokenizer: Tokenizer, vocab: Vocabulary, template: str, user_text: str, model: str = ""
+) -> LintReport:
     """The linter's report for `user_text` used as a chat message: stable only if every seam is."""
     report = lint_prompt(tokenizer, vocab, user_text, model=model, suggest=False)
     report.boundaries = lint_chat_template(tokenizer, vocab, template, user_text)

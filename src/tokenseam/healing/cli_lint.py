@@ -14,15 +14,23 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("lint-prompt", help="check that a prompt ends on a stable token boundary",
-                       description="Tokenize the prompt alone and joined with a battery of continuations; "
-                       "exit 1 if any continuation re-tokenizes the prompt's end.")
+    p = sub.add_parser(
+        "lint-prompt",
+        help="check that a prompt ends on a stable token boundary",
+        description="Tokenize the prompt alone and joined with a battery of continuations; "
+        "exit 1 if any continuation re-tokenizes the prompt's end.",
+    )
     p.add_argument("file", nargs="?", help="prompt file (UTF-8 text, used verbatim; '-' reads stdin)")
     p.add_argument("--text", help="the prompt text instead of a file")
-    p.add_argument("--model", default=None, help="model alias (smollm2, gemma3) or .gguf path; default smollm2")
+    p.add_argument(
+        "--model", default=None, help="model alias (smollm2, gemma3) or .gguf path; default smollm2"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--chat-template", action="store_true",
-                   help="use the prompt as a chat message in the model's chat template and check every seam")
+    p.add_argument(
+        "--chat-template",
+        action="store_true",
+        help="use the prompt as a chat message in the model's chat template and check every seam",
+    )
     p.set_defaults(func=run)
 
 
@@ -51,7 +59,9 @@ def _read_prompt(args: argparse.Namespace) -> tuple[str, str]:
                 raise _InputError(f"cannot read {path}: {e.strerror}") from e
             source = str(path)
         if len(data) > MAX_PROMPT_BYTES:
-            raise _InputError(f"{source} is larger than {MAX_PROMPT_BYTES // (1024 * 1024)} MiB; not a prompt")
+            raise _InputError(
+                f"{source} is larger than {MAX_PROMPT_BYTES // (1024 * 1024)} MiB; not a prompt"
+            )
         if b"\0" in data:
             raise _InputError(f"{source} looks binary (it contains NUL bytes); give a UTF-8 text file")
         try:
@@ -101,13 +111,17 @@ def _print_report(con, report, source: str, chat: bool) -> None:
     verdict = "[green]stable[/green]" if report.stable else "[red]UNSTABLE[/red]"
     if chat:
         n_bad = sum(not b.stable for b in report.boundaries)
-        con.print(f"{source} as a chat message ({report.model}): {len(report.boundaries)} template seams, "
-                  f"{n_bad} unstable; {verdict}")
+        con.print(
+            f"{source} as a chat message ({report.model}): {len(report.boundaries)} template seams, "
+            f"{n_bad} unstable; {verdict}"
+        )
     else:
         con.print(f"{source}: {report.prompt_tokens} tokens ({report.model}); end is {verdict}")
     if report.unstable and not chat:
-        con.print(f"  {len(report.unstable)} of {report.checked} continuations re-tokenize up to "
-                  f"{report.max_retokenized} trailing token(s) of the prompt:")
+        con.print(
+            f"  {len(report.unstable)} of {report.checked} continuations re-tokenize up to "
+            f"{report.max_retokenized} trailing token(s) of the prompt:"
+        )
         by_cat: dict[str, list[str]] = {}
         for c in report.unstable:
             by_cat.setdefault(c.category, []).append(repr(c.continuation))
@@ -115,13 +129,17 @@ def _print_report(con, report, source: str, chat: bool) -> None:
             more = f" (+{len(items) - 8} more)" if len(items) > 8 else ""
             con.print(f"    {cat}: {', '.join(items[:8])}{more}")
     if report.heal_removed_tokens and not chat:
-        con.print(f"  token healing rolls back {report.heal_removed_tokens} token(s) "
-                  f"{report.heal_removed_text!r}: the stable prefix ends before them")
+        con.print(
+            f"  token healing rolls back {report.heal_removed_tokens} token(s) "
+            f"{report.heal_removed_text!r}: the stable prefix ends before them"
+        )
     s = report.suggestion
     if s is not None:
         if s.drop_chars is not None:
-            con.print(f"  suggestion: drop the last {s.drop_chars} character(s); the prompt then ends "
-                      f"...{s.stable_end!r}")
+            con.print(
+                f"  suggestion: drop the last {s.drop_chars} character(s); the prompt then ends "
+                f"...{s.stable_end!r}"
+            )
         if s.append is not None:
             con.print(f"  suggestion: append {s.append!r}")
     elif report.unstable and not chat:

@@ -42,6 +42,7 @@ def set_bits(out: np.ndarray, ids: np.ndarray) -> None:
 def trie_rank(vocab: Vocabulary) -> np.ndarray:
     """Each token's position in `vocab.trie.sorted_ids` (int32 max for tokens outside the trie), padded to a
     whole number of mask words; built once per vocabulary."""
+
     def build() -> np.ndarray:
         trie = vocab.trie
         rank = np.full(vocab.mask_words * 32, np.iinfo(np.int32).max, dtype=np.int32)
@@ -65,6 +66,7 @@ def set_sorted_range(out: np.ndarray, vocab: Vocabulary, lo: int, hi: int) -> No
 
 def all_allowed_mask(vocab: Vocabulary) -> np.ndarray:
     """Every non-special token plus the end-of-generation tokens (computed once per vocabulary, read-only)."""
+
     def build() -> np.ndarray:
         allowed = ~np.asarray(vocab.is_special, dtype=bool)
         for e in vocab.eos_token_ids:
@@ -106,7 +108,7 @@ class HealingConstraint:
 
     @property
     def remaining(self) -> bytes:
-        return self.removed_bytes[self._pos:]
+        return self.removed_bytes[self._pos :]
 
     def is_active(self) -> bool:
         return self._pos < len(self.removed_bytes)
@@ -148,7 +150,7 @@ class HealingConstraint:
         b = vocab.token_bytes[token_id]
         rem = self.remaining
         if b.startswith(rem):
-            self.overflow = b[len(rem):]
+            self.overflow = b[len(rem) :]
             self._pos = len(self.removed_bytes)
         elif b and rem.startswith(b):
             self._pos += len(b)
@@ -211,8 +213,9 @@ class _TokenHashes:
         first = buf[offs].astype(np.int64) + 1 if len(sb) else np.zeros(0, dtype=np.int64)
         self.one_byte = self._lookup(lens - 1, first, first)
 
-    def _lookup(self, n: np.ndarray, r1: np.ndarray | int, r2: np.ndarray | int,
-                lo: int = 0, hi: int | None = None) -> np.ndarray:
+    def _lookup(
+        self, n: np.ndarray, r1: np.ndarray | int, r2: np.ndarray | int, lo: int = 0, hi: int | None = None
+    ) -> np.ndarray:
         hi = len(self.lens) if hi is None else hi
         s1 = (self.h1[lo:hi] - r1 * self.pow1[n]) % _M1
         s2 = (self.h2[lo:hi] - r2 * self.pow2[n]) % _M2
@@ -291,8 +294,13 @@ class HealedGrammarConstraint:
     the end); `healing.is_active()` says whether the removed bytes are still being regenerated.
     """
 
-    def __init__(self, vocab: Vocabulary, removed_bytes: bytes, matcher: GrammarMatcherLike,
-                 grammar_sees_removed: bool = False) -> None:
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        removed_bytes: bytes,
+        matcher: GrammarMatcherLike,
+        grammar_sees_removed: bool = False,
+    ) -> None:
         for name in ("accept_bytes", "fill_next_token_bitmask", "accept_token", "is_terminated"):
             if not callable(getattr(matcher, name, None)):
                 raise HealingError(f"grammar matcher {type(matcher).__name__} has no {name}() method")
@@ -348,13 +356,17 @@ class HealedGrammarConstraint:
         b = self.vocab.token_bytes[token_id]
         rem = self.healing.remaining
         if b.startswith(rem) and len(b) > len(rem):
-            if not self.matcher.accept_bytes(b[len(rem):]):
+            if not self.matcher.accept_bytes(b[len(rem) :]):
                 return False
         return self.healing.accept(token_id)
 
 
-def request_constraint(vocab: Vocabulary, grammar: CompiledGrammar | None = None, removed: bytes = b"",
-                       reasoning_end: str | None = None) -> Callable[[], Constraint] | None:
+def request_constraint(
+    vocab: Vocabulary,
+    grammar: CompiledGrammar | None = None,
+    removed: bytes = b"",
+    reasoning_end: str | None = None,
+) -> Callable[[], Constraint] | None:
     """The constraint factory for one request (called once per choice), or None when nothing restricts it.
 
     `grammar`: the compiled grammar the output must follow; `removed`: the prompt bytes token healing took
@@ -365,5 +377,7 @@ def request_constraint(vocab: Vocabulary, grammar: CompiledGrammar | None = None
     from ..grammar import GrammarMatcher
 
     if removed:
-        return lambda: HealedGrammarConstraint(vocab, removed, GrammarMatcher(grammar, reasoning_end=reasoning_end))
+        return lambda: HealedGrammarConstraint(
+            vocab, removed, GrammarMatcher(grammar, reasoning_end=reasoning_end)
+        )
     return lambda: GrammarMatcher(grammar, reasoning_end=reasoning_end)

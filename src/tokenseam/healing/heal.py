@@ -43,7 +43,9 @@ class HealResult:
         return bool(self.removed_ids)
 
 
-def heal_prompt(prompt_ids: Sequence[int], vocab: Vocabulary, max_rollback: int = DEFAULT_MAX_ROLLBACK) -> HealResult:
+def heal_prompt(
+    prompt_ids: Sequence[int], vocab: Vocabulary, max_rollback: int = DEFAULT_MAX_ROLLBACK
+) -> HealResult:
     """Roll back the trailing tokens of `prompt_ids` that a longer token could extend.
 
     Looks back at most `max_rollback` tokens and `vocab.max_token_bytes` bytes, never across a special token.
@@ -65,8 +67,10 @@ def heal_prompt(prompt_ids: Sequence[int], vocab: Vocabulary, max_rollback: int 
         except TypeError:
             t = None
         if t is None or not 0 <= t < size:
-            raise HealingError(f"prompt token id {ids[start - 1]!r} at position {start - 1} is not in the "
-                               f"vocabulary (size {size})")
+            raise HealingError(
+                f"prompt token id {ids[start - 1]!r} at position {start - 1} is not in the "
+                f"vocabulary (size {size})"
+            )
         ids[start - 1] = t
         if special[t]:
             break

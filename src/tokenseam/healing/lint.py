@@ -18,18 +18,57 @@ from .heal import DEFAULT_MAX_ROLLBACK, heal_prompt
 
 # (category, continuation): what realistically follows a prompt or a template segment.
 CONTINUATIONS: tuple[tuple[str, str], ...] = (
-    ("letters", "the"), ("letters", "The"), ("letters", "s"), ("letters", "ing"), ("letters", "é"),
-    ("space+word", " the"), ("space+word", " The"), ("space+word", " a"), ("space+word", " "),
+    ("letters", "the"),
+    ("letters", "The"),
+    ("letters", "s"),
+    ("letters", "ing"),
+    ("letters", "é"),
+    ("space+word", " the"),
+    ("space+word", " The"),
+    ("space+word", " a"),
+    ("space+word", " "),
     ("space+word", "  "),
-    ("digits", "0"), ("digits", "1"), ("digits", "42"), ("digits", "2024"),
-    ("punctuation", "."), ("punctuation", ","), ("punctuation", "!"), ("punctuation", "?"),
-    ("punctuation", ":"), ("punctuation", ";"), ("punctuation", "..."), ("punctuation", "-"),
-    ("punctuation", "'"), ("punctuation", '"'), ("punctuation", ")"), ("punctuation", "("),
-    ("newlines", "\n"), ("newlines", "\n\n"), ("newlines", "\t"), ("newlines", "\r\n"),
-    ("cjk", "中"), ("cjk", "中文"), ("cjk", "日本語"), ("cjk", "こんにちは"), ("cjk", "한국어"),
-    ("code", "def"), ("code", "()"), ("code", "{"), ("code", "}"), ("code", "["), ("code", "_id"),
-    ("code", "="), ("code", "=="), ("code", "->"), ("code", "//"), ("code", "#"),
-    ("latex", "\\"), ("latex", "\\alpha"), ("latex", "$x$"), ("latex", "{a}"), ("latex", "^2"),
+    ("digits", "0"),
+    ("digits", "1"),
+    ("digits", "42"),
+    ("digits", "2024"),
+    ("punctuation", "."),
+    ("punctuation", ","),
+    ("punctuation", "!"),
+    ("punctuation", "?"),
+    ("punctuation", ":"),
+    ("punctuation", ";"),
+    ("punctuation", "..."),
+    ("punctuation", "-"),
+    ("punctuation", "'"),
+    ("punctuation", '"'),
+    ("punctuation", ")"),
+    ("punctuation", "("),
+    ("newlines", "\n"),
+    ("newlines", "\n\n"),
+    ("newlines", "\t"),
+    ("newlines", "\r\n"),
+    ("cjk", "中"),
+    ("cjk", "中文"),
+    ("cjk", "日本語"),
+    ("cjk", "こんにちは"),
+    ("cjk", "한국어"),
+    ("code", "def"),
+    ("code", "()"),
+    ("code", "{"),
+    ("code", "}"),
+    ("code", "["),
+    ("code", "_id"),
+    ("code", "="),
+    ("code", "=="),
+    ("code", "->"),
+    ("code", "//"),
+    ("code", "#"),
+    ("latex", "\\"),
+    ("latex", "\\alpha"),
+    ("latex", "$x$"),
+    ("latex", "{a}"),
+    ("latex", "^2"),
     ("emoji", "😀"),
 )
 
@@ -91,7 +130,9 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def vocabulary_witnesses(vocab: Vocabulary, ids: list[int], max_rollback: int = DEFAULT_MAX_ROLLBACK) -> list[str]:
+def vocabulary_witnesses(
+    vocab: Vocabulary, ids: list[int], max_rollback: int = DEFAULT_MAX_ROLLBACK
+) -> list[str]:
     """Continuations the vocabulary itself suggests: for each suffix of the prompt's end that a longer token
     extends, the text that token adds (shortest first). They catch seams no fixed battery anticipates, such
     as Gemma's single token for 中华人民共和国."""
@@ -106,11 +147,11 @@ def vocabulary_witnesses(vocab: Vocabulary, ids: list[int], max_rollback: int = 
         suffix = window[off:]
         lo, hi = trie.prefix_range(suffix)
         found: list[str] = []
-        for b in sorted(trie.sorted_bytes[lo:min(hi, lo + _WITNESS_SCAN)], key=len):
+        for b in sorted(trie.sorted_bytes[lo : min(hi, lo + _WITNESS_SCAN)], key=len):
             if len(b) <= len(suffix):
                 continue
             try:
-                text = b[len(suffix):].decode("utf-8")
+                text = b[len(suffix) :].decode("utf-8")
             except UnicodeDecodeError:
                 continue  # the suffix ends inside a character: not text a user could append
             if text not in found and text not in out:
@@ -121,16 +162,21 @@ def vocabulary_witnesses(vocab: Vocabulary, ids: list[int], max_rollback: int = 
     return out
 
 
-def check_continuations(tokenizer: Tokenizer, text: str, parse_special: bool = False,
-                        continuations: tuple[tuple[str, str], ...] = CONTINUATIONS,
-                        vocab: Vocabulary | None = None) -> tuple[list[int], list[ContinuationCheck]]:
+def check_continuations(
+    tokenizer: Tokenizer,
+    text: str,
+    parse_special: bool = False,
+    continuations: tuple[tuple[str, str], ...] = CONTINUATIONS,
+    vocab: Vocabulary | None = None,
+) -> tuple[list[int], list[ContinuationCheck]]:
     """Tokenize `text` alone and with each continuation (plus the vocabulary's witnesses when `vocab` is
     given); report how many of its tokens each one changes."""
     base = tokenizer.encode(text, add_special=False, parse_special=parse_special)
     if vocab is not None:
         battery = {c for _, c in continuations}
         continuations = continuations + tuple(
-            ("vocabulary", w) for w in vocabulary_witnesses(vocab, base) if w not in battery)
+            ("vocabulary", w) for w in vocabulary_witnesses(vocab, base) if w not in battery
+        )
     out = []
     for cat, c in continuations:
         joined = tokenizer.encode(text + c, add_special=False, parse_special=parse_special)
@@ -148,8 +194,9 @@ def _is_stable(tokenizer: Tokenizer, vocab: Vocabulary, text: str, parse_special
     return True
 
 
-def suggest_stable_end(tokenizer: Tokenizer, vocab: Vocabulary, text: str,
-                       parse_special: bool = False) -> Suggestion | None:
+def suggest_stable_end(
+    tokenizer: Tokenizer, vocab: Vocabulary, text: str, parse_special: bool = False
+) -> Suggestion | None:
     """The fewest trailing characters to drop (up to 64), and a short text to append, that give a stable end."""
     s = Suggestion()
     for k in range(1, min(_MAX_DROP, len(text) - 1) + 1):
@@ -164,9 +211,15 @@ def suggest_stable_end(tokenizer: Tokenizer, vocab: Vocabulary, text: str,
     return s if (s.drop_chars is not None or s.append is not None) else None
 
 
-def lint_prompt(tokenizer: Tokenizer, vocab: Vocabulary, text: str, model: str = "",
-                parse_special: bool = False, suggest: bool = True,
-                max_rollback: int = DEFAULT_MAX_ROLLBACK) -> LintReport:
+def lint_prompt(
+    tokenizer: Tokenizer,
+    vocab: Vocabulary,
+    text: str,
+    model: str = "",
+    parse_special: bool = False,
+    suggest: bool = True,
+    max_rollback: int = DEFAULT_MAX_ROLLBACK,
+) -> LintReport:
     """Is the end of `text` a stable token boundary for this model? See `LintReport`."""
     if not isinstance(text, str):
         raise HealingError(f"the prompt must be text, got {type(text).__name__}")
@@ -176,9 +229,15 @@ def lint_prompt(tokenizer: Tokenizer, vocab: Vocabulary, text: str, model: str =
     unstable = [c for c in checks if c.retokenized]
     h = heal_prompt(base, vocab, max_rollback)
     report = LintReport(
-        model=model, prompt_tokens=len(base), stable=not unstable,
-        max_retokenized=max((c.retokenized for c in checks), default=0), unstable=unstable, checked=len(checks),
-        heal_removed_tokens=len(h.removed_ids), heal_removed_text=h.removed_bytes.decode("utf-8", "replace"))
+        model=model,
+        prompt_tokens=len(base),
+        stable=not unstable,
+        max_retokenized=max((c.retokenized for c in checks), default=0),
+        unstable=unstable,
+        checked=len(checks),
+        heal_removed_tokens=len(h.removed_ids),
+        heal_removed_text=h.removed_bytes.decode("utf-8", "replace"),
+    )
     if unstable and suggest:
         report.suggestion = suggest_stable_end(tokenizer, vocab, text, parse_special)
     return report

@@ -40,8 +40,13 @@ class StablePrefix:
         return self.ids + self.tail_ids
 
 
-def stable_prefix(tokenizer: Tokenizer, vocab: Vocabulary, text_or_ids: str | bytes | Sequence[int],
-                  max_rollback: int = DEFAULT_MAX_ROLLBACK, parse_special: bool = False) -> StablePrefix:
+def stable_prefix(
+    tokenizer: Tokenizer,
+    vocab: Vocabulary,
+    text_or_ids: str | bytes | Sequence[int],
+    max_rollback: int = DEFAULT_MAX_ROLLBACK,
+    parse_special: bool = False,
+) -> StablePrefix:
     """Split a text (tokenized without BOS) or a token-id list at its stable point."""
     if isinstance(text_or_ids, str | bytes):
         ids = tokenizer.encode(text_or_ids, add_special=False, parse_special=parse_special)
@@ -52,19 +57,33 @@ def stable_prefix(tokenizer: Tokenizer, vocab: Vocabulary, text_or_ids: str | by
     # The tail is re-tokenized on its own, so it must start on a UTF-8 character boundary: byte-level
     # vocabularies split CJK characters across tokens.
     tb = vocab.token_bytes
-    while tail and kept and not vocab.is_special[kept[-1]] and tb[tail[0]][:1] and 0x80 <= tb[tail[0]][0] < 0xC0:
+    while (
+        tail and kept and not vocab.is_special[kept[-1]] and tb[tail[0]][:1] and 0x80 <= tb[tail[0]][0] < 0xC0
+    ):
         tail = [kept[-1], *tail]
         kept = kept[:-1]
     seg = len(kept)
     while seg > 0 and not vocab.is_special[kept[seg - 1]]:
         seg -= 1
     ctx = max(seg, len(kept) - _CONTEXT_TOKENS)
-    return StablePrefix(kept, tail, b"".join(tb[t] for t in tail), len(kept) - ctx,
-                        b"".join(tb[t] for t in kept[ctx:]), seg, b"".join(tb[t] for t in kept[seg:]))
+    return StablePrefix(
+        kept,
+        tail,
+        b"".join(tb[t] for t in tail),
+        len(kept) - ctx,
+        b"".join(tb[t] for t in kept[ctx:]),
+        seg,
+        b"".join(tb[t] for t in kept[seg:]),
+    )
 
 
-def join_stable(tokenizer: Tokenizer, prefix: str | bytes | StablePrefix, appended: str | bytes,
-                vocab: Vocabulary | None = None, max_rollback: int = DEFAULT_MAX_ROLLBACK) -> list[int]:
+def join_stable(
+    tokenizer: Tokenizer,
+    prefix: str | bytes | StablePrefix,
+    appended: str | bytes,
+    vocab: Vocabulary | None = None,
+    max_rollback: int = DEFAULT_MAX_ROLLBACK,
+) -> list[int]:
     """Ids of `prefix + appended` that reuse the prefix's stable ids verbatim and re-tokenize only the tail.
 
     Pass a precomputed `StablePrefix` to skip tokenizing the fixed prefix on every call; a text prefix needs
@@ -76,14 +95,20 @@ def join_stable(tokenizer: Tokenizer, prefix: str | bytes | StablePrefix, append
         prefix = stable_prefix(tokenizer, vocab, prefix, max_rollback)
     data = appended.encode("utf-8") if isinstance(appended, str) else bytes(appended)
     ids = prefix.ids
-    ctx = ids[len(ids) - prefix.context_len:]
-    joined = tokenizer.encode(prefix.context_bytes + prefix.tail_bytes + data, add_special=False, parse_special=False)
+    ctx = ids[len(ids) - prefix.context_len :]
+    joined = tokenizer.encode(
+        prefix.context_bytes + prefix.tail_bytes + data, add_special=False, parse_special=False
+    )
     if joined[: len(ctx)] == ctx:
-        return ids + joined[len(ctx):]
+        return ids + joined[len(ctx) :]
     # The context did not start on a pre-tokenizer boundary: tokenize the whole special-free run once. A special
     # token is a hard boundary, so nothing before it can change.
-    seg = ids[prefix.segment_start:]
-    full = tokenizer.encode(prefix.segment_bytes + prefix.tail_bytes + data, add_special=False, parse_special=False)
+    seg = ids[prefix.segment_start :]
+    full = tokenizer.encode(
+        prefix.segment_bytes + prefix.tail_bytes + data, add_special=False, parse_special=False
+    )
     if full[: len(seg)] == seg:
-        return ids + full[len(seg):]
-    return ids[: prefix.segment_start] + full  # the stable tokens themselves re-tokenized: keep the text right
+        return ids + full[len(seg) :]
+    return (
+        ids[: prefix.segment_start] + full
+    )  # the stable tokens themselves re-tokenized: keep the text right

@@ -20,8 +20,9 @@ class BackgroundServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(app, log_level="warning", lifespan="auto", timeout_graceful_shutdown=1,
-                                backlog=1024)
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="auto", timeout_graceful_shutdown=1, backlog=1024
+        )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 

@@ -52,20 +52,32 @@ def check_content_type(value: str | None) -> None:
     Browsers send `text/plain`, form and multipart bodies cross-origin without a CORS preflight, so accepting
     them would let any web page post to a local server; JSON is UTF-8 only (RFC 8259)."""
     if not value or not value.strip():
-        raise HTTPError(415, "the request has no Content-Type; send Content-Type: application/json",
-                        "unsupported_media_type")
+        raise HTTPError(
+            415,
+            "the request has no Content-Type; send Content-Type: application/json",
+            "unsupported_media_type",
+        )
     media, _, params = value.partition(";")
     if media.strip().lower() != "application/json":
-        hint = (" (curl -d sends this type: add -H 'Content-Type: application/json')"
-                if media.strip().lower() == "application/x-www-form-urlencoded" else "")
-        raise HTTPError(415, f"Content-Type {media.strip()[:100]!r} is not supported; send application/json{hint}",
-                        "unsupported_media_type")
+        hint = (
+            " (curl -d sends this type: add -H 'Content-Type: application/json')"
+            if media.strip().lower() == "application/x-www-form-urlencoded"
+            else ""
+        )
+        raise HTTPError(
+            415,
+            f"Content-Type {media.strip()[:100]!r} is not supported; send application/json{hint}",
+            "unsupported_media_type",
+        )
     for param in params.split(";"):
         name, _, val = param.partition("=")
         charset = val.strip().strip('"').lower()
         if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
-            raise HTTPError(415, f"charset {charset[:40]!r} is not supported; JSON bodies must be UTF-8",
-                            "unsupported_media_type")
+            raise HTTPError(
+                415,
+                f"charset {charset[:40]!r} is not supported; JSON bodies must be UTF-8",
+                "unsupported_media_type",
+            )
 
 
 def json_depth(text: str) -> int:
@@ -115,8 +127,9 @@ def parse_json_object(raw: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> dict
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise HTTPError(400, f"the request body is not valid UTF-8 (byte {e.start}: {e.reason})",
-                        "invalid_json") from None
+        raise HTTPError(
+            400, f"the request body is not valid UTF-8 (byte {e.start}: {e.reason})", "invalid_json"
+        ) from None
     # The bracket count bounds the depth, so ordinary bodies skip the scan.
     if text.count("[") + text.count("{") > max_depth and json_depth(text) > max_depth:
         raise HTTPError(400, f"the request body is nested more than {max_depth} levels deep", "invalid_json")
@@ -132,11 +145,18 @@ def parse_json_object(raw: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> dict
         found = find_surrogate(body)
         if found is not None:
             path, is_key = found
-            where = (f"a field name in {path[:200]}" if path else "a top-level field name") if is_key \
+            where = (
+                (f"a field name in {path[:200]}" if path else "a top-level field name")
+                if is_key
                 else (path[:200] or "the body")
-            raise HTTPError(400, f"the request body has a lone UTF-16 surrogate escape (\\ud800-\\udfff without "
-                            f"its pair) in {where}; JSON strings must be valid Unicode", "invalid_json",
-                            param=path[:200] or None)
+            )
+            raise HTTPError(
+                400,
+                f"the request body has a lone UTF-16 surrogate escape (\\ud800-\\udfff without "
+                f"its pair) in {where}; JSON strings must be valid Unicode",
+                "invalid_json",
+                param=path[:200] or None,
+            )
     return body
 
 
@@ -150,14 +170,20 @@ async def read_body_bytes(request: Request, max_bytes: int) -> bytes:
         async for chunk in request.stream():
             size += len(chunk)
             if size > max_bytes:
-                raise HTTPError(413, f"request body exceeds the limit of {max_bytes} bytes", "request_too_large")
+                raise HTTPError(
+                    413, f"request body exceeds the limit of {max_bytes} bytes", "request_too_large"
+                )
             chunks.append(chunk)
     except ClientDisconnect:
-        raise HTTPError(400, "the client disconnected before sending the whole body", "client_closed") from None
+        raise HTTPError(
+            400, "the client disconnected before sending the whole body", "client_closed"
+        ) from None
     return b"".join(chunks)
 
 
-async def read_json_body(request: Request, max_bytes: int, *, max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, Any]:
+async def read_json_body(
+    request: Request, max_bytes: int, *, max_depth: int = DEFAULT_MAX_DEPTH
+) -> dict[str, Any]:
     """Content-Type check (415), size limit (413), then `parse_json_object` (400s)."""
     check_content_type(request.headers.get("content-type"))
     return parse_json_object(await read_body_bytes(request, max_bytes), max_depth=max_depth)

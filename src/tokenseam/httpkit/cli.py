@@ -12,15 +12,29 @@ from .guard import default_allowed_hosts
 
 
 def add_guard_arguments(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--api-key-env", default=None, metavar="VAR",
-                   help="environment variable holding the client API key(s), comma-separated; every route but "
-                        "/health then needs Authorization: Bearer <key>")
-    p.add_argument("--allowed-host", action="append", default=None, metavar="HOST",
-                   help="Host header value to accept (repeatable; '*' accepts any). Default on a loopback bind: "
-                        "localhost, 127.0.0.1, [::1] and the bound host; elsewhere: no check")
-    p.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
-                   help=f"browser origin allowed to call the {what}, e.g. https://app.example (repeatable; '*' "
-                        "allows any). Default: no CORS")
+    p.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="VAR",
+        help="environment variable holding the client API key(s), comma-separated; every route but "
+        "/health then needs Authorization: Bearer <key>",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=None,
+        metavar="HOST",
+        help="Host header value to accept (repeatable; '*' accepts any). Default on a loopback bind: "
+        "localhost, 127.0.0.1, [::1] and the bound host; elsewhere: no check",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=None,
+        metavar="ORIGIN",
+        help=f"browser origin allowed to call the {what}, e.g. https://app.example (repeatable; '*' "
+        "allows any). Default: no CORS",
+    )
 
 
 def client_keys(args: argparse.Namespace) -> list[str]:

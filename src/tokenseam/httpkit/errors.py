@@ -14,8 +14,15 @@ class HTTPError(Exception):
 
     `type_` defaults from the status (OpenAI uses `invalid_request_error` for every 4xx, `server_error` for 5xx)."""
 
-    def __init__(self, status: int, message: str, code: str | None, param: str | None = None,
-                 headers: dict[str, str] | None = None, type_: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        type_: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message

@@ -26,7 +26,7 @@ def host_only(value: str) -> str:
     v = value.strip().lower()
     if v.startswith("["):
         end = v.find("]")
-        return v[:end + 1] if end != -1 else v
+        return v[: end + 1] if end != -1 else v
     if v.count(":") == 1:
         v = v.split(":", 1)[0]
     return v[:-1] if v.endswith(".") else v
@@ -88,9 +88,16 @@ class Guard:
     - `api_keys`: every path outside `public_paths` needs `Authorization: Bearer <key>`, else a 401
       (`WWW-Authenticate: Bearer`, code `invalid_api_key`)."""
 
-    def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str] | None = None,
-                 cors_origins: Iterable[str] | None = None, api_keys: Iterable[str] | None = None,
-                 public_paths: Iterable[str] = ("/health",), expose_headers: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        allowed_hosts: Iterable[str] | None = None,
+        cors_origins: Iterable[str] | None = None,
+        api_keys: Iterable[str] | None = None,
+        public_paths: Iterable[str] = ("/health",),
+        expose_headers: Iterable[str] = (),
+    ) -> None:
         self.app = app
         hosts = {normalize_host(h) for h in allowed_hosts or () if h and h.strip()}
         self.allowed_hosts = None if not hosts or "*" in hosts else frozenset(hosts)
@@ -115,21 +122,40 @@ class Guard:
             return
         headers = Headers(scope=scope)
         if self.allowed_hosts is not None and host_only(headers.get("host", "")) not in self.allowed_hosts:
-            await self._reject(scope, receive, send, HTTPError(
-                400, "the Host header names a host this server does not answer to (a DNS rebinding defence); "
-                "add it to the server's allowed hosts", "invalid_host"), None)
+            await self._reject(
+                scope,
+                receive,
+                send,
+                HTTPError(
+                    400,
+                    "the Host header names a host this server does not answer to (a DNS rebinding defence); "
+                    "add it to the server's allowed hosts",
+                    "invalid_host",
+                ),
+                None,
+            )
             return
         origin = headers.get("origin")
         allow = self._allow_origin(origin)
-        if (self.cors_origins and scope["type"] == "http" and scope["method"] == "OPTIONS" and origin is not None
-                and "access-control-request-method" in headers):
+        if (
+            self.cors_origins
+            and scope["type"] == "http"
+            and scope["method"] == "OPTIONS"
+            and origin is not None
+            and "access-control-request-method" in headers
+        ):
             await self._preflight(scope, receive, send, headers, allow)
             return
         if self.api_keys and scope["path"] not in self.public_paths:
             problem = _bearer_problem(headers.get("authorization"), self.api_keys)
             if problem is not None:
-                await self._reject(scope, receive, send, HTTPError(
-                    401, problem, "invalid_api_key", headers={"WWW-Authenticate": "Bearer"}), allow)
+                await self._reject(
+                    scope,
+                    receive,
+                    send,
+                    HTTPError(401, problem, "invalid_api_key", headers={"WWW-Authenticate": "Bearer"}),
+                    allow,
+                )
                 return
         if allow is None:
             await self.app(scope, receive, send)
@@ -149,25 +175,36 @@ class Guard:
         if self.expose_headers:
             h["Access-Control-Expose-Headers"] = self.expose_headers
 
-    async def _preflight(self, scope: Scope, receive: Receive, send: Send, headers: Headers,
-                         allow: str | None) -> None:
+    async def _preflight(
+        self, scope: Scope, receive: Receive, send: Send, headers: Headers, allow: str | None
+    ) -> None:
         if allow is None:
-            await self._reject(scope, receive, send, HTTPError(
-                403, "this origin is not allowed to call this server (CORS)", "origin_not_allowed"), None)
+            await self._reject(
+                scope,
+                receive,
+                send,
+                HTTPError(403, "this origin is not allowed to call this server (CORS)", "origin_not_allowed"),
+                None,
+            )
             return
         # The origin is the trust decision; the header list is not a boundary for a bearer-key API, so the
         # headers a client asks for (an SDK's own x-* headers) are allowed along with the two it needs.
         asked = [h.strip().lower() for h in headers.get("access-control-request-headers", "").split(",")]
         allowed = list(dict.fromkeys([*ALWAYS_ALLOWED_HEADERS, *(h for h in asked if h)]))
-        response = Response(status_code=204, headers={
-            "Access-Control-Allow-Methods": ALLOW_METHODS,
-            "Access-Control-Allow-Headers": ", ".join(allowed),
-            "Access-Control-Max-Age": "600",
-        })
+        response = Response(
+            status_code=204,
+            headers={
+                "Access-Control-Allow-Methods": ALLOW_METHODS,
+                "Access-Control-Allow-Headers": ", ".join(allowed),
+                "Access-Control-Max-Age": "600",
+            },
+        )
         self._add_cors(response.headers, allow)
         await response(scope, receive, send)
 
-    async def _reject(self, scope: Scope, receive: Receive, send: Send, error: HTTPError, allow: str | None) -> None:
+    async def _reject(
+        self, scope: Scope, receive: Receive, send: Send, error: HTTPError, allow: str | None
+    ) -> None:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008, "reason": error.message[:120]})
             return
@@ -175,4 +212,3 @@ class Guard:
         if allow is not None:
             self._add_cors(response.headers, allow)
         await response(scope, receive, send)
-

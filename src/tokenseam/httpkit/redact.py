@@ -14,11 +14,32 @@ from urllib.parse import unquote, unquote_plus
 
 MASK = "***"
 
-_SECRET_NAMES = frozenset({
-    "key", "apikey", "api_key", "access_key", "token", "access_token", "id_token", "refresh_token", "auth",
-    "authorization", "password", "passwd", "pwd", "pass", "secret", "client_secret", "sig", "signature",
-    "credential", "credentials", "session", "sessionid",
-})
+_SECRET_NAMES = frozenset(
+    {
+        "key",
+        "apikey",
+        "api_key",
+        "access_key",
+        "token",
+        "access_token",
+        "id_token",
+        "refresh_token",
+        "auth",
+        "authorization",
+        "password",
+        "passwd",
+        "pwd",
+        "pass",
+        "secret",
+        "client_secret",
+        "sig",
+        "signature",
+        "credential",
+        "credentials",
+        "session",
+        "sessionid",
+    }
+)
 _SECRET_SUFFIXES = ("_key", "_token", "_secret", "_password", "_sig", "_signature")
 
 # scheme://user:password@ inside text; the password runs to the last "@" before the host, as in urlsplit.
@@ -99,8 +120,9 @@ def redact_text(text: str, secrets: Iterable[str | None] = ()) -> str:
     for s in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(s, MASK)
     text = _USERINFO_IN_TEXT.sub(lambda m: f"{m['head']}:{MASK}@", text)
-    return _PARAM_IN_TEXT.sub(lambda m: m["head"] + MASK if m["value"] and is_secret_param(m["name"])
-                              else m[0], text)
+    return _PARAM_IN_TEXT.sub(
+        lambda m: m["head"] + MASK if m["value"] and is_secret_param(m["name"]) else m[0], text
+    )
 
 
 class RedactingFilter(logging.Filter):

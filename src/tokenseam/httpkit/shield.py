@@ -21,8 +21,14 @@ REQUEST_ID_HEADER = "x-request-id"
 
 
 class CatchErrors:
-    def __init__(self, app: ASGIApp, *, logger: logging.Logger | None = None,
-                 redact: Callable[[str], str] | None = None, what: str = "server") -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        logger: logging.Logger | None = None,
+        redact: Callable[[str], str] | None = None,
+        what: str = "server",
+    ) -> None:
         self.app = app
         self.log = logger or logging.getLogger("tokenseam.httpkit")
         self.redact = redact or (lambda text: text)
@@ -44,12 +50,22 @@ class CatchErrors:
             await self.app(scope, receive, tracking_send)
         except Exception:
             rid = uuid.uuid4().hex[:16]
-            self.log.error("%s internal error %s on %s %s:\n%s", self.what, rid, scope.get("method"),
-                           scope.get("path"), self.redact(traceback.format_exc()))
+            self.log.error(
+                "%s internal error %s on %s %s:\n%s",
+                self.what,
+                rid,
+                scope.get("method"),
+                scope.get("path"),
+                self.redact(traceback.format_exc()),
+            )
             if started:
                 # Half a response is on the wire: nothing valid can follow, and uvicorn closes the connection
                 # when the app returns without finishing it. Re-raising would only log the unredacted traceback.
                 return
-            error = HTTPError(500, f"{self.what} internal error (request id {rid}); the {self.what} log has the "
-                              "details", "internal_error", headers={REQUEST_ID_HEADER: rid})
+            error = HTTPError(
+                500,
+                f"{self.what} internal error (request id {rid}); the {self.what} log has the details",
+                "internal_error",
+                headers={REQUEST_ID_HEADER: rid},
+            )
             await error.response()(scope, receive, send)

@@ -12,4 +12,6 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 def sse_response(events: AsyncIterable[bytes], headers: Mapping[str, str] | None = None) -> StreamingResponse:
     """A `text/event-stream` response over already encoded events, with `SSE_HEADERS` before `headers`."""
-    return StreamingResponse(events, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})})
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})}
+    )

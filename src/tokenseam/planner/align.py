@@ -51,8 +51,10 @@ def candidates(weights: list[int], base: int, floor: int, block: int, read: floa
         return
     total = sum(weights)
     if total < need:
-        raise PlannerError(f"the examples add at most {total:,} tokens but the prefix needs {need:,} more "
-                           f"({base:,} -> {target:,}): add more examples; tokenseam never pads with filler")
+        raise PlannerError(
+            f"the examples add at most {total:,} tokens but the prefix needs {need:,} more "
+            f"({base:,} -> {target:,}): add more examples; tokenseam never pads with filler"
+        )
     # The least overshoot past `need` is below need + max(w) (add items until the sum crosses it), costing at most
     # read * target + max(w). A later boundary B costs read * B, so it can only win while read * (B - target) <
     # max(w); with read = 0 every boundary costs nothing and the nearest reachable one wins, wherever it is.

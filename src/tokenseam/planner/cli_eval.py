@@ -20,26 +20,59 @@ def _pos_int(lo: int, hi: int, name: str):
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "eval", help="paired A/B evaluation of two prompt variants (or `eval make-tasks` for a task set)",
+        "eval",
+        help="paired A/B evaluation of two prompt variants (or `eval make-tasks` for a task set)",
         description="Run two prompt variants over an exact-match task set and compare them pairwise. "
-                    "`tokenseam eval make-tasks --out FILE` writes a seeded task set.")
-    p.add_argument("--tasks", metavar="TASKS.jsonl", help='tasks: {"id", "group", "input", "answer"} per line')
-    p.add_argument("--variant", action="append", metavar="FILE", default=[],
-                   help="prompt variant text file; give exactly two (A then B)")
-    p.add_argument("--upstream", metavar="URL", help="OpenAI-compatible base URL (http://host:port or .../v1)")
-    p.add_argument("--api-key-env", metavar="VAR", default=None, help="environment variable holding the API key")
-    p.add_argument("--model", metavar="NAME", default=None,
-                   help="model name sent upstream; `local` starts `tokenseam serve` on the bundled model instead")
-    p.add_argument("--local-model", default="smollm2", help="model for --model local (smollm2, gemma3, .gguf path)")
-    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat",
-                   help="/v1/chat/completions (default) or /v1/completions")
+        "`tokenseam eval make-tasks --out FILE` writes a seeded task set.",
+    )
+    p.add_argument(
+        "--tasks", metavar="TASKS.jsonl", help='tasks: {"id", "group", "input", "answer"} per line'
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        metavar="FILE",
+        default=[],
+        help="prompt variant text file; give exactly two (A then B)",
+    )
+    p.add_argument(
+        "--upstream", metavar="URL", help="OpenAI-compatible base URL (http://host:port or .../v1)"
+    )
+    p.add_argument(
+        "--api-key-env", metavar="VAR", default=None, help="environment variable holding the API key"
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        default=None,
+        help="model name sent upstream; `local` starts `tokenseam serve` on the bundled model instead",
+    )
+    p.add_argument(
+        "--local-model", default="smollm2", help="model for --model local (smollm2, gemma3, .gguf path)"
+    )
+    p.add_argument(
+        "--endpoint",
+        choices=("chat", "completions"),
+        default="chat",
+        help="/v1/chat/completions (default) or /v1/completions",
+    )
     p.add_argument("--out", metavar="DIR", default="eval-out", help="results directory (default ./eval-out)")
-    p.add_argument("--limit", type=_pos_int(1, 10**6, "--limit"), default=None, metavar="N",
-                   help="use only the first N tasks")
+    p.add_argument(
+        "--limit",
+        type=_pos_int(1, 10**6, "--limit"),
+        default=None,
+        metavar="N",
+        help="use only the first N tasks",
+    )
     p.add_argument("--concurrency", type=_pos_int(1, 64, "--concurrency"), default=4, metavar="N")
     p.add_argument("--max-tokens", type=_pos_int(1, 4096, "--max-tokens"), default=32, metavar="N")
-    p.add_argument("--retries", type=_pos_int(0, 10, "--retries"), default=3, metavar="N",
-                   help="retries per request on 5xx, 429 and connection errors (default 3)")
+    p.add_argument(
+        "--retries",
+        type=_pos_int(0, 10, "--retries"),
+        default=3,
+        metavar="N",
+        help="retries per request on 5xx, 429 and connection errors (default 3)",
+    )
     p.add_argument("--timeout", type=positive_float, default=120.0, metavar="S", help="seconds per request")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -63,11 +96,16 @@ def run_make_tasks(args: argparse.Namespace) -> int:
         tasks = make_tasks(args.n, args.seed)
         write_tasks(tasks, args.tasks_out)
     except OSError as e:
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] cannot write {args.tasks_out}: {e}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(
+            f"[red]error:[/red] cannot write {args.tasks_out}: {e}", highlight=False
+        )
         return 2
     groups = Counter(t.group for t in tasks)
-    Console(stderr=True, soft_wrap=True).print(f"wrote {len(tasks)} tasks to {args.tasks_out} (seed {args.seed}): "
-                               + ", ".join(f"{g} {c}" for g, c in groups.items()), highlight=False)
+    Console(stderr=True, soft_wrap=True).print(
+        f"wrote {len(tasks)} tasks to {args.tasks_out} (seed {args.seed}): "
+        + ", ".join(f"{g} {c}" for g, c in groups.items()),
+        highlight=False,
+    )
     return 0
 
 
@@ -79,15 +117,35 @@ def _print_table(summary: dict) -> None:
     v = summary["variants"]
     t = Table(title=f"paired A/B: A = {v['A']['label']}, B = {v['B']['label']} ({summary['pairs']} pairs)")
     t.add_column("group", no_wrap=True)
-    for col in ("n", "acc A", "acc B", "both right", "both wrong", "A only", "B only",
-                "B - A [95% CI]", "McNemar exact p", "chi2 (cc) p"):
+    for col in (
+        "n",
+        "acc A",
+        "acc B",
+        "both right",
+        "both wrong",
+        "A only",
+        "B only",
+        "B - A [95% CI]",
+        "McNemar exact p",
+        "chi2 (cc) p",
+    ):
         t.add_column(col, justify="right", no_wrap=col.startswith("B - A"))
     rows = [*summary.get("groups", {}).items(), ("overall", summary["overall"])]
     for name, s in rows:
-        t.add_row(name, str(s["n"]), f"{s['accuracy_a']:.3f}", f"{s['accuracy_b']:.3f}", str(s["both_right"]),
-                  str(s["both_wrong"]), str(s["a_only"]), str(s["b_only"]),
-                  f"{100 * s['diff']:+.1f} pt [{100 * s['ci_low']:+.1f}, {100 * s['ci_high']:+.1f}]",
-                  f"{s['mcnemar_exact_p']:.3g}", f"{s['mcnemar_chi2_p']:.3g}", style="bold" if name == "overall" else None)
+        t.add_row(
+            name,
+            str(s["n"]),
+            f"{s['accuracy_a']:.3f}",
+            f"{s['accuracy_b']:.3f}",
+            str(s["both_right"]),
+            str(s["both_wrong"]),
+            str(s["a_only"]),
+            str(s["b_only"]),
+            f"{100 * s['diff']:+.1f} pt [{100 * s['ci_low']:+.1f}, {100 * s['ci_high']:+.1f}]",
+            f"{s['mcnemar_exact_p']:.3g}",
+            f"{s['mcnemar_chi2_p']:.3g}",
+            style="bold" if name == "overall" else None,
+        )
     con.print(t)
 
 
@@ -127,8 +185,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         tasks = load_tasks(args.tasks)[: args.limit]
-        variants = [(Path(f).name, read_text_file(f, "variant file", max_bytes=1024 * 1024, allow_empty=True))
-                    for f in args.variant]
+        variants = [
+            (Path(f).name, read_text_file(f, "variant file", max_bytes=1024 * 1024, allow_empty=True))
+            for f in args.variant
+        ]
         if variants[0][1] == variants[1][1]:
             return fail("the two variants are identical: there is nothing to compare")
         if args.upstream:
@@ -137,10 +197,14 @@ def run(args: argparse.Namespace) -> int:
         if out.exists() and not out.is_dir():
             return fail(f"--out {out} exists and is not a directory")
         out.mkdir(parents=True, exist_ok=True)
-        meta = {"upstream": f"local:{args.local_model}" if local else args.upstream.rstrip("/"),
-                "model": None if local else args.model, "endpoint": args.endpoint, "max_tokens": args.max_tokens,
-                "tasks_file": str(args.tasks), "variants": {lbl: f for (lbl, _), f in zip(variants, args.variant,
-                                                                                          strict=True)}}
+        meta = {
+            "upstream": f"local:{args.local_model}" if local else args.upstream.rstrip("/"),
+            "model": None if local else args.model,
+            "endpoint": args.endpoint,
+            "max_tokens": args.max_tokens,
+            "tasks_file": str(args.tasks),
+            "variants": {lbl: f for (lbl, _), f in zip(variants, args.variant, strict=True)},
+        }
         check_run_meta(out, meta)
     except PlannerError as e:
         return fail(str(e))
@@ -148,12 +212,27 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"cannot use {out}: {e}")
 
     def go(base_url: str) -> dict:
-        client = UpstreamClient(Endpoint(base_url, model=None if local else args.model, api_key=key,
-                                         kind=args.endpoint, max_tokens=args.max_tokens, timeout=args.timeout,
-                                         retries=args.retries))
+        client = UpstreamClient(
+            Endpoint(
+                base_url,
+                model=None if local else args.model,
+                api_key=key,
+                kind=args.endpoint,
+                max_tokens=args.max_tokens,
+                timeout=args.timeout,
+                retries=args.retries,
+            )
+        )
         try:
-            return run_pairs(tasks, variants, client.complete, out, args.endpoint, args.concurrency,
-                             progress=not args.no_progress)
+            return run_pairs(
+                tasks,
+                variants,
+                client.complete,
+                out,
+                args.endpoint,
+                args.concurrency,
+                progress=not args.no_progress,
+            )
         finally:
             client.close()
 
@@ -192,5 +271,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         _print_table(summary)
-        Console().print(f"wrote {out / SUMMARY_FILE}, {out / PLOT_FILE}, {out / 'results.jsonl'}", highlight=False)
+        Console().print(
+            f"wrote {out / SUMMARY_FILE}, {out / PLOT_FILE}, {out / 'results.jsonl'}", highlight=False
+        )
     return 0

@@ -65,8 +65,12 @@ def _cross_check(text: str) -> dict | None:
     except Exception:  # the check is a courtesy; a missing model must not break planning
         return None
     est = math.ceil(len(text.encode("utf-8")) / 4)
-    return {"tokenizer": "smollm2", "tokens": n, "estimate": est,
-            "estimate_error": None if n == 0 else (est - n) / n}
+    return {
+        "tokenizer": "smollm2",
+        "tokens": n,
+        "estimate": est,
+        "estimate_error": None if n == 0 else (est - n) / n,
+    }
 
 
 def chat_leading_tokens(model: str | Path) -> int:
@@ -82,8 +86,17 @@ def chat_leading_tokens(model: str | Path) -> int:
 
     try:
         path = resolve_model(str(model))
-        meta = read_gguf_metadata(path, skip=frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.scores",
-                                                         "tokenizer.ggml.token_type", "tokenizer.ggml.merges"}))
+        meta = read_gguf_metadata(
+            path,
+            skip=frozenset(
+                {
+                    "tokenizer.ggml.tokens",
+                    "tokenizer.ggml.scores",
+                    "tokenizer.ggml.token_type",
+                    "tokenizer.ggml.merges",
+                }
+            ),
+        )
         tok, vocab = Tokenizer.from_gguf(path), Vocabulary.from_gguf(path)
         tmpl = ChatTemplate(meta.get("tokenizer.chat_template"), vocab, tok)
         a = tmpl.encode([{"role": "user", "content": "Alpha beta."}])
@@ -98,21 +111,29 @@ def chat_leading_tokens(model: str | Path) -> int:
     return n
 
 
-def make_counter(tokenizer: str | None, profile_tokenizer: str | None = None,
-                 leading_tokens: int | str | None = None) -> TokenCounter:
+def make_counter(
+    tokenizer: str | None, profile_tokenizer: str | None = None, leading_tokens: int | str | None = None
+) -> TokenCounter:
     """A counter for `--tokenizer` (alias or .gguf path), else the profile's local tokenizer, else bytes/4.
 
     `leading_tokens`: a number, None (the tokenizer's BOS), or "chat" (the chat template's header tokens)."""
     name = tokenizer or profile_tokenizer
     if name in (None, "", APPROX_NAME, "approx"):
         if leading_tokens == "chat":
-            raise PlannerError("--leading-tokens chat needs a local tokenizer (--tokenizer smollm2|gemma3|PATH.gguf)")
+            raise PlannerError(
+                "--leading-tokens chat needs a local tokenizer (--tokenizer smollm2|gemma3|PATH.gguf)"
+            )
         return TokenCounter(
-            name=APPROX_NAME, exact=False, leading_tokens=leading_tokens or 0,
-            error_note=(f"approximation {APPROX_NAME}: no local tokenizer for this profile. Expect up to "
-                        f"±{APPROX_REL_ERROR:.0%} on English prose (BPE vocabularies average 3.5-4.5 bytes per "
-                        "token), more on code, digits and non-Latin scripts; the true count is never above the "
-                        "byte count. Pass --tokenizer PATH.gguf for an exact count."))
+            name=APPROX_NAME,
+            exact=False,
+            leading_tokens=leading_tokens or 0,
+            error_note=(
+                f"approximation {APPROX_NAME}: no local tokenizer for this profile. Expect up to "
+                f"±{APPROX_REL_ERROR:.0%} on English prose (BPE vocabularies average 3.5-4.5 bytes per "
+                "token), more on code, digits and non-Latin scripts; the true count is never above the "
+                "byte count. Pass --tokenizer PATH.gguf for an exact count."
+            ),
+        )
     from ..models import ModelNotFoundError, resolve_model
     from ..vocab import Tokenizer, VocabularyError
 

@@ -54,7 +54,9 @@ def miss_probability(calls_per_hour: float | None, ttl_seconds: float, refresh_o
     return math.exp(-x) if refresh_on_hit else 1.0 / (1.0 + x)
 
 
-def cost_per_call(n: int, floor: int, block: int, read: float, write: float = 1.0, miss: float = 0.0) -> float:
+def cost_per_call(
+    n: int, floor: int, block: int, read: float, write: float = 1.0, miss: float = 0.0
+) -> float:
     """Expected full-price-token equivalents paid per call for an n-token prefix (module docstring)."""
     c = cached_tokens(n, floor, block)
     return miss * write * c + (1.0 - miss) * read * c + (n - c)
@@ -70,8 +72,9 @@ def break_even_prefix(floor: int, read: float) -> int:
     return math.floor(floor * read) + 1
 
 
-def break_even_calls_per_hour(p: int, floor: int, block: int, read: float, write: float, ttl_seconds: float,
-                              refresh_on_hit: bool = True) -> float | None:
+def break_even_calls_per_hour(
+    p: int, floor: int, block: int, read: float, write: float, ttl_seconds: float, refresh_on_hit: bool = True
+) -> float | None:
     """The call rate above which padding p to the planned length pays, counting writes and expiry.
 
     0.0 if it pays at any rate, None if it never pays (not even in steady state). Found by bisection on
@@ -147,9 +150,16 @@ class Plan:
         return asdict(self)
 
 
-def make_plan(p: int, floor: int, block: int, read: float, writes: list[tuple[str, float, float]],
-              refresh_on_hit: bool = True, calls_per_hour: float | None = None,
-              price_per_mtok: float | None = None) -> Plan:
+def make_plan(
+    p: int,
+    floor: int,
+    block: int,
+    read: float,
+    writes: list[tuple[str, float, float]],
+    refresh_on_hit: bool = True,
+    calls_per_hour: float | None = None,
+    price_per_mtok: float | None = None,
+) -> Plan:
     """Plan for prefix length p. `writes` = (name, write multiplier, ttl seconds) per write option."""
     if p < 0:
         raise ValueError("prefix length must be >= 0")
@@ -163,20 +173,42 @@ def make_plan(p: int, floor: int, block: int, read: float, writes: list[tuple[st
         monthly = None if calls_per_hour is None else calls_per_hour * HOURS_PER_MONTH
         ua = None if price_per_mtok is None else a * price_per_mtok / 1e6
         ub = None if price_per_mtok is None else b * price_per_mtok / 1e6
-        options.append(OptionPlan(
-            write_option=name, write_multiplier=w, ttl_seconds=None if math.isinf(ttl) else ttl,
-            miss_probability=q, cost_as_is=a, cost_planned=b, padding_wins=b < a,
-            break_even_calls_per_hour=break_even_calls_per_hour(p, floor, block, read, w, ttl, refresh_on_hit),
-            usd_per_call_as_is=ua, usd_per_call_planned=ub,
-            usd_per_month_as_is=None if monthly is None or ua is None else ua * monthly,
-            usd_per_month_planned=None if monthly is None or ub is None else ub * monthly,
-            tokens_per_month_as_is=None if monthly is None else a * monthly,
-            tokens_per_month_planned=None if monthly is None else b * monthly,
-        ))
+        options.append(
+            OptionPlan(
+                write_option=name,
+                write_multiplier=w,
+                ttl_seconds=None if math.isinf(ttl) else ttl,
+                miss_probability=q,
+                cost_as_is=a,
+                cost_planned=b,
+                padding_wins=b < a,
+                break_even_calls_per_hour=break_even_calls_per_hour(
+                    p, floor, block, read, w, ttl, refresh_on_hit
+                ),
+                usd_per_call_as_is=ua,
+                usd_per_call_planned=ub,
+                usd_per_month_as_is=None if monthly is None or ua is None else ua * monthly,
+                usd_per_month_planned=None if monthly is None or ub is None else ub * monthly,
+                tokens_per_month_as_is=None if monthly is None else a * monthly,
+                tokens_per_month_planned=None if monthly is None else b * monthly,
+            )
+        )
     sa = cost_per_call(p, floor, block, read)
     sb = cost_per_call(t, floor, block, read)
-    return Plan(prefix_tokens=p, floor=floor, block=block, read_multiplier=read, planned_tokens=t,
-                padding_needed=t - p, cached_as_is=cached, remainder_as_is=p - cached,
-                steady_cost_as_is=sa, steady_cost_planned=sb, steady_padding_wins=sb < sa,
-                break_even_prefix=break_even_prefix(floor, read), calls_per_hour=calls_per_hour,
-                price_per_mtok=price_per_mtok, options=tuple(options))
+    return Plan(
+        prefix_tokens=p,
+        floor=floor,
+        block=block,
+        read_multiplier=read,
+        planned_tokens=t,
+        padding_needed=t - p,
+        cached_as_is=cached,
+        remainder_as_is=p - cached,
+        steady_cost_as_is=sa,
+        steady_cost_planned=sb,
+        steady_padding_wins=sb < sa,
+        break_even_prefix=break_even_prefix(floor, read),
+        calls_per_hour=calls_per_hour,
+        price_per_mtok=price_per_mtok,
+        options=tuple(options),
+    )

@@ -116,10 +116,14 @@ class UpstreamClient:
                 choice = r.json()["choices"][0]
                 text = choice["message"]["content"] if self.ep.kind == "chat" else choice["text"]
             except (ValueError, KeyError, IndexError, TypeError):
-                raise PlannerError(f"{self.url} returned a response without choices[0] text: {r.text[:300]}") from None
+                raise PlannerError(
+                    f"{self.url} returned a response without choices[0] text: {r.text[:300]}"
+                ) from None
             return text or ""
-        raise PlannerError(f"{self.url} failed after {self.ep.retries + 1} attempts; last error: {last}. "
-                           "Results so far are saved: rerun the same command to resume.")
+        raise PlannerError(
+            f"{self.url} failed after {self.ep.retries + 1} attempts; last error: {last}. "
+            "Results so far are saved: rerun the same command to resume."
+        )
 
 
 def _free_port() -> int:
@@ -131,12 +135,30 @@ def _free_port() -> int:
 class LocalServer:
     """Runs `tokenseam serve` (or `cmd`, with "{port}" filled in) on a free loopback port until closed."""
 
-    def __init__(self, model: str = "smollm2", cmd: list[str] | None = None, log_path: Path | None = None,
-                 startup_timeout: float = 300.0) -> None:
+    def __init__(
+        self,
+        model: str = "smollm2",
+        cmd: list[str] | None = None,
+        log_path: Path | None = None,
+        startup_timeout: float = 300.0,
+    ) -> None:
         self.port = _free_port()
-        self.cmd = [c.replace("{port}", str(self.port)) for c in cmd] if cmd else [
-            sys.executable, "-m", "tokenseam.cli", "serve", "--model", model, "--host", "127.0.0.1",
-            "--port", str(self.port)]
+        self.cmd = (
+            [c.replace("{port}", str(self.port)) for c in cmd]
+            if cmd
+            else [
+                sys.executable,
+                "-m",
+                "tokenseam.cli",
+                "serve",
+                "--model",
+                model,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ]
+        )
         self.log_path = log_path
         self.timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
@@ -152,8 +174,10 @@ class LocalServer:
                 code = self.proc.poll()
                 if code is not None:
                     self.close()
-                    raise PlannerError(f"the local server exited with code {code} before it was ready"
-                                       + (f"; see {self.log_path}" if self.log_path else ""))
+                    raise PlannerError(
+                        f"the local server exited with code {code} before it was ready"
+                        + (f"; see {self.log_path}" if self.log_path else "")
+                    )
                 try:
                     if c.get(self.base_url + "/health").status_code == 200:
                         return self
@@ -196,7 +220,9 @@ def read_results(path: Path) -> dict[tuple[str, str], dict]:
             rec = json.loads(line)
             out[(rec["variant_sha"], rec["task_id"])] = rec
         except (ValueError, KeyError, TypeError):
-            raise PlannerError(f"{path} line {n} is not a result record; move the file away to start over") from None
+            raise PlannerError(
+                f"{path} line {n} is not a result record; move the file away to start over"
+            ) from None
     return out
 
 
@@ -212,33 +238,57 @@ def check_run_meta(out_dir: Path, meta: dict) -> None:
             raise PlannerError(f"{p} is damaged; remove it (and {RESULTS_FILE}) or use another --out")
         for k in ("upstream", "model", "endpoint", "max_tokens"):
             if old.get(k) != meta.get(k):
-                raise PlannerError(f"{out_dir} holds results for {k}={old.get(k)!r}, this run has {meta.get(k)!r}: "
-                                   "use another --out directory")
+                raise PlannerError(
+                    f"{out_dir} holds results for {k}={old.get(k)!r}, this run has {meta.get(k)!r}: "
+                    "use another --out directory"
+                )
     p.write_text(json.dumps(meta, indent=2))
 
 
-def run_pairs(tasks: list[Task], variants: list[tuple[str, str]], complete: Callable[[str], str], out_dir: Path,
-              endpoint: str = "chat", concurrency: int = 4, progress: bool = True) -> dict[tuple[str, str], dict]:
+def run_pairs(
+    tasks: list[Task],
+    variants: list[tuple[str, str]],
+    complete: Callable[[str], str],
+    out_dir: Path,
+    endpoint: str = "chat",
+    concurrency: int = 4,
+    progress: bool = True,
+) -> dict[tuple[str, str], dict]:
     """Ask for every (variant, task) not yet in results.jsonl; append each result as it arrives."""
     out_dir.mkdir(parents=True, exist_ok=True)
     res_path = out_dir / RESULTS_FILE
     done = read_results(res_path)
-    todo = [(label, text, t) for label, text in variants for t in tasks if saved_result(done, text, t) is None]
+    todo = [
+        (label, text, t) for label, text in variants for t in tasks if saved_result(done, text, t) is None
+    ]
     if not todo:
         return done
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     lock = threading.Lock()
-    bar = Progress(TextColumn("A/B eval"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   console=Console(stderr=True), disable=not progress)
+    bar = Progress(
+        TextColumn("A/B eval"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not progress,
+    )
 
     def one(label: str, text: str, t: Task) -> dict:
         output = complete(build_prompt(text, t, endpoint))
-        return {"variant": label, "variant_sha": variant_sha(text), "task_id": t.id, "task_sha": task_sha(t),
-                "group": t.group,
-                "answer": t.answer, "output": output, "extracted": extract_answer(output),
-                "correct": is_correct(output, t.answer)}
+        return {
+            "variant": label,
+            "variant_sha": variant_sha(text),
+            "task_id": t.id,
+            "task_sha": task_sha(t),
+            "group": t.group,
+            "answer": t.answer,
+            "output": output,
+            "extracted": extract_answer(output),
+            "correct": is_correct(output, t.answer),
+        }
 
     failure: BaseException | None = None
     with bar, open(res_path, "a", encoding="utf-8") as f, ThreadPoolExecutor(max(1, concurrency)) as pool:
@@ -275,7 +325,9 @@ def run_pairs(tasks: list[Task], variants: list[tuple[str, str]], complete: Call
     return done
 
 
-def summarize(tasks: list[Task], variants: list[tuple[str, str]], results: dict[tuple[str, str], dict]) -> dict:
+def summarize(
+    tasks: list[Task], variants: list[tuple[str, str]], results: dict[tuple[str, str], dict]
+) -> dict:
     """Paired summary overall and per group, over the items both variants have answered."""
     (la, ta), (lb, tb) = variants
     sa, sb = variant_sha(ta), variant_sha(tb)
@@ -286,12 +338,19 @@ def summarize(tasks: list[Task], variants: list[tuple[str, str]], results: dict[
         if ra is not None and rb is not None:
             pairs.append((t.group, is_correct(ra["output"], t.answer), is_correct(rb["output"], t.answer)))
     groups = sorted({g for g, _, _ in pairs})
-    out = {"variants": {"A": {"label": la, "sha": sa}, "B": {"label": lb, "sha": sb}},
-           "pairs": len(pairs), "tasks": len(tasks)}
+    out = {
+        "variants": {"A": {"label": la, "sha": sa}, "B": {"label": lb, "sha": sb}},
+        "pairs": len(pairs),
+        "tasks": len(tasks),
+    }
     if pairs:
         out["overall"] = paired_summary([a for _, a, _ in pairs], [b for _, _, b in pairs]).to_dict()
-        out["groups"] = {g: paired_summary([a for gg, a, _ in pairs if gg == g],
-                                           [b for gg, _, b in pairs if gg == g]).to_dict() for g in groups}
+        out["groups"] = {
+            g: paired_summary(
+                [a for gg, a, _ in pairs if gg == g], [b for gg, _, b in pairs if gg == g]
+            ).to_dict()
+            for g in groups
+        }
     return out
 
 
@@ -306,17 +365,27 @@ def plot_summary(summary: dict, path: Path) -> None:
     names = [r[0] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 0.6 * len(rows) + 2.2))
     ys = list(range(len(rows)))
-    ax1.barh([y + 0.2 for y in ys], [r[1]["accuracy_a"] for r in rows], height=0.4,
-             label=f"A: {summary['variants']['A']['label']}")
-    ax1.barh([y - 0.2 for y in ys], [r[1]["accuracy_b"] for r in rows], height=0.4,
-             label=f"B: {summary['variants']['B']['label']}")
+    ax1.barh(
+        [y + 0.2 for y in ys],
+        [r[1]["accuracy_a"] for r in rows],
+        height=0.4,
+        label=f"A: {summary['variants']['A']['label']}",
+    )
+    ax1.barh(
+        [y - 0.2 for y in ys],
+        [r[1]["accuracy_b"] for r in rows],
+        height=0.4,
+        label=f"B: {summary['variants']['B']['label']}",
+    )
     ax1.set_yticks(ys, names)
     ax1.set_xlim(0, 1)
     ax1.set_xlabel("accuracy (exact match)")
     ax1.legend(loc="lower right", fontsize=8)
     diffs = [r[1]["diff"] for r in rows]
-    err = [[d - r[1]["ci_low"] for d, r in zip(diffs, rows, strict=True)],
-           [r[1]["ci_high"] - d for d, r in zip(diffs, rows, strict=True)]]
+    err = [
+        [d - r[1]["ci_low"] for d, r in zip(diffs, rows, strict=True)],
+        [r[1]["ci_high"] - d for d, r in zip(diffs, rows, strict=True)],
+    ]
     ax2.errorbar(diffs, ys, xerr=err, fmt="o", capsize=4)
     ax2.axvline(0, color="grey", lw=1)
     ax2.set_yticks(ys, [f"{n} (McNemar p={s['mcnemar_exact_p']:.3g})" for n, s in rows])

@@ -15,7 +15,9 @@ from .errors import PlannerError
 MAX_PROMPT_BYTES = 4 * 1024 * 1024  # a prompt file beyond this is almost surely the wrong file
 
 
-def read_text_file(path: str | Path, what: str, max_bytes: int = MAX_PROMPT_BYTES, allow_empty: bool = False) -> str:
+def read_text_file(
+    path: str | Path, what: str, max_bytes: int = MAX_PROMPT_BYTES, allow_empty: bool = False
+) -> str:
     """Read a UTF-8 text file with errors a user can act on (missing, directory, binary, empty, too big)."""
     p = Path(path)
     if not p.exists():

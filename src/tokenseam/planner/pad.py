@@ -27,8 +27,9 @@ DEFAULT_SEPARATOR = "\n\n"
 DEFAULT_CONTINUATION_STARTS = ("Q", "Question:", "The", "1", "#", "{", "-", "中", "")
 
 
-def load_examples(path: str | Path, max_examples: int = MAX_EXAMPLES,
-                  max_bytes: int = MAX_EXAMPLES_BYTES) -> list[str]:
+def load_examples(
+    path: str | Path, max_examples: int = MAX_EXAMPLES, max_bytes: int = MAX_EXAMPLES_BYTES
+) -> list[str]:
     """Examples from a JSONL file: one per line, `{"text": "..."}` or a bare JSON string; blank lines skipped."""
     out: list[str] = []
     p = Path(path)
@@ -68,15 +69,17 @@ def check_end_stability(counter: TokenCounter, text: str, continuations: list[st
         check_continuations = None
     if check_continuations is not None:
         try:
-            _, checks = check_continuations(counter.tokenizer, text,
-                                            continuations=tuple(("pad", c) for c in continuations))
+            _, checks = check_continuations(
+                counter.tokenizer, text, continuations=tuple(("pad", c) for c in continuations)
+            )
             bad = [c.continuation for c in checks if c.retokenized]
             return StabilityCheck(True, not bad, "tokenseam.healing.lint.check_continuations", bad)
         except (TypeError, AttributeError):
             pass  # the linter's interface changed: fall back to the same check done here
     base = counter.tokenizer.encode(text, add_special=False)
-    bad = [c for c in continuations
-           if counter.tokenizer.encode(text + c, add_special=False)[:len(base)] != base]
+    bad = [
+        c for c in continuations if counter.tokenizer.encode(text + c, add_special=False)[: len(base)] != base
+    ]
     return StabilityCheck(True, not bad, "tokenize(text) is a prefix of tokenize(text + continuation)", bad)
 
 
@@ -106,9 +109,15 @@ def _arrangements(indices: tuple[int, ...]) -> list[tuple[int, ...]]:
     return out
 
 
-def pad_prompt(prompt: str, examples: list[str], profile: Profile, counter: TokenCounter,
-               separator: str = DEFAULT_SEPARATOR, continuations: list[str] | None = None,
-               allow_unstable_end: bool = False) -> PadResult:
+def pad_prompt(
+    prompt: str,
+    examples: list[str],
+    profile: Profile,
+    counter: TokenCounter,
+    separator: str = DEFAULT_SEPARATOR,
+    continuations: list[str] | None = None,
+    allow_unstable_end: bool = False,
+) -> PadResult:
     """Append a subset of `examples` (each preceded by `separator`) to `prompt` so that the token count clears
     the floor and ends on a block boundary, with the least overshoot; see docs/planner.md for the ranking."""
     if not separator:
@@ -124,15 +133,29 @@ def pad_prompt(prompt: str, examples: list[str], profile: Profile, counter: Toke
     base = counter.count(core)
     target = planned_length(base, floor, block)
     report: dict = {
-        "profile": profile.name, "floor": profile.floor, "effective_floor": floor, "block": block,
-        "read_multiplier": read, "separator": separator, "count": counter.describe(core),
-        "prompt_tokens": base, "target_tokens": target, "examples_available": len(examples),
+        "profile": profile.name,
+        "floor": profile.floor,
+        "effective_floor": floor,
+        "block": block,
+        "read_multiplier": read,
+        "separator": separator,
+        "count": counter.describe(core),
+        "prompt_tokens": base,
+        "target_tokens": target,
+        "examples_available": len(examples),
     }
     if base == target:
         stab = check_end_stability(counter, _end_window(core), conts)
-        report.update(final_tokens=base, on_boundary=base % block == 0, overshoot=0, chosen=[],
-                      status="already aligned: nothing appended", stable_end=stab.__dict__,
-                      cost_as_is=length_cost(base, floor, block, read), cost_padded=length_cost(base, floor, block, read))
+        report.update(
+            final_tokens=base,
+            on_boundary=base % block == 0,
+            overshoot=0,
+            chosen=[],
+            status="already aligned: nothing appended",
+            stable_end=stab.__dict__,
+            cost_as_is=length_cost(base, floor, block, read),
+            cost_padded=length_cost(base, floor, block, read),
+        )
         return PadResult(core, report)
     # Predicted cost of each example: tokens it adds behind the prompt's last few thousand characters (enough
     # context for any merge across the join; re-tokenizing a multi-megabyte prompt per example would be slow).
@@ -162,23 +185,46 @@ def pad_prompt(prompt: str, examples: list[str], profile: Profile, counter: Toke
             raise PlannerError(
                 "every padded candidate ends on an unstable token boundary (re-tokenized by "
                 f"{', '.join(repr(c) for c in unstable_seen.unstable_continuations[:4])}): end your examples "
-                "with punctuation or pass --allow-unstable-end")
-        raise PlannerError(f"no subset of the {len(examples)} examples reaches {target:,} tokens once "
-                           "re-tokenized; add more examples (tokenseam never pads with filler)")
+                "with punctuation or pass --allow-unstable-end"
+            )
+        raise PlannerError(
+            f"no subset of the {len(examples)} examples reaches {target:,} tokens once "
+            "re-tokenized; add more examples (tokenseam never pads with filler)"
+        )
     key, text, order, n, stab = best
     report.update(
-        final_tokens=n, on_boundary=n % block == 0 and n >= floor, overshoot=n - target,
-        chosen=[i + 1 for i in order], appended_tokens=n - base, verify_attempts=attempts,
-        count_mismatches=mismatches, stable_end=stab.__dict__,
-        cost_as_is=length_cost(base, profile.floor, block, read), cost_padded=key[0],
-        status=("exact block boundary" if n == target else
-                f"exact block boundary at {n:,} (no subset lands on {target:,})" if n % block == 0 else
-                f"overshoot {n - target} tokens past {target:,} (no subset lands on a block boundary)"))
+        final_tokens=n,
+        on_boundary=n % block == 0 and n >= floor,
+        overshoot=n - target,
+        chosen=[i + 1 for i in order],
+        appended_tokens=n - base,
+        verify_attempts=attempts,
+        count_mismatches=mismatches,
+        stable_end=stab.__dict__,
+        cost_as_is=length_cost(base, profile.floor, block, read),
+        cost_padded=key[0],
+        status=(
+            "exact block boundary"
+            if n == target
+            else f"exact block boundary at {n:,} (no subset lands on {target:,})"
+            if n % block == 0
+            else f"overshoot {n - target} tokens past {target:,} (no subset lands on a block boundary)"
+        ),
+    )
     return PadResult(text, report)
 
 
-def _verify(cand: Candidate, core: str, examples: list[str], sep: str, counter: TokenCounter,
-            conts: list[str], floor: int, block: int, read: float):
+def _verify(
+    cand: Candidate,
+    core: str,
+    examples: list[str],
+    sep: str,
+    counter: TokenCounter,
+    conts: list[str],
+    floor: int,
+    block: int,
+    read: float,
+):
     """Re-tokenize the joined text for a few arrangements; return (tokenizations used, verified results)."""
     used, results = 0, []
     for order in _arrangements(cand.indices):

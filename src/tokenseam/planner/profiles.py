@@ -51,12 +51,27 @@ class Profile:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "provider": self.provider, "models": list(self.models), "floor": self.floor,
-            "block": self.block, "block_status": self.block_status, "read_multiplier": self.read_multiplier,
-            "writes": [{"name": w.name, "multiplier": w.multiplier,
-                        "ttl_seconds": None if math.isinf(w.ttl_seconds) else w.ttl_seconds} for w in self.writes],
-            "ttl_refresh_on_hit": self.ttl_refresh_on_hit, "verified": self.verified, "source": self.source,
-            "notes": self.notes, "tokenizer": self.tokenizer, "origin": self.origin,
+            "name": self.name,
+            "provider": self.provider,
+            "models": list(self.models),
+            "floor": self.floor,
+            "block": self.block,
+            "block_status": self.block_status,
+            "read_multiplier": self.read_multiplier,
+            "writes": [
+                {
+                    "name": w.name,
+                    "multiplier": w.multiplier,
+                    "ttl_seconds": None if math.isinf(w.ttl_seconds) else w.ttl_seconds,
+                }
+                for w in self.writes
+            ],
+            "ttl_refresh_on_hit": self.ttl_refresh_on_hit,
+            "verified": self.verified,
+            "source": self.source,
+            "notes": self.notes,
+            "tokenizer": self.tokenizer,
+            "origin": self.origin,
         }
 
 
@@ -80,8 +95,9 @@ def _read_toml(text: str, origin: str) -> dict[str, Any]:
         raise PlannerError(f"{origin}: not valid TOML: {e}") from None
 
 
-def _number(raw: dict, field: str, where: str, *, integer: bool = False, minimum: float = 0.0,
-            allow_inf: bool = False) -> float:
+def _number(
+    raw: dict, field: str, where: str, *, integer: bool = False, minimum: float = 0.0, allow_inf: bool = False
+) -> float:
     v = raw.get(field)
     if isinstance(v, bool) or not isinstance(v, int | float):
         kind = "an integer" if integer else "a number"
@@ -111,15 +127,18 @@ def _validate(name: str, raw: dict[str, Any], origin: str) -> Profile:
         raise PlannerError(f"{where}: missing field(s) {', '.join(repr(f) for f in missing)}")
     unknown = sorted(set(raw) - _KNOWN)
     if unknown:
-        raise PlannerError(f"{where}: unknown field(s) {', '.join(repr(f) for f in unknown)} "
-                           f"(known: {', '.join(sorted(_KNOWN))})")
+        raise PlannerError(
+            f"{where}: unknown field(s) {', '.join(repr(f) for f in unknown)} "
+            f"(known: {', '.join(sorted(_KNOWN))})"
+        )
     floor = int(_number(raw, "floor", where, integer=True))
     block = int(_number(raw, "block", where, integer=True, minimum=1))
     read = float(_number(raw, "read_multiplier", where))
     writes_raw = raw["writes"]
     if not isinstance(writes_raw, list) or not writes_raw:
-        raise PlannerError(f"{where}: field 'writes' must be a non-empty list of "
-                           "{name, multiplier, ttl_seconds} tables")
+        raise PlannerError(
+            f"{where}: field 'writes' must be a non-empty list of {{name, multiplier, ttl_seconds}} tables"
+        )
     writes = []
     for i, w in enumerate(writes_raw):
         wwhere = f"{where} writes[{i}]"
@@ -142,7 +161,9 @@ def _validate(name: str, raw: dict[str, Any], origin: str) -> Profile:
         try:
             _dt.date.fromisoformat(verified)
         except ValueError:
-            raise PlannerError(f"{where}: field 'verified' must be a date YYYY-MM-DD, got {verified!r}") from None
+            raise PlannerError(
+                f"{where}: field 'verified' must be a date YYYY-MM-DD, got {verified!r}"
+            ) from None
     else:
         raise PlannerError(f"{where}: field 'verified' must be a date YYYY-MM-DD, got {verified!r}")
     models = raw.get("models", [])
@@ -157,18 +178,31 @@ def _validate(name: str, raw: dict[str, Any], origin: str) -> Profile:
     tok = raw.get("tokenizer")
     if tok is not None and not isinstance(tok, str):
         raise PlannerError(f"{where}: field 'tokenizer' must be a string")
-    return Profile(name=name, provider=_text(raw, "provider", where), floor=floor, block=block,
-                   read_multiplier=read, writes=tuple(writes), verified=verified,
-                   source=_text(raw, "source", where), models=tuple(models), block_status=status,
-                   ttl_refresh_on_hit=refresh, notes=_text(raw, "notes", where, ""), tokenizer=tok or None,
-                   origin=origin)
+    return Profile(
+        name=name,
+        provider=_text(raw, "provider", where),
+        floor=floor,
+        block=block,
+        read_multiplier=read,
+        writes=tuple(writes),
+        verified=verified,
+        source=_text(raw, "source", where),
+        models=tuple(models),
+        block_status=status,
+        ttl_refresh_on_hit=refresh,
+        notes=_text(raw, "notes", where, ""),
+        tokenizer=tok or None,
+        origin=origin,
+    )
 
 
 def _tables(doc: dict[str, Any], origin: str) -> tuple[dict[str, dict], dict[str, str]]:
     unknown = sorted(set(doc) - {"profiles", "aliases"})
     if unknown:
-        raise PlannerError(f"{origin}: unknown top-level table(s) {', '.join(unknown)} (expected [profiles.NAME] "
-                           "and [aliases])")
+        raise PlannerError(
+            f"{origin}: unknown top-level table(s) {', '.join(unknown)} (expected [profiles.NAME] "
+            "and [aliases])"
+        )
     profiles = doc.get("profiles", {})
     aliases = doc.get("aliases", {})
     if not isinstance(profiles, dict) or not all(isinstance(v, dict) for v in profiles.values()):

@@ -80,7 +80,18 @@ def paired_summary(a_correct: list[bool], b_correct: list[bool]) -> PairedSummar
     b_only = n - rr - ww - a_only
     d, lo, hi = paired_diff_ci(a_only, b_only, n)
     stat, p_chi = mcnemar_chi2(a_only, b_only)
-    return PairedSummary(n=n, both_right=rr, both_wrong=ww, a_only=a_only, b_only=b_only,
-                         accuracy_a=(rr + a_only) / n if n else 0.0, accuracy_b=(rr + b_only) / n if n else 0.0,
-                         diff=d, ci_low=lo, ci_high=hi, mcnemar_exact_p=mcnemar_exact_p(a_only, b_only),
-                         mcnemar_chi2=stat, mcnemar_chi2_p=p_chi)
+    return PairedSummary(
+        n=n,
+        both_right=rr,
+        both_wrong=ww,
+        a_only=a_only,
+        b_only=b_only,
+        accuracy_a=(rr + a_only) / n if n else 0.0,
+        accuracy_b=(rr + b_only) / n if n else 0.0,
+        diff=d,
+        ci_low=lo,
+        ci_high=hi,
+        mcnemar_exact_p=mcnemar_exact_p(a_only, b_only),
+        mcnemar_chi2=stat,
+        mcnemar_chi2_p=p_chi,
+    )

@@ -20,15 +20,98 @@ GROUPS = ("arithmetic", "sorting", "word_extraction", "reading_comprehension")
 MAX_TASKS = 100_000
 MAX_TASKS_BYTES = 64 * 1024 * 1024
 
-_WORDS = ("apple", "river", "candle", "mirror", "garden", "pencil", "window", "forest", "ladder", "button",
-          "castle", "feather", "island", "jacket", "kettle", "lantern", "marble", "needle", "orange", "pillow",
-          "quilt", "rocket", "saddle", "tunnel", "violin", "wagon", "yarn", "zipper", "anchor", "bottle",
-          "cactus", "dragon", "engine", "falcon", "guitar", "hammer", "igloo", "jungle", "koala", "lemon",
-          "magnet", "nectar", "oyster", "parrot", "quartz", "ribbon", "spider", "tomato", "umbrella", "velvet")
-_SYLLABLES = ("ka", "vo", "ren", "thi", "mal", "dor", "quo", "sel", "bri", "zan", "lu", "fen", "oth", "gra",
-              "pim", "tes", "wyn", "cal", "dru", "ny", "xer", "bel", "sha", "tor")
-_JOBS = ("baker", "glassblower", "ferryman", "beekeeper", "cartographer", "weaver", "blacksmith", "astronomer",
-         "potter", "clockmaker", "herbalist", "lamplighter")
+_WORDS = (
+    "apple",
+    "river",
+    "candle",
+    "mirror",
+    "garden",
+    "pencil",
+    "window",
+    "forest",
+    "ladder",
+    "button",
+    "castle",
+    "feather",
+    "island",
+    "jacket",
+    "kettle",
+    "lantern",
+    "marble",
+    "needle",
+    "orange",
+    "pillow",
+    "quilt",
+    "rocket",
+    "saddle",
+    "tunnel",
+    "violin",
+    "wagon",
+    "yarn",
+    "zipper",
+    "anchor",
+    "bottle",
+    "cactus",
+    "dragon",
+    "engine",
+    "falcon",
+    "guitar",
+    "hammer",
+    "igloo",
+    "jungle",
+    "koala",
+    "lemon",
+    "magnet",
+    "nectar",
+    "oyster",
+    "parrot",
+    "quartz",
+    "ribbon",
+    "spider",
+    "tomato",
+    "umbrella",
+    "velvet",
+)
+_SYLLABLES = (
+    "ka",
+    "vo",
+    "ren",
+    "thi",
+    "mal",
+    "dor",
+    "quo",
+    "sel",
+    "bri",
+    "zan",
+    "lu",
+    "fen",
+    "oth",
+    "gra",
+    "pim",
+    "tes",
+    "wyn",
+    "cal",
+    "dru",
+    "ny",
+    "xer",
+    "bel",
+    "sha",
+    "tor",
+)
+_JOBS = (
+    "baker",
+    "glassblower",
+    "ferryman",
+    "beekeeper",
+    "cartographer",
+    "weaver",
+    "blacksmith",
+    "astronomer",
+    "potter",
+    "clockmaker",
+    "herbalist",
+    "lamplighter",
+)
 _ANIMALS = ("goats", "geese", "llamas", "ferrets", "pigeons", "alpacas", "rabbits", "tortoises")
 _ORDINALS = ("first", "second", "third", "fourth", "fifth")
 
@@ -61,11 +144,16 @@ def _sorting(rng: random.Random) -> tuple[str, str]:
     k = rng.randint(4, 7)
     if rng.random() < 0.5:
         nums = rng.sample(range(1, 1000), k)
-        return (f"Sort these numbers from smallest to largest: {', '.join(map(str, nums))}. "
-                "Reply with the sorted list, separated by commas.", ", ".join(map(str, sorted(nums))))
+        return (
+            f"Sort these numbers from smallest to largest: {', '.join(map(str, nums))}. "
+            "Reply with the sorted list, separated by commas.",
+            ", ".join(map(str, sorted(nums))),
+        )
     words = rng.sample(_WORDS, k)
-    return (f"Sort these words alphabetically: {', '.join(words)}. Reply with the sorted list, separated by commas.",
-            ", ".join(sorted(words)))
+    return (
+        f"Sort these words alphabetically: {', '.join(words)}. Reply with the sorted list, separated by commas.",
+        ", ".join(sorted(words)),
+    )
 
 
 def _word_extraction(rng: random.Random) -> tuple[str, str]:
@@ -82,8 +170,11 @@ def _word_extraction(rng: random.Random) -> tuple[str, str]:
     others = [w for w in words if w != target and w[0] != target[0]]
     shown = rng.sample(others, min(len(others), 5)) + [target]
     rng.shuffle(shown)
-    return (f'Which word in this list starts with the letter "{target[0]}": {", ".join(shown)}? '
-            "Reply with the word only.", target)
+    return (
+        f'Which word in this list starts with the letter "{target[0]}": {", ".join(shown)}? '
+        "Reply with the word only.",
+        target,
+    )
 
 
 def _reading(rng: random.Random) -> tuple[str, str]:
@@ -94,9 +185,16 @@ def _reading(rng: random.Random) -> tuple[str, str]:
         n = f"{first} {_name(rng, 3)}"
         if first not in used:
             used.add(first)
-            people.append({"name": n, "town": _name(rng, 3), "job": rng.choice(_JOBS),
-                           "animals": rng.choice(_ANIMALS), "count": rng.randint(3, 97),
-                           "year": rng.randint(1720, 1990)})
+            people.append(
+                {
+                    "name": n,
+                    "town": _name(rng, 3),
+                    "job": rng.choice(_JOBS),
+                    "animals": rng.choice(_ANIMALS),
+                    "count": rng.randint(3, 97),
+                    "year": rng.randint(1720, 1990),
+                }
+            )
     sentences = []
     for p in people:
         sentences.append(f"{p['name']} works as a {p['job']} in the town of {p['town']}.")
@@ -104,18 +202,27 @@ def _reading(rng: random.Random) -> tuple[str, str]:
     rng.shuffle(sentences)
     p = rng.choice(people)
     first = p["name"].split()[0]
-    q, a = rng.choice([
-        (f"How many {p['animals']} does {first} keep?", str(p["count"])),
-        (f"In which town does {p['name']} work?", p["town"]),
-        (f"What is {p['name']}'s job?", p["job"]),
-        (f"Since which year has {first} kept {p['animals']}?", str(p["year"])),
-    ])
-    return f"Read the passage and answer the question.\n\nPassage: {' '.join(sentences)}\n\nQuestion: {q} " \
-           "Reply with the answer only.", a
+    q, a = rng.choice(
+        [
+            (f"How many {p['animals']} does {first} keep?", str(p["count"])),
+            (f"In which town does {p['name']} work?", p["town"]),
+            (f"What is {p['name']}'s job?", p["job"]),
+            (f"Since which year has {first} kept {p['animals']}?", str(p["year"])),
+        ]
+    )
+    return (
+        f"Read the passage and answer the question.\n\nPassage: {' '.join(sentences)}\n\nQuestion: {q} "
+        "Reply with the answer only.",
+        a,
+    )
 
 
-_MAKERS = {"arithmetic": _arithmetic, "sorting": _sorting, "word_extraction": _word_extraction,
-           "reading_comprehension": _reading}
+_MAKERS = {
+    "arithmetic": _arithmetic,
+    "sorting": _sorting,
+    "word_extraction": _word_extraction,
+    "reading_comprehension": _reading,
+}
 
 
 def make_tasks(n: int = 500, seed: int = 0) -> list[Task]:
@@ -179,7 +286,7 @@ def extract_answer(output: str) -> str:
     text = output or ""
     marks = list(_ANSWER_MARK.finditer(text))
     if marks:
-        text = text[marks[-1].end():]
+        text = text[marks[-1].end() :]
     for line in text.splitlines():
         if line.strip():
             return line.strip().strip(_EDGE).strip()

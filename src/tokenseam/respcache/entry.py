@@ -63,8 +63,10 @@ class SSEParser:
             cut = self._buf.find(b"\n\n")
             if cut < 0:
                 return out
-            block, self._buf = self._buf[:cut], self._buf[cut + 2:]
-            payload = b"\n".join(line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:"))
+            block, self._buf = self._buf[:cut], self._buf[cut + 2 :]
+            payload = b"\n".join(
+                line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
+            )
             if not payload:
                 continue
             if payload.strip() == b"[DONE]":
@@ -81,6 +83,7 @@ class SSEParser:
 
 
 # ---------------------------------------------------------------- assembling a response from events
+
 
 def _merge_logprobs(acc: Any, lp: Any) -> Any:
     if lp is None:
@@ -115,14 +118,28 @@ def _merge_tool_calls(acc: list[dict[str, Any]], deltas: list[Any]) -> None:
             call["function"]["arguments"] += fn["arguments"]
 
 
-def _assemble_openai(route: str, events: list[dict[str, Any]], model: Any, fingerprint: Any,
-                     usage: Any) -> dict[str, Any]:
+def _assemble_openai(
+    route: str, events: list[dict[str, Any]], model: Any, fingerprint: Any, usage: Any
+) -> dict[str, Any]:
     chat = route == ROUTE_CHAT
     choices: dict[int, dict[str, Any]] = {}
     for ev in events:
         i = int(ev.get("index", 0))
-        c = choices.setdefault(i, {"text": [], "reasoning": [], "refusal": [], "tools": [], "lp": None,
-                                   "ids": [], "all_ids": None, "fr": None, "role": "assistant", "seen_ids": False})
+        c = choices.setdefault(
+            i,
+            {
+                "text": [],
+                "reasoning": [],
+                "refusal": [],
+                "tools": [],
+                "lp": None,
+                "ids": [],
+                "all_ids": None,
+                "fr": None,
+                "role": "assistant",
+                "seen_ids": False,
+            },
+        )
         if chat:
             d = ev.get("delta") or {}
             if isinstance(d.get("role"), str):
@@ -149,22 +166,34 @@ def _assemble_openai(route: str, events: list[dict[str, Any]], model: Any, finge
     for i in sorted(choices):
         c = choices[i]
         if chat:
-            msg: dict[str, Any] = {"role": c["role"], "content": "".join(c["text"]) if c["text"] or not c["tools"]
-                                   else None}
+            msg: dict[str, Any] = {
+                "role": c["role"],
+                "content": "".join(c["text"]) if c["text"] or not c["tools"] else None,
+            }
             if c["reasoning"]:
                 msg["reasoning_content"] = "".join(c["reasoning"])
             if c["refusal"]:
                 msg["refusal"] = "".join(c["refusal"])
             if c["tools"]:
                 msg["tool_calls"] = c["tools"]
-            choice: dict[str, Any] = {"index": i, "message": msg, "logprobs": c["lp"], "finish_reason": c["fr"]}
+            choice: dict[str, Any] = {
+                "index": i,
+                "message": msg,
+                "logprobs": c["lp"],
+                "finish_reason": c["fr"],
+            }
         else:
             choice = {"index": i, "text": "".join(c["text"]), "logprobs": c["lp"], "finish_reason": c["fr"]}
         if c["all_ids"] is not None or c["seen_ids"]:
             choice["token_ids"] = c["all_ids"] if c["all_ids"] is not None else c["ids"]
         out_choices.append(choice)
-    resp: dict[str, Any] = {"id": "", "object": "chat.completion" if chat else "text_completion", "created": 0,
-                            "model": model, "choices": out_choices}
+    resp: dict[str, Any] = {
+        "id": "",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": 0,
+        "model": model,
+        "choices": out_choices,
+    }
     if fingerprint is not None:
         resp["system_fingerprint"] = fingerprint
     if usage is not None:
@@ -186,7 +215,9 @@ def _assemble_llama(events: list[dict[str, Any]]) -> dict[str, Any]:
             probs.extend(ev["completion_probabilities"])
         if ev.get("stop"):
             final = ev
-    resp = {k: v for k, v in final.items() if k not in ("content", "tokens", "completion_probabilities", "index")}
+    resp = {
+        k: v for k, v in final.items() if k not in ("content", "tokens", "completion_probabilities", "index")
+    }
     resp["content"] = "".join(content)
     # tokenseam's final event carries every id (`all_tokens`); prefer it over the per-event sum when present.
     all_ids = final.get("all_tokens", final.get("all_token_ids"))
@@ -202,11 +233,21 @@ def _assemble_llama(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- building entries
 
-def _new_entry(route: str, source: str, response: dict[str, Any], events: list[dict[str, Any]],
-               usage: Any) -> dict[str, Any]:
-    return {"format": ENTRY_FORMAT, "route": route, "source": source, "created": time.time(),
-            "model": response.get("model"), "system_fingerprint": response.get("system_fingerprint"),
-            "response": response, "events": events, "usage": usage}
+
+def _new_entry(
+    route: str, source: str, response: dict[str, Any], events: list[dict[str, Any]], usage: Any
+) -> dict[str, Any]:
+    return {
+        "format": ENTRY_FORMAT,
+        "route": route,
+        "source": source,
+        "created": time.time(),
+        "model": response.get("model"),
+        "system_fingerprint": response.get("system_fingerprint"),
+        "response": response,
+        "events": events,
+        "usage": usage,
+    }
 
 
 def _check_complete(route: str, events: list[dict[str, Any]]) -> None:
@@ -244,7 +285,9 @@ def entry_from_stream_events(route: str, chunks: Iterable[Mapping[str, Any]]) ->
             if isinstance(choice, dict):
                 events.append(choice)
     _check_complete(route, events)
-    return _new_entry(route, "stream", _assemble_openai(route, events, model, fingerprint, usage), events, usage)
+    return _new_entry(
+        route, "stream", _assemble_openai(route, events, model, fingerprint, usage), events, usage
+    )
 
 
 def _pieces_from_logprob_bytes(entries: list[Any], text: str) -> list[str] | None:
@@ -280,7 +323,9 @@ def _derive_openai_events(route: str, response: Mapping[str, Any]) -> list[dict[
         if chat:
             msg = ch.get("message") or {}
             text = msg.get("content") if isinstance(msg.get("content"), str) else ""
-            lp_entries = lp.get("content") if isinstance(lp, dict) and isinstance(lp.get("content"), list) else None
+            lp_entries = (
+                lp.get("content") if isinstance(lp, dict) and isinstance(lp.get("content"), list) else None
+            )
         else:
             text = ch.get("text") if isinstance(ch.get("text"), str) else ""
             lp_entries = None
@@ -295,15 +340,19 @@ def _derive_openai_events(route: str, response: Mapping[str, Any]) -> list[dict[
         for n, piece in enumerate(pieces):
             ev: dict[str, Any] = {"index": i}
             if chat:
-                ev["delta"] = {"role": msg.get("role", "assistant"), "content": piece} if first else {"content": piece}
+                ev["delta"] = (
+                    {"role": msg.get("role", "assistant"), "content": piece} if first else {"content": piece}
+                )
             else:
                 ev["text"] = piece
             if per_token:
                 if chat:
                     ev["logprobs"] = {"content": [lp_entries[n]]}
                 else:
-                    ev["logprobs"] = {k: [v[n]] if isinstance(v, list) and len(v) == len(pieces) else v
-                                      for k, v in lp.items()}
+                    ev["logprobs"] = {
+                        k: [v[n]] if isinstance(v, list) and len(v) == len(pieces) else v
+                        for k, v in lp.items()
+                    }
             else:
                 ev["logprobs"] = None
             ev["finish_reason"] = None
@@ -357,8 +406,9 @@ def _derive_llama_events(response: Mapping[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
-def entry_from_response(route: str, response: Mapping[str, Any],
-                        events: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def entry_from_response(
+    route: str, response: Mapping[str, Any], events: Iterable[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
     """An entry from a full non-streamed response; `events` (live chunk objects) keep exact token events."""
     response = json.loads(json.dumps(response))
     if events is not None:
@@ -368,10 +418,13 @@ def entry_from_response(route: str, response: Mapping[str, Any],
         return entry
     if route == ROUTE_LLAMA:
         return _new_entry(route, "response", response, _derive_llama_events(response), None)
-    return _new_entry(route, "response", response, _derive_openai_events(route, response), response.get("usage"))
+    return _new_entry(
+        route, "response", response, _derive_openai_events(route, response), response.get("usage")
+    )
 
 
 # ---------------------------------------------------------------- serving entries
+
 
 def _int_list(x: Any) -> bool:
     return isinstance(x, list) and all(type(t) is int for t in x)
@@ -410,8 +463,9 @@ def _message_problem(m: Any, where: str) -> str | None:
     for k in ("content", "reasoning_content", "refusal"):
         if m.get(k) is not None and not isinstance(m[k], str):
             return f"{where}.{k} is not a string"
-    if "tool_calls" in m and not (isinstance(m["tool_calls"], list)
-                                  and all(isinstance(c, dict) for c in m["tool_calls"])):
+    if "tool_calls" in m and not (
+        isinstance(m["tool_calls"], list) and all(isinstance(c, dict) for c in m["tool_calls"])
+    ):
         return f"{where}.tool_calls is not a list of objects"
     return None
 
@@ -431,8 +485,11 @@ def _openai_problem(route: str, resp: dict[str, Any], events: list[dict[str, Any
             return problem
         if not isinstance(c.get("finish_reason"), str):
             return f"{where}.finish_reason is not a string"
-        problem = _message_problem(c.get("message"), where + ".message") if chat else (
-            None if isinstance(c.get("text"), str) else f"{where}.text is not a string")
+        problem = (
+            _message_problem(c.get("message"), where + ".message")
+            if chat
+            else (None if isinstance(c.get("text"), str) else f"{where}.text is not a string")
+        )
         if problem:
             return problem
         i = c.get("index", 0)
@@ -526,8 +583,9 @@ def validate_entry(entry: Any, route: str | None = None) -> bool:
     return entry_problem(entry, route) is None
 
 
-def uncacheable_reason(entry: Mapping[str, Any], *, cache_empty: bool = False,
-                       cache_truncated: bool = False) -> str | None:
+def uncacheable_reason(
+    entry: Mapping[str, Any], *, cache_empty: bool = False, cache_truncated: bool = False
+) -> str | None:
     """Why an answer must not be stored ("aborted", "length", "empty", "error"), or None if it may be."""
     resp = entry.get("response") or {}
     if "error" in resp:
@@ -550,11 +608,13 @@ def uncacheable_reason(entry: Mapping[str, Any], *, cache_empty: bool = False,
         if fr == "length" and not cache_truncated:
             return "length"
     if not cache_empty:
+
         def empty(c: Mapping[str, Any]) -> bool:
             if entry.get("route") == ROUTE_CHAT:
                 m = c.get("message") or {}
                 return not m.get("content") and not m.get("tool_calls") and not m.get("reasoning_content")
             return not c.get("text")
+
         if all(empty(c) for c in choices):
             return "empty"
     return None
@@ -564,8 +624,9 @@ def _fresh_id(route: str) -> str:
     return ("chatcmpl-" if route == ROUTE_CHAT else "cmpl-") + uuid.uuid4().hex
 
 
-def response_from_entry(entry: Mapping[str, Any], *, response_id: str | None = None,
-                        created: int | None = None) -> dict[str, Any]:
+def response_from_entry(
+    entry: Mapping[str, Any], *, response_id: str | None = None, created: int | None = None
+) -> dict[str, Any]:
     """The non-streamed body for a hit: the stored response with a fresh id and creation time.
 
     A shallow copy: nested objects are shared with `entry` (which a store returns freshly decoded)."""
@@ -576,8 +637,13 @@ def response_from_entry(entry: Mapping[str, Any], *, response_id: str | None = N
     return resp
 
 
-def replay_chunks(entry: Mapping[str, Any], *, include_usage: bool = False, response_id: str | None = None,
-                  created: int | None = None) -> list[Any]:
+def replay_chunks(
+    entry: Mapping[str, Any],
+    *,
+    include_usage: bool = False,
+    response_id: str | None = None,
+    created: int | None = None,
+) -> list[Any]:
     """The chunk objects a live stream would have sent (ending with "[DONE]" on the OpenAI routes)."""
     route = entry["route"]
     if route == ROUTE_LLAMA:
@@ -600,8 +666,14 @@ def replay_chunks(entry: Mapping[str, Any], *, include_usage: bool = False, resp
     return out
 
 
-async def replay_as_sse(entry: Mapping[str, Any], *, include_usage: bool = False, response_id: str | None = None,
-                        created: int | None = None, event_delay: float = 0.0) -> AsyncIterator[bytes]:
+async def replay_as_sse(
+    entry: Mapping[str, Any],
+    *,
+    include_usage: bool = False,
+    response_id: str | None = None,
+    created: int | None = None,
+    event_delay: float = 0.0,
+) -> AsyncIterator[bytes]:
     """A stream hit: the entry's events as SSE byte strings, one per token event, as a live stream sends them."""
     for chunk in replay_chunks(entry, include_usage=include_usage, response_id=response_id, created=created):
         yield sse(chunk)

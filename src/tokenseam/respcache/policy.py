@@ -64,7 +64,9 @@ def _as_chunks(item: Any, parser: SSEParser) -> list[Any]:
         item = item.encode("utf-8")
     if isinstance(item, bytes | bytearray):
         return [c for c in parser.feed(bytes(item)) if c != "[DONE]"]
-    raise ResponseCacheError(f"generate_stream yielded a {type(item).__name__}; expected a chunk dict or SSE bytes")
+    raise ResponseCacheError(
+        f"generate_stream yielded a {type(item).__name__}; expected a chunk dict or SSE bytes"
+    )
 
 
 class LeaderAbortedError(ResponseCacheError):
@@ -127,26 +129,55 @@ class _Metrics:
         from prometheus_client import Counter, Gauge, Histogram
 
         buckets = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
-        self.requests = Counter("tokenseam_respcache_requests", "Cacheable-route requests by cache result",
-                                ["route", "result"], registry=registry)
-        self.coalesced = Counter("tokenseam_respcache_coalesced", "Requests answered by an in-flight identical "
-                                 "request", ["route"], registry=registry)
-        self.store_errors = Counter("tokenseam_respcache_store_errors", "Cache store failures (requests passed "
-                                    "through)", ["op"], registry=registry)
-        self.not_stored = Counter("tokenseam_respcache_not_stored", "Answers not stored, by reason", ["reason"],
-                                  registry=registry)
-        self.corrupt = Counter("tokenseam_respcache_corrupt_entries", "Stored values rejected on read (deleted, "
-                               "answered as a miss), by reason", ["reason"], registry=registry)
+        self.requests = Counter(
+            "tokenseam_respcache_requests",
+            "Cacheable-route requests by cache result",
+            ["route", "result"],
+            registry=registry,
+        )
+        self.coalesced = Counter(
+            "tokenseam_respcache_coalesced",
+            "Requests answered by an in-flight identical request",
+            ["route"],
+            registry=registry,
+        )
+        self.store_errors = Counter(
+            "tokenseam_respcache_store_errors",
+            "Cache store failures (requests passed through)",
+            ["op"],
+            registry=registry,
+        )
+        self.not_stored = Counter(
+            "tokenseam_respcache_not_stored", "Answers not stored, by reason", ["reason"], registry=registry
+        )
+        self.corrupt = Counter(
+            "tokenseam_respcache_corrupt_entries",
+            "Stored values rejected on read (deleted, answered as a miss), by reason",
+            ["reason"],
+            registry=registry,
+        )
         for reason in (*CORRUPT_REASONS, "shape"):
             self.corrupt.labels(reason)  # exported as 0 from the start, so an alert can use rate()
-        self.store_recoveries = Counter("tokenseam_respcache_store_recoveries", "Corrupt store files moved aside "
-                                        "and replaced by an empty cache", registry=registry)
-        self.store_degraded = Gauge("tokenseam_respcache_store_degraded", "1 while the last store operation "
-                                    "failed (requests pass through), else 0", registry=registry)
-        self.lookup = Histogram("tokenseam_respcache_lookup_seconds", "Store lookup time", buckets=buckets,
-                                registry=registry)
-        self.hit = Histogram("tokenseam_respcache_hit_seconds", "Hit time: lookup plus building the response",
-                             ["route"], buckets=buckets, registry=registry)
+        self.store_recoveries = Counter(
+            "tokenseam_respcache_store_recoveries",
+            "Corrupt store files moved aside and replaced by an empty cache",
+            registry=registry,
+        )
+        self.store_degraded = Gauge(
+            "tokenseam_respcache_store_degraded",
+            "1 while the last store operation failed (requests pass through), else 0",
+            registry=registry,
+        )
+        self.lookup = Histogram(
+            "tokenseam_respcache_lookup_seconds", "Store lookup time", buckets=buckets, registry=registry
+        )
+        self.hit = Histogram(
+            "tokenseam_respcache_hit_seconds",
+            "Hit time: lookup plus building the response",
+            ["route"],
+            buckets=buckets,
+            registry=registry,
+        )
 
 
 _METRICS: dict[int, tuple[Any, _Metrics]] = {}
@@ -194,10 +225,20 @@ class _Flight:
 class ResponseCache:
     """Exact-match response cache with single-flight coalescing over a `CacheStore` (None = no store)."""
 
-    def __init__(self, store: CacheStore | None, *, mode: str = "deterministic", ttl_seconds: float | None = None,
-                 namespace: str = "", cache_empty: bool = False, cache_truncated: bool = False,
-                 registry: Any = None, store_retry_seconds: float = 5.0, replay_event_delay: float = 0.0,
-                 wait_timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        store: CacheStore | None,
+        *,
+        mode: str = "deterministic",
+        ttl_seconds: float | None = None,
+        namespace: str = "",
+        cache_empty: bool = False,
+        cache_truncated: bool = False,
+        registry: Any = None,
+        store_retry_seconds: float = 5.0,
+        replay_event_delay: float = 0.0,
+        wait_timeout: float = 600.0,
+    ) -> None:
         if mode not in MODES:
             raise ResponseCacheError(f"cache mode {mode!r} is not one of {', '.join(MODES)}")
         self.store = store
@@ -230,8 +271,9 @@ class ResponseCache:
 
     # ------------------------------------------------------------ planning
 
-    def plan(self, route: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None,
-             tenant: str = "") -> CachePlan:
+    def plan(
+        self, route: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None, tenant: str = ""
+    ) -> CachePlan:
         """Normalize (raises `CacheRequestError` for a malformed body) and decide lookup or bypass."""
         normalized = normalize_request(route, body)
         stream = body.get("stream") is True
@@ -241,11 +283,16 @@ class ResponseCache:
         if self.mode == "off":
             reason = "off"
         elif _header(headers, CACHE_HEADER) == "bypass" or any(
-                d.strip() in ("no-cache", "no-store") for d in _header(headers, "cache-control").split(",")):
+            d.strip() in ("no-cache", "no-store") for d in _header(headers, "cache-control").split(",")
+        ):
             reason = "header"
         elif self.mode == "deterministic" and not is_deterministic(route, normalized):
             reason = "nondeterministic"
-        fp = None if reason else fingerprint_normalized(route, normalized, tenant=tenant, namespace=self.namespace)
+        fp = (
+            None
+            if reason
+            else fingerprint_normalized(route, normalized, tenant=tenant, namespace=self.namespace)
+        )
         return CachePlan(route, normalized, stream, include_usage, fp, reason)
 
     # ------------------------------------------------------------ store access (never raises)
@@ -260,10 +307,17 @@ class ResponseCache:
             self.stats["store_errors"] += 1
         self._store_failing = True
         # Our stores' errors say what failed; anything else (a custom store's bug) gets its type named.
-        self._last_store_error = str(exc) if isinstance(exc, ResponseCacheError) else f"{type(exc).__name__}: {exc}"
+        self._last_store_error = (
+            str(exc) if isinstance(exc, ResponseCacheError) else f"{type(exc).__name__}: {exc}"
+        )
         if time.monotonic() >= self._store_down_until:
-            log.warning("response cache store %s failed on %s (%s); passing requests through for %.1fs",
-                        getattr(self.store, "description", "?"), op, self._last_store_error, self.store_retry_seconds)
+            log.warning(
+                "response cache store %s failed on %s (%s); passing requests through for %.1fs",
+                getattr(self.store, "description", "?"),
+                op,
+                self._last_store_error,
+                self.store_retry_seconds,
+            )
         self._store_down_until = time.monotonic() + self.store_retry_seconds
 
     def _store_ok(self) -> None:
@@ -319,8 +373,11 @@ class ResponseCache:
             problem = entry_problem(value, route)
             if problem is not None:
                 self._note_corrupt("shape")
-                log.warning("response cache entry %s is not a valid entry (%s): removed, answered as a miss",
-                            fp[:16], problem)
+                log.warning(
+                    "response cache entry %s is not a valid entry (%s): removed, answered as a miss",
+                    fp[:16],
+                    problem,
+                )
                 with contextlib.suppress(Exception):
                     await self._call(self.store.delete, fp)
                 return True, None
@@ -372,8 +429,10 @@ class ResponseCache:
             except LeaderAbortedError:
                 continue
             except TimeoutError:
-                log.warning("waited %.0fs for an identical in-flight request; generating without it",
-                            self.wait_timeout)
+                log.warning(
+                    "waited %.0fs for an identical in-flight request; generating without it",
+                    self.wait_timeout,
+                )
                 return "down", None
             return "coalesced", entry
 
@@ -381,7 +440,9 @@ class ResponseCache:
         fp = plan.fingerprint
         try:
             try:
-                reason = uncacheable_reason(entry, cache_empty=self.cache_empty, cache_truncated=self.cache_truncated)
+                reason = uncacheable_reason(
+                    entry, cache_empty=self.cache_empty, cache_truncated=self.cache_truncated
+                )
             except (AttributeError, TypeError, ValueError):
                 reason = "malformed"  # e.g. `choices` that are not objects: nothing to check it by
             if reason is None:
@@ -463,8 +524,14 @@ class ResponseCache:
                 chunk = {k: v for k, v in chunk.items() if k != "usage"}
         return sse(chunk)
 
-    async def _relay(self, plan: CachePlan, first: list[Any], agen: AsyncIterator[Any],
-                     flight: _Flight | None, parser: SSEParser) -> AsyncIterator[bytes]:
+    async def _relay(
+        self,
+        plan: CachePlan,
+        first: list[Any],
+        agen: AsyncIterator[Any],
+        flight: _Flight | None,
+        parser: SSEParser,
+    ) -> AsyncIterator[bytes]:
         chunks: list[Any] = []
         done = False
         try:
@@ -481,7 +548,9 @@ class ResponseCache:
                         if flight is not None:
                             self.metrics.not_stored.labels("error").inc()
                             self.stats["not_stored_error"] += 1
-                            self._abandon(plan, flight, LeaderAbortedError("the leading stream reported an error"))
+                            self._abandon(
+                                plan, flight, LeaderAbortedError("the leading stream reported an error")
+                            )
                             flight = None
                         return
                     chunks.append(chunk)
@@ -513,8 +582,13 @@ class ResponseCache:
                 self._abandon(plan, flight, e if not done else LeaderAbortedError(str(e)))
                 flight = None
             log.warning("stream for %s failed mid-way: %s", plan.route, e)
-            yield sse(error_body(f"generation failed mid-stream: {e}", "upstream_error",
-                                 getattr(e, "code", None) or "stream_error"))
+            yield sse(
+                error_body(
+                    f"generation failed mid-stream: {e}",
+                    "upstream_error",
+                    getattr(e, "code", None) or "stream_error",
+                )
+            )
         finally:
             if flight is not None:
                 self._abandon(plan, flight, LeaderAbortedError("the leading stream stopped"))
@@ -523,8 +597,9 @@ class ResponseCache:
                 with contextlib.suppress(Exception):
                     await aclose()
 
-    async def _open(self, plan: CachePlan, generate_stream: GenerateStream,
-                    flight: _Flight | None) -> tuple[list[Any], AsyncIterator[Any], SSEParser]:
+    async def _open(
+        self, plan: CachePlan, generate_stream: GenerateStream, flight: _Flight | None
+    ) -> tuple[list[Any], AsyncIterator[Any], SSEParser]:
         agen = generate_stream(plan.generation_request())
         parser = SSEParser()
         try:
@@ -561,8 +636,10 @@ class ResponseCache:
                 self.stats["coalesced"] += 1
             self._count(plan, "hit")
             self.metrics.hit.labels(plan.route).observe(time.perf_counter() - t0)
-            return CacheStream("hit", replay_as_sse(got, include_usage=plan.include_usage,
-                                                    event_delay=self.replay_event_delay))
+            return CacheStream(
+                "hit",
+                replay_as_sse(got, include_usage=plan.include_usage, event_delay=self.replay_event_delay),
+            )
         if kind == "down":
             self._count(plan, "bypass")
             first, agen, parser = await self._open(plan, generate_stream, None)
@@ -571,9 +648,16 @@ class ResponseCache:
         self._count(plan, "miss")
         return CacheStream("miss", self._relay(plan, first, agen, got, parser))
 
-    async def serve(self, route: str, body: Mapping[str, Any], *, generate: Generate,
-                    generate_stream: GenerateStream, headers: Mapping[str, str] | None = None,
-                    tenant: str = "") -> CacheResult | CacheStream:
+    async def serve(
+        self,
+        route: str,
+        body: Mapping[str, Any],
+        *,
+        generate: Generate,
+        generate_stream: GenerateStream,
+        headers: Mapping[str, str] | None = None,
+        tenant: str = "",
+    ) -> CacheResult | CacheStream:
         """plan + respond/respond_stream in one call, chosen by the request's `stream` flag."""
         plan = self.plan(route, body, headers, tenant)
         if plan.stream:
@@ -602,8 +686,16 @@ class ResponseCache:
         `store_errors` (failed store calls), `store_recoveries` (corrupt files replaced)."""
         counts = {"corrupt_entries": self.stats["corrupt"], "store_errors": self.stats["store_errors"]}
         if self.store is None:
-            return {"store": None, "ok": True, "degraded": False, "error": None, "entries": None, **counts,
-                    "store_recoveries": 0, "moved_aside": None}
+            return {
+                "store": None,
+                "ok": True,
+                "degraded": False,
+                "error": None,
+                "entries": None,
+                **counts,
+                "store_recoveries": 0,
+                "moved_aside": None,
+            }
         error = None
         try:
             self.store.ping()
@@ -614,6 +706,13 @@ class ResponseCache:
         degraded = error is not None or self._store_failing or circuit_open or bool(status.get("degraded"))
         if degraded and error is None:
             error = self._last_store_error or status.get("last_error") or "the store reported a problem"
-        return {"store": getattr(self.store, "description", "?"), "ok": not degraded, "degraded": degraded,
-                "error": error, "entries": self._entry_count(), **counts,
-                "store_recoveries": int(status.get("recoveries") or 0), "moved_aside": status.get("moved_aside")}
+        return {
+            "store": getattr(self.store, "description", "?"),
+            "ok": not degraded,
+            "degraded": degraded,
+            "error": error,
+            "entries": self._entry_count(),
+            **counts,
+            "store_recoveries": int(status.get("recoveries") or 0),
+            "moved_aside": status.get("moved_aside"),
+        }

@@ -42,18 +42,45 @@ class OrderedMap(dict):
 
 # Fields that never change the generated answer: removed from the key and from the generated request.
 # `stream` and `stream_options` are transport: the cache layer adds them back when it forwards a stream.
-EXCLUDED_FIELDS = frozenset({
-    "stream", "stream_options", "user", "metadata", "store", "service_tier", "safety_identifier",
-    "prompt_cache_key", "request_id", "requestId", "x_request_id", "x-request-id", "id",
-    "cache_prompt", "id_slot", "timings_per_token", "return_progress",
-})
+EXCLUDED_FIELDS = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "safety_identifier",
+        "prompt_cache_key",
+        "request_id",
+        "requestId",
+        "x_request_id",
+        "x-request-id",
+        "id",
+        "cache_prompt",
+        "id_slot",
+        "timings_per_token",
+        "return_progress",
+    }
+)
 
 # Keys whose value is a JSON Schema, per route (nested paths are handled where they occur).
 _SCHEMA_FIELDS = ("guided_json", "json_schema")
 # Schema keywords whose value maps names (data, kept even when `_`-prefixed) to sub-schemas.
 _SCHEMA_NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SCHEMA_SUB = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
-               "unevaluatedItems", "unevaluatedProperties", "additionalItems")
+_SCHEMA_SUB = (
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "additionalItems",
+)
 _SCHEMA_SUB_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
 
 
@@ -74,7 +101,11 @@ def _clean(value: Any, path: str) -> Any:
     if isinstance(value, float):
         return _number(value, path)
     if isinstance(value, Mapping):
-        return {k: _clean(v, f"{path}.{k}") for k, v in value.items() if not (isinstance(k, str) and k.startswith("_"))}
+        return {
+            k: _clean(v, f"{path}.{k}")
+            for k, v in value.items()
+            if not (isinstance(k, str) and k.startswith("_"))
+        }
     if isinstance(value, list | tuple):
         return [_clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
     raise CacheRequestError(f"{path}: unsupported value of type {type(value).__name__}", param=path)
@@ -136,13 +167,15 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
                     part = dict(part, text=_chat_text(part["text"]))
                 elif not isinstance(part, dict):
-                    raise CacheRequestError(f"{p}.content[{j}]: must be a content-part object",
-                                            param=f"{p}.content[{j}]")
+                    raise CacheRequestError(
+                        f"{p}.content[{j}]: must be a content-part object", param=f"{p}.content[{j}]"
+                    )
                 parts.append(part)
             msg["content"] = parts
         elif content is not None:
-            raise CacheRequestError(f"{p}.content: must be a string, an array of parts or null",
-                                    param=f"{p}.content")
+            raise CacheRequestError(
+                f"{p}.content: must be a string, an array of parts or null", param=f"{p}.content"
+            )
         if isinstance(msg.get("reasoning_content"), str):
             msg["reasoning_content"] = _chat_text(msg["reasoning_content"])
         out.append(msg)
@@ -158,7 +191,9 @@ def _prompt(prompt: Any) -> Any:
             if isinstance(p, str):
                 out.append(_nfc(p))
             elif isinstance(p, bool) or p is None:
-                raise CacheRequestError(f"prompt[{i}]: must be a string, a token id or an array", param="prompt")
+                raise CacheRequestError(
+                    f"prompt[{i}]: must be a string, a token id or an array", param="prompt"
+                )
             elif isinstance(p, int | float):
                 out.append(_number(float(p), f"prompt[{i}]") if isinstance(p, float) else p)
             elif isinstance(p, list):
@@ -197,7 +232,9 @@ def _tools(tools: Any, field: str) -> list[Any]:
         t = _clean(t, f"{field}[{i}]")
         fn = t.get("function")
         if isinstance(fn, dict) and "parameters" in fn:
-            t["function"] = dict(fn, parameters=normalize_schema(fn["parameters"], f"{field}[{i}].parameters"))
+            t["function"] = dict(
+                fn, parameters=normalize_schema(fn["parameters"], f"{field}[{i}].parameters")
+            )
         elif "parameters" in t:
             t["parameters"] = normalize_schema(t["parameters"], f"{field}[{i}].parameters")
         out.append(t)
@@ -208,11 +245,14 @@ def _tools(tools: Any, field: str) -> list[Any]:
 
 def _response_format(rf: Any) -> Any:
     if not isinstance(rf, Mapping):
-        raise CacheRequestError("response_format: must be an object such as {\"type\": \"json_schema\", ...}",
-                                param="response_format")
+        raise CacheRequestError(
+            'response_format: must be an object such as {"type": "json_schema", ...}', param="response_format"
+        )
     out = _clean({k: v for k, v in rf.items() if k not in ("json_schema", "schema")}, "response_format")
     if isinstance(rf.get("json_schema"), Mapping):
-        js = _clean({k: v for k, v in rf["json_schema"].items() if k != "schema"}, "response_format.json_schema")
+        js = _clean(
+            {k: v for k, v in rf["json_schema"].items() if k != "schema"}, "response_format.json_schema"
+        )
         if "schema" in rf["json_schema"]:
             js["schema"] = normalize_schema(rf["json_schema"]["schema"], "response_format.json_schema.schema")
         out["json_schema"] = js
@@ -232,7 +272,9 @@ def _logit_bias(lb: Any, route: str) -> Any:
                 try:
                     key = str(int(key))
                 except ValueError:
-                    raise CacheRequestError(f"logit_bias: key {k!r} is not a token id", param="logit_bias") from None
+                    raise CacheRequestError(
+                        f"logit_bias: key {k!r} is not a token id", param="logit_bias"
+                    ) from None
             out[key] = _clean(v, f"logit_bias.{k}")
         return out
     return _clean(lb, "logit_bias")
@@ -281,8 +323,15 @@ def _normalize(route: str, body: Mapping[str, Any]) -> dict[str, Any]:
         elif key in _SCHEMA_FIELDS and isinstance(value, Mapping):
             value = normalize_schema(value, key)
         elif key == "structured_outputs" and isinstance(value, Mapping):
-            value = {k: (normalize_schema(v, f"{key}.{k}") if k == "json" and isinstance(v, Mapping)
-                         else _clean(v, f"{key}.{k}")) for k, v in value.items() if not k.startswith("_")}
+            value = {
+                k: (
+                    normalize_schema(v, f"{key}.{k}")
+                    if k == "json" and isinstance(v, Mapping)
+                    else _clean(v, f"{key}.{k}")
+                )
+                for k, v in value.items()
+                if not k.startswith("_")
+            }
         elif key == "model" and not isinstance(value, str):
             raise CacheRequestError("model: must be a string", param="model")
         else:
@@ -353,7 +402,7 @@ def _emit(v: Any, out: list[str]) -> None:
         out.append(repr(_number(v, "number")))
     elif isinstance(v, OrderedMap):
         # An ordered map must never equal a sorted one that happens to list the same pairs: mark it.
-        out.append("{\"#ordered\":[")
+        out.append('{"#ordered":[')
         for i, (k, x) in enumerate(v.items()):
             if i:
                 out.append(",")
@@ -380,8 +429,9 @@ def _emit(v: Any, out: list[str]) -> None:
         raise CacheRequestError(f"cannot fingerprint a value of type {type(v).__name__}")
 
 
-def fingerprint_normalized(route: str, normalized: Mapping[str, Any], tenant: str = "",
-                           namespace: str = "") -> str:
+def fingerprint_normalized(
+    route: str, normalized: Mapping[str, Any], tenant: str = "", namespace: str = ""
+) -> str:
     """SHA-256 hex of an already normalized request (what `fingerprint_request` hashes)."""
     try:
         body = fingerprint_text(normalized)

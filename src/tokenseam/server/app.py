@@ -35,8 +35,13 @@ MAX_TOKENIZE_CHARS = 1 << 20
 MAX_DETOKENIZE_IDS = 1 << 18
 
 
-def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed_hosts: list[str] | None = None,
-               cors_origins: list[str] | None = None) -> Starlette:
+def create_app(
+    state: ServerState,
+    *,
+    api_keys: list[str] | None = None,
+    allowed_hosts: list[str] | None = None,
+    cors_origins: list[str] | None = None,
+) -> Starlette:
     """The app. `api_keys`: bearer keys every route but /health requires (None: no auth); `allowed_hosts`: Host
     header allow-list against DNS rebinding (None: no check); `cors_origins`: origins allowed cross-origin
     (None: no CORS headers at all)."""
@@ -64,15 +69,27 @@ def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed
         return JSONResponse(body, status_code=status)
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": state.model_id, "object": "model",
-                                                         "created": state.started, "owned_by": "tokenseam"}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": state.model_id,
+                        "object": "model",
+                        "created": state.started,
+                        "owned_by": "tokenseam",
+                    }
+                ],
+            }
+        )
 
     async def model(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in state.model_names:
             raise APIError(404, f"model {name!r} does not exist", code="model_not_found", param="model")
-        return JSONResponse({"id": state.model_id, "object": "model", "created": state.started,
-                             "owned_by": "tokenseam"})
+        return JSONResponse(
+            {"id": state.model_id, "object": "model", "created": state.started, "owned_by": "tokenseam"}
+        )
 
     async def metrics(request: Request) -> Response:
         m = state.metrics
@@ -87,13 +104,18 @@ def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed
         if not isinstance(content, str):
             raise bad("content must be a string", "content")
         if len(content) > MAX_TOKENIZE_CHARS:
-            raise APIError(413, f"content is {len(content)} characters; /tokenize takes at most {MAX_TOKENIZE_CHARS}",
-                           param="content", code="request_too_large")
+            raise APIError(
+                413,
+                f"content is {len(content)} characters; /tokenize takes at most {MAX_TOKENIZE_CHARS}",
+                param="content",
+                code="request_too_large",
+            )
         flags = {name: _bool(body, name) for name in ("add_special", "parse_special", "with_pieces")}
 
         def work() -> dict:
-            ids = state.tokenizer.encode(content, add_special=flags["add_special"],
-                                         parse_special=flags["parse_special"])
+            ids = state.tokenizer.encode(
+                content, add_special=flags["add_special"], parse_special=flags["parse_special"]
+            )
             if flags["with_pieces"]:
                 return {"tokens": [{"id": t, "piece": _piece(state, t)} for t in ids]}
             return {"tokens": ids}
@@ -104,14 +126,22 @@ def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed
     async def detokenize(request: Request) -> Response:
         body = await read_json_body(request, state.max_body_bytes)
         toks = body.get("tokens")
-        if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
+        if not isinstance(toks, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in toks
+        ):
             raise bad("tokens must be a list of integers", "tokens")
         if len(toks) > MAX_DETOKENIZE_IDS:
-            raise APIError(413, f"{len(toks)} tokens; /detokenize takes at most {MAX_DETOKENIZE_IDS}",
-                           param="tokens", code="request_too_large")
+            raise APIError(
+                413,
+                f"{len(toks)} tokens; /detokenize takes at most {MAX_DETOKENIZE_IDS}",
+                param="tokens",
+                code="request_too_large",
+            )
         if any(not 0 <= t < state.vocab.size for t in toks):
             raise bad(f"token ids must be in 0..{state.vocab.size - 1}", "tokens")
-        text = await state.prepare_pool.run(lambda: state.vocab.decode_bytes(toks).decode("utf-8", errors="replace"))
+        text = await state.prepare_pool.run(
+            lambda: state.vocab.decode_bytes(toks).decode("utf-8", errors="replace")
+        )
         return JSONResponse({"content": text})
 
     def generation(kind: type[Formatter]) -> Callable[[Request], Awaitable[Response]]:
@@ -120,21 +150,36 @@ def create_app(state: ServerState, *, api_keys: list[str] | None = None, allowed
 
         return endpoint
 
-    routes = [_route("/health", health, "GET"), _route("/v1/models", models, "GET"),
-              _route("/v1/models/{name}", model, "GET"), _route("/metrics", metrics, "GET"),
-              _route("/tokenize", tokenize, "POST"), _route("/detokenize", detokenize, "POST"),
-              *(_route(route, generation(kind), "POST") for route, kind in FORMATTERS.items())]
-    app = Starlette(routes=routes, exception_handlers={
-        HTTPError: api_error, LeaderAbortedError: client_left,
-        IncompleteStreamError: client_left,  # a stream that ended before its first event: its client left
-        404: not_found, 405: not_allowed,
-    }, middleware=[
-        # Outermost the Guard (its 401s and 400s get CORS headers); inside it CatchErrors, which turns any
-        # exception into a JSON 500 without re-raising, so the keep-alive connection survives and the log line
-        # is redacted.
-        Middleware(Guard, allowed_hosts=allowed_hosts, cors_origins=cors_origins, api_keys=secrets or None),
-        Middleware(CatchErrors, logger=log, redact=lambda text: redact_text(text, secrets), what="server"),
-    ])
+    routes = [
+        _route("/health", health, "GET"),
+        _route("/v1/models", models, "GET"),
+        _route("/v1/models/{name}", model, "GET"),
+        _route("/metrics", metrics, "GET"),
+        _route("/tokenize", tokenize, "POST"),
+        _route("/detokenize", detokenize, "POST"),
+        *(_route(route, generation(kind), "POST") for route, kind in FORMATTERS.items()),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={
+            HTTPError: api_error,
+            LeaderAbortedError: client_left,
+            IncompleteStreamError: client_left,  # a stream that ended before its first event: its client left
+            404: not_found,
+            405: not_allowed,
+        },
+        middleware=[
+            # Outermost the Guard (its 401s and 400s get CORS headers); inside it CatchErrors, which turns any
+            # exception into a JSON 500 without re-raising, so the keep-alive connection survives and the log line
+            # is redacted.
+            Middleware(
+                Guard, allowed_hosts=allowed_hosts, cors_origins=cors_origins, api_keys=secrets or None
+            ),
+            Middleware(
+                CatchErrors, logger=log, redact=lambda text: redact_text(text, secrets), what="server"
+            ),
+        ],
+    )
     app.state.ts = state
     return app
 
@@ -183,7 +228,9 @@ async def _generate(request: Request, state: ServerState, kind: type[Formatter])
         return JSONResponse(await _collect_body(request, state, kind, body, t0))
 
     try:
-        plan = cache.plan(route, body, request.headers, tenant=tenant_from_api_key(request.headers.get("authorization")))
+        plan = cache.plan(
+            route, body, request.headers, tenant=tenant_from_api_key(request.headers.get("authorization"))
+        )
     except CacheRequestError as e:
         raise APIError(400, str(e), param=e.param) from e
 
@@ -201,8 +248,9 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
         yield chunk
 
 
-async def _start(state: ServerState, kind: type[Formatter], body: dict, sent: dict | None = None
-                 ) -> tuple[RequestState, asyncio.Queue, Formatter]:
+async def _start(
+    state: ServerState, kind: type[Formatter], body: dict, sent: dict | None = None
+) -> tuple[RequestState, asyncio.Queue, Formatter]:
     """Parse, prepare and submit one request; returns (handle, queue, formatter). Raises APIError.
 
     Tokenizing, rendering the chat template and compiling a grammar run in a worker thread, so a long prompt or
@@ -244,8 +292,14 @@ def _record_metrics(state: ServerState, route: str, f: Formatter, t0: float) -> 
     m.prefix_miss_tokens.inc(d.prompt_tokens - d.cached_tokens)
 
 
-async def _collect_body(request: Request, state: ServerState, kind: type[Formatter], body: dict, t0: float,
-                        sent: dict | None = None) -> dict:
+async def _collect_body(
+    request: Request,
+    state: ServerState,
+    kind: type[Formatter],
+    body: dict,
+    t0: float,
+    sent: dict | None = None,
+) -> dict:
     handle, queue, f = await _start(state, kind, body, sent)
     first = True
     async for evs in request_events(request, state.engine, handle, queue, watch=True):
@@ -263,8 +317,14 @@ async def _collect_body(request: Request, state: ServerState, kind: type[Formatt
     return f.final_response()
 
 
-async def _stream_body(request: Request, state: ServerState, kind: type[Formatter], body: dict, t0: float,
-                       sent: dict | None = None) -> AsyncIterator[bytes]:
+async def _stream_body(
+    request: Request,
+    state: ServerState,
+    kind: type[Formatter],
+    body: dict,
+    t0: float,
+    sent: dict | None = None,
+) -> AsyncIterator[bytes]:
     handle, queue, f = await _start(state, kind, body, sent)
     first = True
     for chunk in f.opening_chunks():
@@ -278,8 +338,11 @@ async def _stream_body(request: Request, state: ServerState, kind: type[Formatte
             yield b"".join(chunks)
     if f.done is not None:
         if f.done.error:
-            yield sse(APIError(503, f"generation failed: {f.done.error}", "server_error",
-                               code="generation_failed").body())
+            yield sse(
+                APIError(
+                    503, f"generation failed: {f.done.error}", "server_error", code="generation_failed"
+                ).body()
+            )
             return
         _record_metrics(state, kind.route, f, t0)
         for chunk in f.closing_chunks():

@@ -15,33 +15,81 @@ def _positive(name: str, lo: int = 1, hi: int = 1 << 20):
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
-    p.add_argument("--model", default=None, help="smollm2 (default, bundled), gemma3, or a path to a .gguf file")
+    p.add_argument(
+        "--model", default=None, help="smollm2 (default, bundled), gemma3, or a path to a .gguf file"
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=_positive("--port", 0, 65535), default=8080)
-    p.add_argument("--ctx-size", type=_positive("--ctx-size", 64, 1 << 18), default=4096,
-                   help="context window per sequence, in tokens")
-    p.add_argument("--parallel", type=_positive("--parallel", 1, 64), default=8,
-                   help="sequences decoded together (continuous batching)")
-    p.add_argument("--threads", type=_positive("--threads", 0, 512), default=0, help="CPU threads (0 = all cores)")
-    p.add_argument("--max-queue", type=_positive("--max-queue", 0, 100000), default=64,
-                   help="requests allowed to wait for a free sequence; beyond it: 503 with Retry-After")
-    p.add_argument("--prefix-cache-tokens", type=_positive("--prefix-cache-tokens", 0, 1 << 22), default=16384,
-                   help="tokens of KV the radix prefix cache keeps in host memory (0 disables it)")
-    p.add_argument("--prefix-block", type=_positive("--prefix-block", 1, 4096), default=16,
-                   help="prefix cache granularity in tokens")
-    p.add_argument("--cache", default="deterministic", choices=["off", "deterministic", "always"],
-                   help="response cache policy (deterministic: temperature 0 or an explicit seed)")
-    p.add_argument("--cache-store", default="sqlite",
-                   help="sqlite (default file), sqlite:PATH, redis://HOST:PORT/DB or memory")
-    p.add_argument("--cache-ttl", type=float, default=None, help="seconds an entry lives (default: no expiry)")
-    p.add_argument("--max-memory-mb", type=_positive("--max-memory-mb", 64, 1 << 22), default=None, metavar="MB",
-                   help="resident memory the process may reach before grammar compiles are refused or stopped "
-                        "(503 + Retry-After; default: no cap beyond each compile's own size budget)")
-    p.add_argument("--grammar-timeout", type=float, default=None, metavar="SECONDS",
-                   help="wall-clock budget of one grammar compile (default 20); past it the request gets a 400")
+    p.add_argument(
+        "--ctx-size",
+        type=_positive("--ctx-size", 64, 1 << 18),
+        default=4096,
+        help="context window per sequence, in tokens",
+    )
+    p.add_argument(
+        "--parallel",
+        type=_positive("--parallel", 1, 64),
+        default=8,
+        help="sequences decoded together (continuous batching)",
+    )
+    p.add_argument(
+        "--threads", type=_positive("--threads", 0, 512), default=0, help="CPU threads (0 = all cores)"
+    )
+    p.add_argument(
+        "--max-queue",
+        type=_positive("--max-queue", 0, 100000),
+        default=64,
+        help="requests allowed to wait for a free sequence; beyond it: 503 with Retry-After",
+    )
+    p.add_argument(
+        "--prefix-cache-tokens",
+        type=_positive("--prefix-cache-tokens", 0, 1 << 22),
+        default=16384,
+        help="tokens of KV the radix prefix cache keeps in host memory (0 disables it)",
+    )
+    p.add_argument(
+        "--prefix-block",
+        type=_positive("--prefix-block", 1, 4096),
+        default=16,
+        help="prefix cache granularity in tokens",
+    )
+    p.add_argument(
+        "--cache",
+        default="deterministic",
+        choices=["off", "deterministic", "always"],
+        help="response cache policy (deterministic: temperature 0 or an explicit seed)",
+    )
+    p.add_argument(
+        "--cache-store",
+        default="sqlite",
+        help="sqlite (default file), sqlite:PATH, redis://HOST:PORT/DB or memory",
+    )
+    p.add_argument(
+        "--cache-ttl", type=float, default=None, help="seconds an entry lives (default: no expiry)"
+    )
+    p.add_argument(
+        "--max-memory-mb",
+        type=_positive("--max-memory-mb", 64, 1 << 22),
+        default=None,
+        metavar="MB",
+        help="resident memory the process may reach before grammar compiles are refused or stopped "
+        "(503 + Retry-After; default: no cap beyond each compile's own size budget)",
+    )
+    p.add_argument(
+        "--grammar-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="wall-clock budget of one grammar compile (default 20); past it the request gets a 400",
+    )
     add_guard_arguments(p, "server")
-    p.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="on SIGTERM/SIGINT: seconds to let running requests finish before they are cut off")
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT: seconds to let running requests finish before they are cut off",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)
 
@@ -60,7 +108,9 @@ def run(args: argparse.Namespace) -> int:
     from ..vocab import VocabularyError
     from .runtime import build_server, settle_heap
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     problem = check_guard_arguments(args)
     if problem is None and args.grammar_timeout is not None and not 0.1 <= args.grammar_timeout <= 600:
         problem = "--grammar-timeout must be between 0.1 and 600 seconds"
@@ -71,12 +121,23 @@ def run(args: argparse.Namespace) -> int:
         return 2
     keys, hosts = client_keys(args), allowed_hosts(args)
     try:
-        app, state = build_server(args.model, n_ctx=args.ctx_size, parallel=args.parallel, threads=args.threads,
-                                  max_queue=args.max_queue, prefix_cache_tokens=args.prefix_cache_tokens,
-                                  prefix_block=args.prefix_block, cache_mode=args.cache,
-                                  cache_store=args.cache_store, cache_ttl=args.cache_ttl, api_keys=keys or None,
-                                  allowed_hosts=hosts, cors_origins=args.cors_origin,
-                                  max_memory_mb=args.max_memory_mb, grammar_seconds=args.grammar_timeout)
+        app, state = build_server(
+            args.model,
+            n_ctx=args.ctx_size,
+            parallel=args.parallel,
+            threads=args.threads,
+            max_queue=args.max_queue,
+            prefix_cache_tokens=args.prefix_cache_tokens,
+            prefix_block=args.prefix_block,
+            cache_mode=args.cache,
+            cache_store=args.cache_store,
+            cache_ttl=args.cache_ttl,
+            api_keys=keys or None,
+            allowed_hosts=hosts,
+            cors_origins=args.cors_origin,
+            max_memory_mb=args.max_memory_mb,
+            grammar_seconds=args.grammar_timeout,
+        )
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)
         return 2
@@ -84,24 +145,37 @@ def run(args: argparse.Namespace) -> int:
     # A compile holding the interpreter lock makes the engine and event-loop threads wait up to the switch
     # interval (5 ms by default) each time they need it; 0.5 ms keeps that wait small next to a decode step.
     sys.setswitchinterval(0.0005)
-    print(f"tokenseam: serving {state.model_id} on http://{args.host}:{args.port} "
-          f"(ctx {args.ctx_size} x {args.parallel} sequences; API keys {'on' if keys else 'off'}, hosts "
-          f"{', '.join(hosts) if hosts else 'any'}, CORS {', '.join(args.cors_origin) if args.cors_origin else 'off'})",
-          file=sys.stderr, flush=True)
+    print(
+        f"tokenseam: serving {state.model_id} on http://{args.host}:{args.port} "
+        f"(ctx {args.ctx_size} x {args.parallel} sequences; API keys {'on' if keys else 'off'}, hosts "
+        f"{', '.join(hosts) if hosts else 'any'}, CORS {', '.join(args.cors_origin) if args.cors_origin else 'off'})",
+        file=sys.stderr,
+        flush=True,
+    )
     if not keys and not hosts:
-        print("tokenseam: warning: bound to a non-loopback address without --api-key-env: anyone who can reach "
-              "this port can use it", file=sys.stderr, flush=True)
+        print(
+            "tokenseam: warning: bound to a non-loopback address without --api-key-env: anyone who can reach "
+            "this port can use it",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         # On SIGTERM uvicorn stops accepting, waits up to the timeout for open requests, then cancels them.
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                    timeout_graceful_shutdown=args.shutdown_timeout)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=args.shutdown_timeout,
+        )
     finally:
         state.shutdown()
     if state.busy_threads():
         # A grammar compile cannot be interrupted from outside its thread; it ends at its budget, but the
         # process must not wait for it once the drain is over.
-        logging.getLogger("tokenseam.server").warning("exiting with %d preparation jobs still running",
-                                                      state.busy_threads())
+        logging.getLogger("tokenseam.server").warning(
+            "exiting with %d preparation jobs still running", state.busy_threads()
+        )
         sys.stderr.flush()
         os._exit(0)
     return 0

@@ -9,8 +9,15 @@ class APIError(HTTPError):
     """An error to return to the client as `{"error": {"message", "type", "param", "code"}}` (httpkit's error
     object, with the argument order the server's call sites use)."""
 
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(status, message, code, param=param, headers=headers, type_=type_)
 
 

@@ -47,8 +47,11 @@ def chat_logprobs(vocab: Vocabulary, lps: list[TokenLogprob]) -> dict:
     def entry(tid: int, lp: float) -> dict:
         return {"token": token_str(vocab, tid), "logprob": lp, "bytes": list(vocab.token_bytes[tid])}
 
-    return {"content": [{**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top]}
-                        for lp in lps]}
+    return {
+        "content": [
+            {**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top]} for lp in lps
+        ]
+    }
 
 
 def completion_logprobs(vocab: Vocabulary, lps: list[TokenLogprob], offset0: int, prev_bytes: bytes) -> dict:
@@ -56,27 +59,45 @@ def completion_logprobs(vocab: Vocabulary, lps: list[TokenLogprob], offset0: int
     toks, lpv, tops, offs, raw = [], [], [], [], []
     acc = bytearray(prev_bytes)
     for lp in lps:
-        offs.append(offset0 + len(acc.decode("utf-8", errors="ignore")) - len(prev_bytes.decode("utf-8", "ignore")))
+        offs.append(
+            offset0 + len(acc.decode("utf-8", errors="ignore")) - len(prev_bytes.decode("utf-8", "ignore"))
+        )
         b = vocab.token_bytes[lp.token_id] if not vocab.is_special[lp.token_id] else b""
         acc += b
         toks.append(token_str(vocab, lp.token_id))
         lpv.append(lp.logprob)
         tops.append({token_str(vocab, t): v for t, v in lp.top})
         raw.append(list(vocab.token_bytes[lp.token_id]))
-    return {"tokens": toks, "token_logprobs": lpv, "top_logprobs": tops, "text_offset": offs, "token_bytes": raw}
+    return {
+        "tokens": toks,
+        "token_logprobs": lpv,
+        "top_logprobs": tops,
+        "text_offset": offs,
+        "token_bytes": raw,
+    }
 
 
 def llama_probs(vocab: Vocabulary, lps: list[TokenLogprob]) -> list[dict]:
     def entry(tid: int, lp: float) -> dict:
-        return {"id": tid, "token": token_str(vocab, tid), "bytes": list(vocab.token_bytes[tid]), "logprob": lp}
+        return {
+            "id": tid,
+            "token": token_str(vocab, tid),
+            "bytes": list(vocab.token_bytes[tid]),
+            "logprob": lp,
+        }
 
-    return [{**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top]} for lp in lps]
+    return [
+        {**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top]} for lp in lps
+    ]
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 # ---------------------------------------------------------------------------------------------- formatters
@@ -170,15 +191,27 @@ class OpenAIFormatter(Formatter):
             if self.p.return_token_ids:
                 ch["token_ids"] = c.token_ids
             choices.append(ch)
-        out = {"id": self.rid, "object": self.object_name, "created": self.created, "model": self.state.model_id,
-               "system_fingerprint": self.state.system_fingerprint, "choices": choices, "usage": self._usage()}
+        out = {
+            "id": self.rid,
+            "object": self.object_name,
+            "created": self.created,
+            "model": self.state.model_id,
+            "system_fingerprint": self.state.system_fingerprint,
+            "choices": choices,
+            "usage": self._usage(),
+        }
         out.update(self.prep.report())
         return out
 
     def _chunk(self, choices: list[dict]) -> dict:
-        return {"id": self.rid, "object": self.chunk_object_name, "created": self.created,
-                "model": self.state.model_id, "system_fingerprint": self.state.system_fingerprint,
-                "choices": choices}
+        return {
+            "id": self.rid,
+            "object": self.chunk_object_name,
+            "created": self.created,
+            "model": self.state.model_id,
+            "system_fingerprint": self.state.system_fingerprint,
+            "choices": choices,
+        }
 
     def stream_chunks(self, evs: list) -> list[bytes]:
         out = []
@@ -226,9 +259,16 @@ class ChatFormatter(OpenAIFormatter):
             return None
         if not isinstance(obj, dict) or "name" not in obj:
             return None
-        return [{"id": f"call_{self.rid[-12:]}_{c.index}", "type": "function",
-                 "function": {"name": obj["name"], "arguments": json.dumps(obj.get("arguments", {}),
-                                                                           ensure_ascii=False)}}]
+        return [
+            {
+                "id": f"call_{self.rid[-12:]}_{c.index}",
+                "type": "function",
+                "function": {
+                    "name": obj["name"],
+                    "arguments": json.dumps(obj.get("arguments", {}), ensure_ascii=False),
+                },
+            }
+        ]
 
     def _logprobs(self, lps: list[TokenLogprob]) -> dict | None:
         return chat_logprobs(self.vocab, lps) if self.p.params.logprobs else None
@@ -245,15 +285,30 @@ class ChatFormatter(OpenAIFormatter):
         return ch
 
     def opening_chunks(self) -> list[bytes]:
-        return [sse(self._chunk([{"index": c.index, "delta": {"role": "assistant", "content": ""},
-                                  "logprobs": None, "finish_reason": None}])) for c in self.choices]
+        return [
+            sse(
+                self._chunk(
+                    [
+                        {
+                            "index": c.index,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            )
+            for c in self.choices
+        ]
 
     def _stream_choice(self, e: ChoiceEvent, c: ChoiceState, prev: bytes, last: bool) -> dict:
         ch: dict = {"index": e.index, "finish_reason": self._finish(c) if last else None}
         if self.prep.tool_call is not None:
             # the call is sent whole once its JSON is complete; every event still carries its ids
             calls = self._tool_calls(c) if last else None
-            ch["delta"] = {"tool_calls": [{"index": k, **call} for k, call in enumerate(calls)]} if calls else {}
+            ch["delta"] = (
+                {"tool_calls": [{"index": k, **call} for k, call in enumerate(calls)]} if calls else {}
+            )
             if calls:
                 ch["finish_reason"] = "tool_calls"
             elif last and c.text:
@@ -283,9 +338,17 @@ class CompletionsFormatter(OpenAIFormatter):
         return {"index": c.index, "finish_reason": self._finish(c), "text": c.text, "logprobs": lp}
 
     def _stream_choice(self, e: ChoiceEvent, c: ChoiceState, prev: bytes, last: bool) -> dict:
-        lp = (completion_logprobs(self.vocab, e.logprobs, len(c.text) - len(e.text), prev)
-              if self.p.params.logprobs else None)
-        return {"index": e.index, "finish_reason": self._finish(c) if last else None, "text": e.text, "logprobs": lp}
+        lp = (
+            completion_logprobs(self.vocab, e.logprobs, len(c.text) - len(e.text), prev)
+            if self.p.params.logprobs
+            else None
+        )
+        return {
+            "index": e.index,
+            "finish_reason": self._finish(c) if last else None,
+            "text": e.text,
+            "logprobs": lp,
+        }
 
 
 class LlamaFormatter(Formatter):
@@ -296,11 +359,22 @@ class LlamaFormatter(Formatter):
     def final_response(self) -> dict:
         c = self.choices[0]
         d = self.done
-        stop_type = {"length": "limit", "stop": "word" if c.stop_string else "eos"}.get(c.finish_reason or "", "none")
-        out = {"index": 0, "content": c.text, "id_slot": -1, "stop": True, "model": self.state.model_id,
-               "tokens_predicted": len(c.token_ids), "tokens_evaluated": d.prompt_tokens,
-               "tokens_cached": d.cached_tokens, "stop_type": stop_type, "stopping_word": c.stop_string or "",
-               "truncated": False}
+        stop_type = {"length": "limit", "stop": "word" if c.stop_string else "eos"}.get(
+            c.finish_reason or "", "none"
+        )
+        out = {
+            "index": 0,
+            "content": c.text,
+            "id_slot": -1,
+            "stop": True,
+            "model": self.state.model_id,
+            "tokens_predicted": len(c.token_ids),
+            "tokens_evaluated": d.prompt_tokens,
+            "tokens_cached": d.cached_tokens,
+            "stop_type": stop_type,
+            "stopping_word": c.stop_string or "",
+            "truncated": False,
+        }
         if self.p.return_token_ids:
             out["tokens"] = c.token_ids
         if self.p.params.logprobs:
@@ -328,4 +402,6 @@ class LlamaFormatter(Formatter):
         return out
 
 
-FORMATTERS: dict[str, type[Formatter]] = {f.route: f for f in (ChatFormatter, CompletionsFormatter, LlamaFormatter)}
+FORMATTERS: dict[str, type[Formatter]] = {
+    f.route: f for f in (ChatFormatter, CompletionsFormatter, LlamaFormatter)
+}

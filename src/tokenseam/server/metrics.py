@@ -10,21 +10,40 @@ class ServerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter("tokenseam_requests", "HTTP requests by route and status", ["route", "status"],
-                                registry=r)
+        self.requests = Counter(
+            "tokenseam_requests", "HTTP requests by route and status", ["route", "status"], registry=r
+        )
         self.prompt_tokens = Counter("tokenseam_prompt_tokens", "Prompt tokens processed", registry=r)
         self.completion_tokens = Counter("tokenseam_completion_tokens", "Tokens generated", registry=r)
-        self.prefix_hit_tokens = Counter("tokenseam_prefix_cache_hit_tokens", "Prompt tokens served from KV cache",
-                                         registry=r)
-        self.prefix_miss_tokens = Counter("tokenseam_prefix_cache_miss_tokens", "Prompt tokens decoded", registry=r)
-        self.latency = Histogram("tokenseam_request_seconds", "End-to-end request latency", ["route"], registry=r,
-                                 buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
-        self.ttft = Histogram("tokenseam_time_to_first_token_seconds", "Time to first token", ["route"], registry=r,
-                              buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
-        self.prefix_evictions = Counter("tokenseam_prefix_cache_evictions", "Cached prefix paths evicted (LRU)",
-                                        registry=r)
-        self.prefix_bytes = Gauge("tokenseam_prefix_cache_bytes", "KV bytes held by the prefix cache", registry=r)
-        self.prefix_tokens = Gauge("tokenseam_prefix_cache_tokens", "Tokens held by the prefix cache", registry=r)
+        self.prefix_hit_tokens = Counter(
+            "tokenseam_prefix_cache_hit_tokens", "Prompt tokens served from KV cache", registry=r
+        )
+        self.prefix_miss_tokens = Counter(
+            "tokenseam_prefix_cache_miss_tokens", "Prompt tokens decoded", registry=r
+        )
+        self.latency = Histogram(
+            "tokenseam_request_seconds",
+            "End-to-end request latency",
+            ["route"],
+            registry=r,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+        )
+        self.ttft = Histogram(
+            "tokenseam_time_to_first_token_seconds",
+            "Time to first token",
+            ["route"],
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.prefix_evictions = Counter(
+            "tokenseam_prefix_cache_evictions", "Cached prefix paths evicted (LRU)", registry=r
+        )
+        self.prefix_bytes = Gauge(
+            "tokenseam_prefix_cache_bytes", "KV bytes held by the prefix cache", registry=r
+        )
+        self.prefix_tokens = Gauge(
+            "tokenseam_prefix_cache_tokens", "Tokens held by the prefix cache", registry=r
+        )
         self._evictions_seen = 0
         self.queue_depth = Gauge("tokenseam_queue_depth", "Requests waiting for a sequence slot", registry=r)
         self.running = Gauge("tokenseam_running_requests", "Requests being decoded", registry=r)
@@ -52,12 +71,16 @@ class EngineCollector:
     def collect(self):
         st, be = self.engine.stats, self.engine.backend
         for name, doc, value in (
-                ("tokenseam_engine_decode_seconds", "Time spent inside llama_decode", be.decode_seconds),
-                ("tokenseam_engine_decode_calls", "llama_decode calls", be.decode_calls),
-                ("tokenseam_engine_overhead_seconds", "Engine-thread time per step outside llama_decode",
-                 st.overhead_seconds),
-                ("tokenseam_engine_steps", "Scheduler steps (one batched decode each)", st.steps),
-                ("tokenseam_engine_generated_tokens", "Tokens sampled by the engine", st.generated_tokens)):
+            ("tokenseam_engine_decode_seconds", "Time spent inside llama_decode", be.decode_seconds),
+            ("tokenseam_engine_decode_calls", "llama_decode calls", be.decode_calls),
+            (
+                "tokenseam_engine_overhead_seconds",
+                "Engine-thread time per step outside llama_decode",
+                st.overhead_seconds,
+            ),
+            ("tokenseam_engine_steps", "Scheduler steps (one batched decode each)", st.steps),
+            ("tokenseam_engine_generated_tokens", "Tokens sampled by the engine", st.generated_tokens),
+        ):
             m = CounterMetricFamily(name, doc)
             m.add_metric([], value)
             yield m

@@ -38,8 +38,9 @@ class WorkPool:
         self.name = name
         self.workers = workers
         self.max_queue = max_queue
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix=f"tokenseam-{name}",
-                                            initializer=_renice, initargs=(nice,))
+        self._executor = ThreadPoolExecutor(
+            workers, thread_name_prefix=f"tokenseam-{name}", initializer=_renice, initargs=(nice,)
+        )
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._queued = 0
@@ -55,9 +56,14 @@ class WorkPool:
         with self._lock:
             if self._queued + len(self._running) >= self.workers + self.max_queue:
                 self.rejected += 1
-                raise APIError(503, f"the server is busy preparing other requests ({self.name}: {self.workers} "
-                               f"running, {self.max_queue} waiting); retry shortly", "server_overloaded",
-                               code="server_busy", headers={"Retry-After": "1"})
+                raise APIError(
+                    503,
+                    f"the server is busy preparing other requests ({self.name}: {self.workers} "
+                    f"running, {self.max_queue} waiting); retry shortly",
+                    "server_overloaded",
+                    code="server_busy",
+                    headers={"Retry-After": "1"},
+                )
             self._queued += 1
             job = next(self._ids)
         try:
@@ -94,9 +100,14 @@ class WorkPool:
         with self._lock:
             running, queued = len(self._running), self._queued
             first = min(self._running.values(), default=None)
-        return {"workers": self.workers, "running": running, "waiting": queued, "max_waiting": self.max_queue,
-                "oldest_job_seconds": round(0.0 if first is None else time.monotonic() - first, 3),
-                "rejected": self.rejected}
+        return {
+            "workers": self.workers,
+            "running": running,
+            "waiting": queued,
+            "max_waiting": self.max_queue,
+            "oldest_job_seconds": round(0.0 if first is None else time.monotonic() - first, 3),
+            "rejected": self.rejected,
+        }
 
     def shutdown(self) -> None:
         """Refuse new work and drop what waits; jobs already running finish in their threads."""

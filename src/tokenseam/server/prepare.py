@@ -14,8 +14,17 @@ from .errors import APIError
 from .protocol import ParsedRequest, bad, parse_llama_completion, parse_openai
 from .state import ServerState
 
-GRAMMAR_FIELDS = ("response_format", "tools", "guided_json", "guided_regex", "guided_grammar", "guided_choice",
-                  "grammar", "json_schema", "json_schema_options")
+GRAMMAR_FIELDS = (
+    "response_format",
+    "tools",
+    "guided_json",
+    "guided_regex",
+    "guided_grammar",
+    "guided_choice",
+    "grammar",
+    "json_schema",
+    "json_schema_options",
+)
 
 
 @dataclass
@@ -41,8 +50,12 @@ class Prepared:
 def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | None = None) -> Prepared:
     """Tokenize the prompt and build the engine request: grammar constraint, token healing, test hooks."""
     if parsed.model is not None and parsed.model not in state.model_names:
-        raise APIError(404, f"the model {parsed.model!r} does not exist; this server serves {state.model_id!r}",
-                       code="model_not_found", param="model")
+        raise APIError(
+            404,
+            f"the model {parsed.model!r} does not exist; this server serves {state.model_id!r}",
+            code="model_not_found",
+            param="model",
+        )
     if parsed.messages is not None:
         ids = state.chat.encode(parsed.messages)
     elif parsed.prompt_ids is not None:
@@ -60,9 +73,12 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
     if body.get("tools") and parsed.route == "/v1/chat/completions":
         choice = body.get("tool_choice", "auto")
         if choice == "auto":
-            raise bad("tool_choice 'auto' is not supported: this server does not parse free-form tool calls; "
-                      "use tool_choice 'required' or name a function (the call is then generated under a grammar)",
-                      "tool_choice", code="unsupported_parameter")
+            raise bad(
+                "tool_choice 'auto' is not supported: this server does not parse free-form tool calls; "
+                "use tool_choice 'required' or name a function (the call is then generated under a grammar)",
+                "tool_choice",
+                code="unsupported_parameter",
+            )
         if choice != "none":
             tool_call = {"tool_choice": choice}
     compiled = state.compile_request_grammar(body, parsed.route)
@@ -77,13 +93,24 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
         hr = heal_prompt(ids, state.vocab, rollback)
         if hr.healed and len(hr.kept_ids) > 0:
             ids, removed = hr.kept_ids, hr.removed_bytes
-            healed = {"removed_ids": hr.removed_ids, "removed_bytes": list(removed),
-                      "removed_text": removed.decode("utf-8", errors="replace")}
-    factory = request_constraint(state.vocab, compiled, removed, reasoning_end=state.reasoning_end if think else None)
-    gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, constraint_factory=factory,
-                            text_skip_bytes=len(removed))
-    return Prepared(gen=gen, prompt_tokens=len(ids), healed=healed, tool_call=tool_call,
-                    grammar_warnings=list(compiled.warnings) if compiled is not None else [])
+            healed = {
+                "removed_ids": hr.removed_ids,
+                "removed_bytes": list(removed),
+                "removed_text": removed.decode("utf-8", errors="replace"),
+            }
+    factory = request_constraint(
+        state.vocab, compiled, removed, reasoning_end=state.reasoning_end if think else None
+    )
+    gen = GenerationRequest(
+        prompt_ids=list(ids), params=parsed.params, constraint_factory=factory, text_skip_bytes=len(removed)
+    )
+    return Prepared(
+        gen=gen,
+        prompt_tokens=len(ids),
+        healed=healed,
+        tool_call=tool_call,
+        grammar_warnings=list(compiled.warnings) if compiled is not None else [],
+    )
 
 
 def wants_grammar(body: dict) -> bool:

@@ -15,10 +15,15 @@ from .errors import APIError
 
 # Fields we know and refuse rather than silently ignore.
 _UNSUPPORTED = {
-    "echo": lambda v: bool(v), "suffix": lambda v: v not in (None, ""), "best_of": lambda v: v not in (None, 1),
-    "functions": lambda v: bool(v), "function_call": lambda v: v not in (None, "none", "auto"),
-    "audio": lambda v: v is not None, "modalities": lambda v: v not in (None, ["text"]),
-    "prediction": lambda v: v is not None, "web_search_options": lambda v: v is not None,
+    "echo": lambda v: bool(v),
+    "suffix": lambda v: v not in (None, ""),
+    "best_of": lambda v: v not in (None, 1),
+    "functions": lambda v: bool(v),
+    "function_call": lambda v: v not in (None, "none", "auto"),
+    "audio": lambda v: v is not None,
+    "modalities": lambda v: v not in (None, ["text"]),
+    "prediction": lambda v: v is not None,
+    "web_search_options": lambda v: v is not None,
 }
 
 
@@ -47,7 +52,11 @@ def _num(body: dict, name: str, default, lo=None, hi=None, integer=False, allow_
         if allow_none:
             return default
         raise bad(f"{name} must not be null", name)
-    if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not math.isfinite(v)):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, int | float)
+        or (isinstance(v, float) and not math.isfinite(v))
+    ):
         raise bad(f"{name} must be a {'integer' if integer else 'number'}, got {v!r}", name)
     if integer:
         if isinstance(v, float):
@@ -160,10 +169,14 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
     so = body.get("stream_options")
     if so is not None and not isinstance(so, dict):
         raise bad("stream_options must be an object", "stream_options")
-    req = ParsedRequest(route=route, params=params, stream=_bool(body, "stream"),
-                        include_usage=bool((so or {}).get("include_usage")),
-                        return_token_ids=_bool(body, "return_token_ids", field_default(route, "return_token_ids")),
-                        model=_model(body))
+    req = ParsedRequest(
+        route=route,
+        params=params,
+        stream=_bool(body, "stream"),
+        include_usage=bool((so or {}).get("include_usage")),
+        return_token_ids=_bool(body, "return_token_ids", field_default(route, "return_token_ids")),
+        model=_model(body),
+    )
     req.token_healing = _healing(body, route)
     if chat:
         req.messages = _messages(body)
@@ -195,9 +208,13 @@ def parse_llama_completion(body: dict) -> ParsedRequest:
         logprobs=n_probs > 0,
         top_logprobs=n_probs,
     )
-    req = ParsedRequest(route=route, params=params, stream=_bool(body, "stream"),
-                        return_token_ids=_bool(body, "return_tokens", field_default(route, "return_tokens")),
-                        model=_model(body))
+    req = ParsedRequest(
+        route=route,
+        params=params,
+        stream=_bool(body, "stream"),
+        return_token_ids=_bool(body, "return_tokens", field_default(route, "return_tokens")),
+        model=_model(body),
+    )
     req.token_healing = _healing(body, route)
     req.prompt_text, req.prompt_ids = _prompt(body.get("prompt"), "prompt")
     return req
@@ -246,7 +263,9 @@ def _prompt(p, name: str) -> tuple[str | None, list[int] | None]:
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
         return p[0], None
     if isinstance(p, list) and len(p) > 1:
-        raise bad("batched prompts (a list of several prompts) are not supported; send one request each", name)
+        raise bad(
+            "batched prompts (a list of several prompts) are not supported; send one request each", name
+        )
     if p is None:
         raise bad(f"{name} is required", name)
     raise bad(f"{name} must be a string or a list of token ids", name)
@@ -268,7 +287,11 @@ def _messages(body: dict) -> list[dict]:
         if isinstance(content, list):
             texts = []
             for j, part in enumerate(content):
-                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                if (
+                    not isinstance(part, dict)
+                    or part.get("type") != "text"
+                    or not isinstance(part.get("text"), str)
+                ):
                     raise bad(f"{where}.content[{j}]: only text parts are supported", where)
                 texts.append(part["text"])
             content = "".join(texts)

@@ -41,7 +41,6 @@ class EventRelay:
             queue.put_nowait(events)
 
 
-
 _GONE: list = []  # put on a request's queue when its client disconnects (compared by identity)
 
 
@@ -55,8 +54,9 @@ async def _watch_disconnect(request: Request, queue: asyncio.Queue) -> None:
             return
 
 
-async def request_events(request: Request, engine: Engine, handle: RequestState, queue: asyncio.Queue,
-                         watch: bool = False) -> AsyncIterator[list]:
+async def request_events(
+    request: Request, engine: Engine, handle: RequestState, queue: asyncio.Queue, watch: bool = False
+) -> AsyncIterator[list]:
     """Engine events for one request, drained in batches; cancels the request if the client goes away.
 
     `watch`: listen for the disconnect (non-streamed responses, where nothing is written that would fail).

@@ -31,11 +31,22 @@ class ServerState:
     """What every request of one server shares. `reasoning_end`: the tag that ends a thinking model's reasoning
     (a grammar then starts after it)."""
 
-    def __init__(self, engine: Engine, model_id: str, aliases: tuple[str, ...] = (),
-                 max_body_bytes: int = MAX_BODY_BYTES, response_cache=None, prepare_workers: int = 4,
-                 prepare_queue: int = 256, grammar_workers: int = 2, grammar_queue: int = 16,
-                 stall_seconds: float = 30.0, max_memory_mb: int | None = None,
-                 grammar_seconds: float | None = None, reasoning_end: str = "</think>") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        model_id: str,
+        aliases: tuple[str, ...] = (),
+        max_body_bytes: int = MAX_BODY_BYTES,
+        response_cache=None,
+        prepare_workers: int = 4,
+        prepare_queue: int = 256,
+        grammar_workers: int = 2,
+        grammar_queue: int = 16,
+        stall_seconds: float = 30.0,
+        max_memory_mb: int | None = None,
+        grammar_seconds: float | None = None,
+        reasoning_end: str = "</think>",
+    ) -> None:
         self.engine = engine
         self.reasoning_end = reasoning_end
         self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
@@ -86,9 +97,14 @@ class ServerState:
         if cache is not None and (not cache.get("ok", True) or cache.get("degraded")):
             problems.append("the response cache store is unavailable (requests are generated)")
         engine_stuck = stalled > self.stall_seconds
-        body = {"status": "error" if engine_stuck else "degraded" if problems else "ok", "model": self.model_id,
-                "queue_depth": self.engine.queue_depth, "running": self.engine.running_count,
-                "engine_stalled_seconds": round(stalled, 3), "pools": pools}
+        body = {
+            "status": "error" if engine_stuck else "degraded" if problems else "ok",
+            "model": self.model_id,
+            "queue_depth": self.engine.queue_depth,
+            "running": self.engine.running_count,
+            "engine_stalled_seconds": round(stalled, 3),
+            "pools": pools,
+        }
         if cache is not None:
             body["cache"] = cache
         if problems:
@@ -124,8 +140,9 @@ class ServerState:
                 # compiles stop at 95 % of the cap: memory is read every 10 ms of compile work, and the rest
                 # of the process (decoding, responses) needs room too
                 rss = int(self.max_memory_bytes * 0.95) if self.max_memory_bytes else None
-                self._grammar_compiler = GrammarCompiler(self.vocab, time_budget=self.grammar_seconds,
-                                                         rss_limit=rss)
+                self._grammar_compiler = GrammarCompiler(
+                    self.vocab, time_budget=self.grammar_seconds, rss_limit=rss
+                )
         try:
             return constraint_from_request(self._grammar_compiler, body, route)
         except Exception as e:

@@ -31,8 +31,28 @@ from ..httpkit import BackgroundServer
 from ..respcache import fingerprint_text
 from ..wire import error_body, sse
 
-WORDS = ["alpha", "beta", "gamma", "delta", "café", "naïve", "日本", "über", "seam", "token", "cache", "byte",
-         "prime", "seven", "eleven", "north", "south", "river", "stone", "light"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "café",
+    "naïve",
+    "日本",
+    "über",
+    "seam",
+    "token",
+    "cache",
+    "byte",
+    "prime",
+    "seven",
+    "eleven",
+    "north",
+    "south",
+    "river",
+    "stone",
+    "light",
+]
 TOKEN_BASE = 100  # token id of WORDS[0]
 
 
@@ -119,37 +139,66 @@ def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -
         created = int(time.time())
         want_ids = body.get("return_token_ids") is True
         want_lp = bool(body.get("logprobs"))
-        usage = {"prompt_tokens": 7, "completion_tokens": sum(len(a[1]) for a in answers),
-                 "total_tokens": 7 + sum(len(a[1]) for a in answers)}
+        usage = {
+            "prompt_tokens": 7,
+            "completion_tokens": sum(len(a[1]) for a in answers),
+            "total_tokens": 7 + sum(len(a[1]) for a in answers),
+        }
         if body.get("stream") is True and mode != "nostream":
             so = body.get("stream_options")
             include_usage = isinstance(so, dict) and so.get("include_usage") is True
-            return StreamingResponse(_stream(state, chat, rid, created, model, answers, want_ids, want_lp,
-                                             include_usage, usage, mode == "midstream"),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                _stream(
+                    state,
+                    chat,
+                    rid,
+                    created,
+                    model,
+                    answers,
+                    want_ids,
+                    want_lp,
+                    include_usage,
+                    usage,
+                    mode == "midstream",
+                ),
+                media_type="text/event-stream",
+            )
         choices = []
         for i, (pieces, ids, finish) in enumerate(answers):
             text = "".join(pieces)
             ch: dict[str, Any] = {"index": i, "finish_reason": finish}
             if chat:
                 ch["message"] = {"role": "assistant", "content": text}
-                ch["logprobs"] = {"content": [_lp(p, t) for p, t in zip(pieces, ids, strict=True)]} if want_lp else None
+                ch["logprobs"] = (
+                    {"content": [_lp(p, t) for p, t in zip(pieces, ids, strict=True)]} if want_lp else None
+                )
             else:
                 ch["text"] = text
-                ch["logprobs"] = ({"tokens": pieces, "token_logprobs": [-0.5] * len(pieces)} if want_lp else None)
+                ch["logprobs"] = (
+                    {"tokens": pieces, "token_logprobs": [-0.5] * len(pieces)} if want_lp else None
+                )
             if want_ids:
                 ch["token_ids"] = ids
             choices.append(ch)
-        return JSONResponse({"id": rid, "object": "chat.completion" if chat else "text_completion",
-                             "created": created, "model": model, "system_fingerprint": "fake-fp",
-                             "choices": choices, "usage": usage})
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": created,
+                "model": model,
+                "system_fingerprint": "fake-fp",
+                "choices": choices,
+                "usage": usage,
+            }
+        )
 
     async def models(request: Request) -> Response:
         mode = state.take_mode() if state.mode != "ok" else "ok"
         if mode == "error":
             return _err(state.error_status, "fake upstream failure", "fake_failure")
-        return JSONResponse({"object": "list", "data": [{"id": model, "object": "model", "created": 0,
-                                                         "owned_by": "fake"}]})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "fake"}]}
+        )
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -166,8 +215,9 @@ def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -
 
     async def stats(request: Request) -> Response:
         with state.lock:
-            return JSONResponse({"calls": state.calls, "distinct": len(state.bodies),
-                                 "by_route": dict(state.calls_by_route)})
+            return JSONResponse(
+                {"calls": state.calls, "distinct": len(state.bodies), "by_route": dict(state.calls_by_route)}
+            )
 
     async def reset(request: Request) -> Response:
         with state.lock:
@@ -176,15 +226,17 @@ def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -
             state.bodies.clear()
         return JSONResponse({"ok": True})
 
-    app = Starlette(routes=[
-        Route("/v1/chat/completions", generate, methods=["POST"]),
-        Route("/v1/completions", generate, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/_fake/mode", control, methods=["POST"]),
-        Route("/_fake/stats", stats, methods=["GET"]),
-        Route("/_fake/reset", reset, methods=["POST"]),
-    ])
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", generate, methods=["POST"]),
+            Route("/v1/completions", generate, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/_fake/mode", control, methods=["POST"]),
+            Route("/_fake/stats", stats, methods=["GET"]),
+            Route("/_fake/reset", reset, methods=["POST"]),
+        ]
+    )
     app.state.fake = state
     return app
 
@@ -193,17 +245,45 @@ def _lp(piece: str, tid: int) -> dict[str, Any]:
     return {"token": piece, "logprob": -0.5, "bytes": list(piece.encode("utf-8")), "top_logprobs": []}
 
 
-async def _stream(state: FakeState, chat: bool, rid: str, created: int, model: str, answers: list, want_ids: bool,
-                  want_lp: bool, include_usage: bool, usage: dict, break_midway: bool):
+async def _stream(
+    state: FakeState,
+    chat: bool,
+    rid: str,
+    created: int,
+    model: str,
+    answers: list,
+    want_ids: bool,
+    want_lp: bool,
+    include_usage: bool,
+    usage: dict,
+    break_midway: bool,
+):
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        return sse({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-                    "model": model, "system_fingerprint": "fake-fp", "choices": choices, **extra})
+        return sse(
+            {
+                "id": rid,
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": created,
+                "model": model,
+                "system_fingerprint": "fake-fp",
+                "choices": choices,
+                **extra,
+            }
+        )
 
     sent = 0
     if chat:
         for i in range(len(answers)):
-            yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                          "finish_reason": None}])
+            yield chunk(
+                [
+                    {
+                        "index": i,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
     for i, (pieces, ids, finish) in enumerate(answers):
         for p, t in zip(pieces, ids, strict=True):
             if break_midway and sent >= 2:

@@ -8,7 +8,9 @@ import argparse
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tokenize", help="show how a model tokenizes text (ids, raw bytes, pieces)")
     p.add_argument("text", help="text to tokenize (use $'...' in bash for escapes)")
-    p.add_argument("--model", default=None, help="model alias (smollm2, gemma3) or .gguf path; default smollm2")
+    p.add_argument(
+        "--model", default=None, help="model alias (smollm2, gemma3) or .gguf path; default smollm2"
+    )
     p.add_argument("--special", action="store_true", help="parse special-token text such as <|im_end|>")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
@@ -39,6 +41,12 @@ def run(args: argparse.Namespace) -> int:
     for col in ("#", "id", "bytes", "piece", "text"):
         table.add_column(col)
     for n, (t, b, p, s) in enumerate(rows):
-        table.add_row(str(n), str(t), b.hex(" "), repr(p), ("[special] " if s else "") + repr(b.decode("utf-8", "replace")))
+        table.add_row(
+            str(n),
+            str(t),
+            b.hex(" "),
+            repr(p),
+            ("[special] " if s else "") + repr(b.decode("utf-8", "replace")),
+        )
     Console().print(table)
     return 0

@@ -15,11 +15,31 @@ import numpy as np
 from .errors import VocabularyError
 
 _SCALARS = {
-    0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4), 5: ("<i", 4),
-    6: ("<f", 4), 7: ("<?", 1), 10: ("<Q", 8), 11: ("<q", 8), 12: ("<d", 8),
+    0: ("<B", 1),
+    1: ("<b", 1),
+    2: ("<H", 2),
+    3: ("<h", 2),
+    4: ("<I", 4),
+    5: ("<i", 4),
+    6: ("<f", 4),
+    7: ("<?", 1),
+    10: ("<Q", 8),
+    11: ("<q", 8),
+    12: ("<d", 8),
 }
-_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1",
-          10: "<u8", 11: "<i8", 12: "<f8"}
+_NUMPY = {
+    0: "<u1",
+    1: "<i1",
+    2: "<u2",
+    3: "<i2",
+    4: "<u4",
+    5: "<i4",
+    6: "<f4",
+    7: "<u1",
+    10: "<u8",
+    11: "<i8",
+    12: "<f8",
+}
 _STRING, _ARRAY = 8, 9
 
 
@@ -66,7 +86,7 @@ def _read_str(mm: mmap.mmap, off: int) -> tuple[str, int]:
     off += 8
     if off + n > len(mm):
         raise ValueError("string runs past end of file")
-    return mm[off:off + n].decode("utf-8", errors="surrogateescape"), off + n
+    return mm[off : off + n].decode("utf-8", errors="surrogateescape"), off + n
 
 
 def _read_value(mm: mmap.mmap, off: int, vtype: int, decode: bool = True) -> tuple[Any, int]:
@@ -89,7 +109,7 @@ def _read_value(mm: mmap.mmap, off: int, vtype: int, decode: bool = True) -> tup
                 ln = unpack("<Q", mm, off)[0]
                 off += 8
                 if items is not None:
-                    items.append(mm[off:off + ln].decode("utf-8", errors="surrogateescape"))
+                    items.append(mm[off : off + ln].decode("utf-8", errors="surrogateescape"))
                 off += ln
             return items, off
         values = []

@@ -25,18 +25,32 @@ from .trie import ByteTrie
 TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = 1, 2, 3, 4, 5, 6
 
 # Texts that end a turn in common chat templates; llama.cpp treats them as end-of-generation too.
-_EOG_TEXTS = frozenset({
-    "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>",
-    "<EOT>", "<|end_of_text|>", "<｜end▁of▁sentence｜>", "</s>", "<eos>",
-})
+_EOG_TEXTS = frozenset(
+    {
+        "<|endoftext|>",
+        "<|im_end|>",
+        "<|eot_id|>",
+        "<|eom_id|>",
+        "<end_of_turn>",
+        "<|end|>",
+        "<EOT>",
+        "<|end_of_text|>",
+        "<｜end▁of▁sentence｜>",
+        "</s>",
+        "<eos>",
+    }
+)
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _T = TypeVar("_T")
 
 
 def gpt2_unicode_to_byte() -> dict[str, int]:
     """The inverse of GPT-2's bytes_to_unicode table: printable stand-in character -> byte value."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     n = 0
     for b in range(256):
@@ -162,22 +176,34 @@ class Vocabulary:
                     out.append(text.encode("utf-8", "surrogateescape"))
         else:
             raise VocabularyError(
-                f"{path}: tokenizer model {model!r} is not supported (supported: 'gpt2', 'llama')")
+                f"{path}: tokenizer model {model!r} is not supported (supported: 'gpt2', 'llama')"
+            )
         special = np.isin(types, (TYPE_CONTROL, TYPE_UNKNOWN, TYPE_UNUSED))
         # llama.cpp also treats user-defined end-of-turn texts (Gemma's `</s>`) as control tokens.
         for i in np.flatnonzero(types == TYPE_USER_DEFINED):
             if tokens[i] in _EOG_TEXTS:
                 special[i] = True
         eos = set()
-        for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        for key in (
+            "tokenizer.ggml.eos_token_id",
+            "tokenizer.ggml.eot_token_id",
+            "tokenizer.ggml.eom_token_id",
+        ):
             if key in meta and 0 <= int(meta[key]) < len(tokens):
                 eos.add(int(meta[key]))
         for i in np.flatnonzero(special):
             if tokens[i] in _EOG_TEXTS:
                 eos.add(int(i))
         bos = meta.get("tokenizer.ggml.bos_token_id")
-        return cls(out, special, kind=model, bos_token_id=None if bos is None else int(bos),
-                   eos_token_ids=frozenset(eos), token_text=list(tokens), source=str(path))
+        return cls(
+            out,
+            special,
+            kind=model,
+            bos_token_id=None if bos is None else int(bos),
+            eos_token_ids=frozenset(eos),
+            token_text=list(tokens),
+            source=str(path),
+        )
 
     @classmethod
     def from_hf_tokenizer_json(cls, path: str | Path) -> Vocabulary:
@@ -201,7 +227,8 @@ class Vocabulary:
         for piece, i in pieces.items():
             text[i] = piece
         byte_level = "ByteLevel" in json.dumps(data.get("decoder") or {}) or "ByteLevel" in json.dumps(
-            data.get("pre_tokenizer") or {})
+            data.get("pre_tokenizer") or {}
+        )
         added_ids = {int(a["id"]): bool(a.get("special")) for a in added}
         out: list[bytes] = []
         special = np.zeros(size, dtype=bool)
@@ -215,5 +242,11 @@ class Vocabulary:
             else:
                 out.append(_spm_bytes(t))
         eos = {i for i in np.flatnonzero(special) if text[i] in _EOG_TEXTS}
-        return cls(out, special, kind="hf-bytelevel" if byte_level else "hf-sentencepiece",
-                   eos_token_ids=frozenset(int(i) for i in eos), token_text=text, source=str(path))
+        return cls(
+            out,
+            special,
+            kind="hf-bytelevel" if byte_level else "hf-sentencepiece",
+            eos_token_ids=frozenset(int(i) for i in eos),
+            token_text=text,
+            source=str(path),
+        )

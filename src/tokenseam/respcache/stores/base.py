@@ -52,6 +52,7 @@ class CacheStore(Protocol):
 
 # ---------------------------------------------------------------- sealed values
 
+
 def encode_value(value: dict[str, Any], max_bytes: int | None = None) -> str:
     """The sealed text for `value` (ASCII only). Raises `CacheValueError` for a value that cannot be stored."""
     if not isinstance(value, dict):
@@ -67,12 +68,18 @@ def encode_value(value: dict[str, Any], max_bytes: int | None = None) -> str:
     return raw
 
 
-def check_value(raw: Any, max_bytes: int | None = DEFAULT_MAX_VALUE_BYTES) -> tuple[dict[str, Any] | None, str | None]:
+def check_value(
+    raw: Any, max_bytes: int | None = DEFAULT_MAX_VALUE_BYTES
+) -> tuple[dict[str, Any] | None, str | None]:
     """(value, None) for an intact sealed value, else (None, reason) with a reason from `CORRUPT_REASONS`.
 
     Values written before sealing existed (plain JSON) are "unsealed": they are treated like any other
     corrupt value, since nothing shows they are what was stored."""
-    if max_bytes is not None and isinstance(raw, str | bytes | bytearray | memoryview) and len(raw) > max_bytes:
+    if (
+        max_bytes is not None
+        and isinstance(raw, str | bytes | bytearray | memoryview)
+        and len(raw) > max_bytes
+    ):
         return None, "too_large"
     if isinstance(raw, bytes | bytearray | memoryview):
         try:
@@ -81,15 +88,19 @@ def check_value(raw: Any, max_bytes: int | None = DEFAULT_MAX_VALUE_BYTES) -> tu
             return None, "undecodable"
     elif not isinstance(raw, str):
         return None, "undecodable"
-    if (len(raw) <= _PAYLOAD_AT or not raw.startswith(_SEAL_HEAD) or not raw.endswith("}")
-            or raw[_PAYLOAD_AT - len(_SEAL_MID):_PAYLOAD_AT] != _SEAL_MID):
+    if (
+        len(raw) <= _PAYLOAD_AT
+        or not raw.startswith(_SEAL_HEAD)
+        or not raw.endswith("}")
+        or raw[_PAYLOAD_AT - len(_SEAL_MID) : _PAYLOAD_AT] != _SEAL_MID
+    ):
         return None, "unsealed"
     payload = raw[_PAYLOAD_AT:-1]
     try:
         data = payload.encode("ascii")
     except UnicodeEncodeError:
         return None, "undecodable"
-    if hashlib.sha256(data).hexdigest() != raw[len(_SEAL_HEAD):len(_SEAL_HEAD) + 64]:
+    if hashlib.sha256(data).hexdigest() != raw[len(_SEAL_HEAD) : len(_SEAL_HEAD) + 64]:
         return None, "checksum"
     try:
         value = json.loads(payload)
@@ -101,6 +112,7 @@ def check_value(raw: Any, max_bytes: int | None = DEFAULT_MAX_VALUE_BYTES) -> tu
 
 
 # ---------------------------------------------------------------- counters shared by every store
+
 
 class StoreState:
     """Counters every built-in store keeps for `status()`, and the listeners told about corrupt values."""
@@ -141,8 +153,9 @@ class StoreState:
     def _corrupt_value(self, key: str, reason: str) -> None:
         with self._state_lock:
             self.corrupt += 1
-        log.warning("corrupt cache entry %s in %s (%s): removed, read as a miss", key[:16], self.description,
-                    reason)
+        log.warning(
+            "corrupt cache entry %s in %s (%s): removed, read as a miss", key[:16], self.description, reason
+        )
         self._emit("corrupt", reason)
 
     def _op_ok(self) -> None:
@@ -162,5 +175,10 @@ class StoreState:
     def status(self) -> dict[str, Any]:
         """Counters since this store was opened, and whether its last operation failed (`degraded`)."""
         with self._state_lock:
-            return {"degraded": self._degraded(), "corrupt_entries": self.corrupt, "errors": self.errors,
-                    "recoveries": self.recoveries, "last_error": self.last_error}
+            return {
+                "degraded": self._degraded(),
+                "corrupt_entries": self.corrupt,
+                "errors": self.errors,
+                "recoveries": self.recoveries,
+                "last_error": self.last_error,
+            }

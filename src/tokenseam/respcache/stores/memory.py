@@ -15,8 +15,14 @@ class MemoryStore(StoreState):
 
     blocking = False
 
-    def __init__(self, max_entries: int | None = 10_000, max_bytes: int | None = None,
-                 default_ttl: float | None = None, *, max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES) -> None:
+    def __init__(
+        self,
+        max_entries: int | None = 10_000,
+        max_bytes: int | None = None,
+        default_ttl: float | None = None,
+        *,
+        max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.default_ttl = default_ttl
@@ -50,8 +56,10 @@ class MemoryStore(StoreState):
             self._remove(key)
             self._data[key] = (raw, time.time() + ttl if ttl is not None else None)
             self._bytes += len(raw)
-            while self._data and ((self.max_entries is not None and len(self._data) > self.max_entries)
-                                  or (self.max_bytes is not None and self._bytes > self.max_bytes)):
+            while self._data and (
+                (self.max_entries is not None and len(self._data) > self.max_entries)
+                or (self.max_bytes is not None and self._bytes > self.max_bytes)
+            ):
                 self._remove(next(iter(self._data)))
 
     def put_raw(self, key: str, raw: Any) -> None:

@@ -17,7 +17,9 @@ from ..errors import CacheStoreError
 from .base import DEFAULT_MAX_VALUE_BYTES, StoreState, check_value, encode_value
 
 # Query parameters whose values are credentials (redis-py passes `?password=` through to AUTH).
-_SECRET_PARAM = re.compile(r"([?&;][^=&#;]*(?:pass|pwd|secret|token|auth|key|user|cred)[^=&#;]*=)([^&#;]*)", re.I)
+_SECRET_PARAM = re.compile(
+    r"([?&;][^=&#;]*(?:pass|pwd|secret|token|auth|key|user|cred)[^=&#;]*=)([^&#;]*)", re.I
+)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*:/*)")
 
 
@@ -26,7 +28,7 @@ def redact_url(url: str) -> str:
     of query parameters that look like credentials. Everything up to the last `@` counts as user info, so a
     password with an unescaped `/`, `?` or `#` is hidden too (at worst the host is hidden with it)."""
     m = _SCHEME.match(url)
-    prefix, rest = (m.group(1), url[m.end():]) if m else ("", url)
+    prefix, rest = (m.group(1), url[m.end() :]) if m else ("", url)
     at = rest.rfind("@")
     if at >= 0:
         rest = "***" + rest[at:]
@@ -37,7 +39,7 @@ def _url_secrets(url: str) -> list[str]:
     """Strings from `url` that must not appear in any message: credentials, decoded or not, and the pieces a
     URL parser may split a badly-escaped password into (such a piece can surface in a parse error)."""
     m = _SCHEME.match(url)
-    rest = url[m.end():] if m else url
+    rest = url[m.end() :] if m else url
     found: set[str] = set()
     at = rest.rfind("@")
     if at >= 0:
@@ -59,15 +61,24 @@ class RedisStore(StoreState):
 
     blocking = True
 
-    def __init__(self, url: str = "redis://127.0.0.1:6379/0", prefix: str = "tokenseam:rc:",
-                 max_entries: int | None = None, default_ttl: float | None = None,
-                 socket_timeout: float = 1.0, connect_timeout: float = 0.5, *,
-                 max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES) -> None:
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        prefix: str = "tokenseam:rc:",
+        max_entries: int | None = None,
+        default_ttl: float | None = None,
+        socket_timeout: float = 1.0,
+        connect_timeout: float = 0.5,
+        *,
+        max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
         try:
             import redis
         except ImportError:
-            raise CacheStoreError(f"a Redis cache ({redact_url(url)}) needs the redis client package: "
-                                  "pip install 'tokenseam[redis]'") from None
+            raise CacheStoreError(
+                f"a Redis cache ({redact_url(url)}) needs the redis client package: "
+                "pip install 'tokenseam[redis]'"
+            ) from None
 
         self._secrets = _url_secrets(url)
         self.url = redact_url(url)
@@ -79,12 +90,17 @@ class RedisStore(StoreState):
         self._init_state()
         self._redis_mod = redis
         try:
-            self._r = redis.Redis.from_url(url, socket_timeout=socket_timeout,
-                                           socket_connect_timeout=connect_timeout, decode_responses=False)
+            self._r = redis.Redis.from_url(
+                url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=connect_timeout,
+                decode_responses=False,
+            )
         except (ValueError, redis.RedisError) as e:
             # `from None`: the original exception's text may quote a piece of the URL (the password with it).
-            raise CacheStoreError(f"bad Redis URL {self.url}: {self._scrub(str(e))} (percent-encode : / @ ? # "
-                                  "in a password)") from None
+            raise CacheStoreError(
+                f"bad Redis URL {self.url}: {self._scrub(str(e))} (percent-encode : / @ ? # in a password)"
+            ) from None
         self._index = prefix + "index"
 
     def _scrub(self, text: str) -> str:
@@ -149,13 +165,15 @@ class RedisStore(StoreState):
     def count(self) -> int:
         def scan() -> int:
             return sum(1 for _ in self._r.scan_iter(match=self.prefix + "e:*", count=1000))
+
         return self._run(scan)
 
     def clear(self) -> None:
         def wipe() -> None:
             keys = list(self._r.scan_iter(match=self.prefix + "*", count=1000))
             for i in range(0, len(keys), 500):
-                self._r.delete(*keys[i:i + 500])
+                self._r.delete(*keys[i : i + 500])
+
         self._run(wipe)
 
     def ping(self) -> None:

@@ -59,11 +59,21 @@ class SQLiteStore(StoreState):
 
     blocking = True
 
-    def __init__(self, path: str | os.PathLike[str], max_entries: int | None = None, max_bytes: int | None = None,
-                 default_ttl: float | None = None, busy_timeout_ms: int = 10_000, touch_seconds: float = 60.0, *,
-                 max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES, check_on_open: bool = True,
-                 recover_after_errors: int = 3, moved_check_seconds: float = 5.0,
-                 lock_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        max_entries: int | None = None,
+        max_bytes: int | None = None,
+        default_ttl: float | None = None,
+        busy_timeout_ms: int = 10_000,
+        touch_seconds: float = 60.0,
+        *,
+        max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+        check_on_open: bool = True,
+        recover_after_errors: int = 3,
+        moved_check_seconds: float = 5.0,
+        lock_timeout: float = 120.0,
+    ) -> None:
         self.path = Path(path)
         self.max_entries = max_entries
         self.max_bytes = max_bytes
@@ -116,8 +126,10 @@ class SQLiteStore(StoreState):
                 except BlockingIOError:
                     # Another process is checking or replacing the file (quick_check reads all of it).
                     if time.monotonic() > deadline:
-                        raise CacheStoreError(f"another process has held {lock_path} for over "
-                                              f"{self.lock_timeout:.0f}s; is it stuck?") from None
+                        raise CacheStoreError(
+                            f"another process has held {lock_path} for over "
+                            f"{self.lock_timeout:.0f}s; is it stuck?"
+                        ) from None
                     time.sleep(0.05)
             yield
         finally:
@@ -143,8 +155,10 @@ class SQLiteStore(StoreState):
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
             cols = {row[1] for row in conn.execute("PRAGMA table_info(entries)")}
             if cols and not _COLUMNS <= cols:
-                raise CacheStoreError(f"{self.path} is a SQLite database but not a tokenseam response cache (its "
-                                      f"`entries` table has columns {', '.join(sorted(cols))}); use another path")
+                raise CacheStoreError(
+                    f"{self.path} is a SQLite database but not a tokenseam response cache (its "
+                    f"`entries` table has columns {', '.join(sorted(cols))}); use another path"
+                )
             problem = None
             if self.check_on_open:
                 rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(5)").fetchall()]
@@ -178,13 +192,18 @@ class SQLiteStore(StoreState):
             except FileNotFoundError:
                 continue
             except OSError as e:
-                raise CacheStoreError(f"the SQLite cache {self.path} is corrupt ({problem}) and cannot be moved "
-                                      f"aside: {e}") from e
+                raise CacheStoreError(
+                    f"the SQLite cache {self.path} is corrupt ({problem}) and cannot be moved aside: {e}"
+                ) from e
         with self._state_lock:
             self.recoveries += 1
             self.moved_aside = base
-        log.warning("SQLite cache %s is corrupt (%s): moved aside to %s, continuing with an empty cache",
-                    self.path, problem, base)
+        log.warning(
+            "SQLite cache %s is corrupt (%s): moved aside to %s, continuing with an empty cache",
+            self.path,
+            problem,
+            base,
+        )
         self._emit("recovered", problem)
 
     def _use_current_file(self) -> None:
@@ -198,8 +217,9 @@ class SQLiteStore(StoreState):
             self._failing = False
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None,
-                               check_same_thread=False)
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+        )
         try:
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -257,8 +277,13 @@ class SQLiteStore(StoreState):
                 return True  # replaced while this operation ran
             self._corruption_errors += 1
             n = self._corruption_errors
-        log.warning("SQLite cache %s: %s (corruption error %d; the file is replaced after %d)", self.path, e, n,
-                    self.recover_after_errors)
+        log.warning(
+            "SQLite cache %s: %s (corruption error %d; the file is replaced after %d)",
+            self.path,
+            e,
+            n,
+            self.recover_after_errors,
+        )
         if n < self.recover_after_errors:
             return False
         return self._recover(generation, str(e))
@@ -284,8 +309,12 @@ class SQLiteStore(StoreState):
             try:
                 out = fn(self._conn())
             except (sqlite3.Error, UnicodeError) as e:
-                if (attempt == 0 and isinstance(e, sqlite3.DatabaseError) and _is_corruption(e)
-                        and self._corruption_seen(generation, e)):
+                if (
+                    attempt == 0
+                    and isinstance(e, sqlite3.DatabaseError)
+                    and _is_corruption(e)
+                    and self._corruption_seen(generation, e)
+                ):
                     continue
                 message = f"SQLite cache {self.path} failed: {e}"
                 self._op_failed(message)
@@ -308,14 +337,20 @@ class SQLiteStore(StoreState):
         now = time.time()
         # CAST: values come back as bytes (undecodable text is a corrupt value, not an error on every read);
         # REAL casts keep a planted non-number from raising TypeError below.
-        row = self._run(lambda c: c.execute(
-            "SELECT CAST(value AS BLOB), CAST(expires_at AS REAL), CAST(accessed_at AS REAL) FROM entries "
-            "WHERE key = ?", (key,)).fetchone())
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT CAST(value AS BLOB), CAST(expires_at AS REAL), CAST(accessed_at AS REAL) FROM entries "
+                "WHERE key = ?",
+                (key,),
+            ).fetchone()
+        )
         if row is None:
             return None
         raw, expires, accessed = row
         if expires is not None and expires <= now:
-            self._run(lambda c: c.execute("DELETE FROM entries WHERE key = ? AND expires_at <= ?", (key, now)))
+            self._run(
+                lambda c: c.execute("DELETE FROM entries WHERE key = ? AND expires_at <= ?", (key, now))
+            )
             return None
         value, problem = check_value(raw, self.max_value_bytes)
         if problem is not None:
@@ -338,8 +373,11 @@ class SQLiteStore(StoreState):
         def write(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("INSERT OR REPLACE INTO entries (key, value, size, expires_at, accessed_at) "
-                             "VALUES (?, ?, ?, ?, ?)", (key, raw, len(raw), now + ttl if ttl is not None else None, now))
+                conn.execute(
+                    "INSERT OR REPLACE INTO entries (key, value, size, expires_at, accessed_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (key, raw, len(raw), now + ttl if ttl is not None else None, now),
+                )
                 self._evict(conn, now)
                 conn.execute("COMMIT")
             except BaseException:
@@ -357,13 +395,17 @@ class SQLiteStore(StoreState):
         if self.max_entries is not None:
             (n,) = conn.execute("SELECT COUNT(*) FROM entries").fetchone()
             if n > self.max_entries:
-                conn.execute("DELETE FROM entries WHERE key IN (SELECT key FROM entries ORDER BY accessed_at ASC "
-                             "LIMIT ?)", (n - self.max_entries,))
+                conn.execute(
+                    "DELETE FROM entries WHERE key IN (SELECT key FROM entries ORDER BY accessed_at ASC "
+                    "LIMIT ?)",
+                    (n - self.max_entries,),
+                )
         if self.max_bytes is not None:
             (total,) = conn.execute("SELECT COALESCE(SUM(CAST(size AS INTEGER)), 0) FROM entries").fetchone()
             while total > self.max_bytes:
-                row = conn.execute("SELECT key, CAST(size AS INTEGER) FROM entries ORDER BY accessed_at ASC "
-                                   "LIMIT 1").fetchone()
+                row = conn.execute(
+                    "SELECT key, CAST(size AS INTEGER) FROM entries ORDER BY accessed_at ASC LIMIT 1"
+                ).fetchone()
                 if row is None:
                     break
                 conn.execute("DELETE FROM entries WHERE key = ?", (row[0],))
@@ -374,8 +416,11 @@ class SQLiteStore(StoreState):
 
     def count(self) -> int:
         now = time.time()
-        return self._run(lambda c: c.execute(
-            "SELECT COUNT(*) FROM entries WHERE expires_at IS NULL OR expires_at > ?", (now,)).fetchone()[0])
+        return self._run(
+            lambda c: c.execute(
+                "SELECT COUNT(*) FROM entries WHERE expires_at IS NULL OR expires_at > ?", (now,)
+            ).fetchone()[0]
+        )
 
     def clear(self) -> None:
         self._run(lambda c: c.execute("DELETE FROM entries"))
