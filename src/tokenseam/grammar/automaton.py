@@ -3,6 +3,10 @@
 A DFA state is a set of (NFA state, call stack) configurations; rows are built on demand (in Python here, or by
 the numba twins in localbuild.py). A position is (local state, parent stack): its masks live in masks.py, the
 token tables in tables.py; the NFA arrives checked and trimmed (prepare.py) and is only read here.
+
+Why this file is about 700 lines: it holds the Python reference twins of localbuild.py's numba functions
+(closure, fill, clamping, positions), which share its state tables and must stay readable side by side with
+them; masks, token tables, stacks and NFA preparation already live in their own modules.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ Decisions worth knowing:
   checks every field replay relies on, and that the entry is for the request's route. A value that fails is
   counted (`corrupt_entries{reason}`), deleted and treated as a miss: the request is generated, never served
   from it. Entries are checked the same way before they are stored, so the cache never rejects its own writes.
+
+Why this file is a little over 700 lines: lookup, single flight, the streamed and non-streamed paths and the
+circuit around the store are one state machine over the same `CachePlan` and in-flight table; split, each
+part would reach into the others' state.
 """
 
 from __future__ import annotations
