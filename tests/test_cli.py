@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 BLOCK = """
 import importlib.abc, sys
 BLOCKED = {blocked!r}
@@ -56,3 +58,21 @@ def test_help_lists_every_command_and_what_a_missing_one_needs():
     r = _run({"starlette"}, ["--help"])
     assert r.returncode == 0, r.stderr
     assert "serve" in r.stdout and "tokenseam[gateway]" in r.stdout and "tokenize" in r.stdout
+
+
+@pytest.mark.parametrize("command,extra", [("serve", []), ("gateway", ["--upstream", "http://127.0.0.1:9"])])
+@pytest.mark.parametrize("ttl", ["0", "-5", "nan", "inf", "soon"])
+def test_serve_and_gateway_refuse_the_same_bad_cache_ttl(command, extra, ttl, capsys):
+    from tokenseam.cli import build_parser
+
+    with pytest.raises(SystemExit) as ei:
+        build_parser(command).parse_args([command, *extra, "--cache-ttl", ttl])
+    assert ei.value.code == 2 and "--cache-ttl" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command,extra", [("serve", []), ("gateway", ["--upstream", "http://127.0.0.1:9"])])
+def test_serve_and_gateway_share_the_cache_flags(command, extra):
+    from tokenseam.cli import build_parser
+
+    args = build_parser(command).parse_args([command, *extra, "--cache", "always", "--cache-ttl", "2.5"])
+    assert (args.cache, args.cache_store, args.cache_ttl) == ("always", "sqlite", 2.5)

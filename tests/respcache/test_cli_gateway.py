@@ -20,7 +20,6 @@ def parse(*argv):
         (["--upstream", "http://127.0.0.1:9", "--port", "0"], "--port 0"),
         (["--upstream", "http://127.0.0.1:9", "--port", "70000"], "--port 70000"),
         (["--upstream", "http://127.0.0.1:9", "--timeout", "-1"], "--timeout"),
-        (["--upstream", "http://127.0.0.1:9", "--cache-ttl", "0"], "--cache-ttl"),
         (["--upstream", "http://127.0.0.1:9", "--cache-max-entries", "-5"], "--cache-max-entries"),
         (
             ["--upstream", "http://127.0.0.1:9", "--upstream-key-env", "TS_SURELY_UNSET_VAR"],

@@ -13,6 +13,7 @@ import os
 import sys
 
 from ..httpkit.cli import add_guard_arguments, allowed_hosts, check_guard_arguments, client_keys
+from ..respcache.cli import add_cache_arguments
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,21 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8090)
-    p.add_argument(
-        "--cache-store",
-        default="sqlite",
-        metavar="SPEC",
-        help="sqlite:PATH | sqlite (default path) | redis://HOST:PORT/DB | memory",
-    )
-    p.add_argument(
-        "--cache",
-        default="deterministic",
-        choices=["off", "deterministic", "always"],
-        help="which requests are cached (default: deterministic = temperature 0 or a seed)",
-    )
-    p.add_argument(
-        "--cache-ttl", type=float, default=None, metavar="SECONDS", help="entry lifetime (default: none)"
-    )
+    add_cache_arguments(p)
     p.add_argument("--cache-max-entries", type=int, default=None, metavar="N", help="evict beyond N entries")
     p.add_argument("--cache-truncated", action="store_true", help="also cache finish_reason=length answers")
     p.add_argument("--timeout", type=float, default=120.0, help="upstream read timeout in seconds (-> 504)")
@@ -69,8 +56,6 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--port {args.port} is not a TCP port (1-65535)"
     if args.timeout <= 0:
         return "--timeout must be positive"
-    if args.cache_ttl is not None and args.cache_ttl <= 0:
-        return "--cache-ttl must be positive"
     if args.cache_max_entries is not None and args.cache_max_entries <= 0:
         return "--cache-max-entries must be positive"
     if args.max_body_bytes <= 0:

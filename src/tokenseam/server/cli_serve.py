@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..httpkit.cli import add_guard_arguments, allowed_hosts, check_guard_arguments, client_keys
+from ..respcache.cli import add_cache_arguments
 
 
 def _positive(name: str, lo: int = 1, hi: int = 1 << 20):
@@ -53,20 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=16,
         help="prefix cache granularity in tokens",
     )
-    p.add_argument(
-        "--cache",
-        default="deterministic",
-        choices=["off", "deterministic", "always"],
-        help="response cache policy (deterministic: temperature 0 or an explicit seed)",
-    )
-    p.add_argument(
-        "--cache-store",
-        default="sqlite",
-        help="sqlite (default file), sqlite:PATH, redis://HOST:PORT/DB or memory",
-    )
-    p.add_argument(
-        "--cache-ttl", type=float, default=None, help="seconds an entry lives (default: no expiry)"
-    )
+    add_cache_arguments(p)
     p.add_argument(
         "--max-memory-mb",
         type=_positive("--max-memory-mb", 64, 1 << 22),
