@@ -19,12 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a benchmark against its anchors")
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
     for name, (module, help_) in BENCHES.items():
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("tokenseam"):
-                continue  # not built yet
-            raise
+        mod = importlib.import_module(module)
         bp = bsub.add_parser(name, help=help_)
         mod.add_arguments(bp)
         bp.set_defaults(func=mod.run)

@@ -25,7 +25,7 @@ from ..wire import sse
 from .errors import APIError, known_error
 from .formatting import FORMATTERS, Formatter
 from .prepare import parse_request, prepare, wants_grammar
-from .protocol import _bool, bad
+from .protocol import bad, bool_field
 from .relay import request_events
 from .state import ServerState
 
@@ -110,7 +110,7 @@ def create_app(
                 param="content",
                 code="request_too_large",
             )
-        flags = {name: _bool(body, name) for name in ("add_special", "parse_special", "with_pieces")}
+        flags = {name: bool_field(body, name) for name in ("add_special", "parse_special", "with_pieces")}
 
         def work() -> dict:
             ids = state.tokenizer.encode(

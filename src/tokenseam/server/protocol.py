@@ -70,7 +70,7 @@ def _num(body: dict, name: str, default, lo=None, hi=None, integer=False, allow_
     return v
 
 
-def _bool(body: dict, name: str, default: bool = False) -> bool:
+def bool_field(body: dict, name: str, default: bool = False) -> bool:
     v = body.get(name, default)
     if v is None:
         return default
@@ -136,7 +136,7 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
     logprobs = body.get("logprobs")
     top_logprobs = 0
     if chat:
-        want_lp = _bool(body, "logprobs", field_default(route, "logprobs"))
+        want_lp = bool_field(body, "logprobs", field_default(route, "logprobs"))
         top_logprobs = _num(body, "top_logprobs", field_default(route, "top_logprobs"), 0, 20, integer=True)
         if top_logprobs and not want_lp:
             raise bad("top_logprobs requires logprobs: true", "top_logprobs")
@@ -154,7 +154,7 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
         seed=_num(body, "seed", None, integer=True),
         stop=_stop(body),
         stop_token_ids=_int_list(body, "stop_token_ids"),
-        ignore_eos=_bool(body, "ignore_eos", field_default(route, "ignore_eos")),
+        ignore_eos=bool_field(body, "ignore_eos", field_default(route, "ignore_eos")),
         logit_bias=_logit_bias(body),
         presence_penalty=_num(body, "presence_penalty", _float(route, "presence_penalty"), -2, 2),
         frequency_penalty=_num(body, "frequency_penalty", _float(route, "frequency_penalty"), -2, 2),
@@ -172,9 +172,9 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
     req = ParsedRequest(
         route=route,
         params=params,
-        stream=_bool(body, "stream"),
+        stream=bool_field(body, "stream"),
         include_usage=bool((so or {}).get("include_usage")),
-        return_token_ids=_bool(body, "return_token_ids", field_default(route, "return_token_ids")),
+        return_token_ids=bool_field(body, "return_token_ids", field_default(route, "return_token_ids")),
         model=_model(body),
     )
     req.token_healing = _healing(body, route)
@@ -201,7 +201,7 @@ def parse_llama_completion(body: dict) -> ParsedRequest:
         min_p=_num(body, "min_p", _float(route, "min_p"), 0, 1),
         seed=_seed(body.get("seed")),
         stop=_stop(body),
-        ignore_eos=_bool(body, "ignore_eos", field_default(route, "ignore_eos")),
+        ignore_eos=bool_field(body, "ignore_eos", field_default(route, "ignore_eos")),
         logit_bias=_logit_bias(body),
         presence_penalty=_num(body, "presence_penalty", _float(route, "presence_penalty"), -2, 2),
         frequency_penalty=_num(body, "frequency_penalty", _float(route, "frequency_penalty"), -2, 2),
@@ -211,8 +211,8 @@ def parse_llama_completion(body: dict) -> ParsedRequest:
     req = ParsedRequest(
         route=route,
         params=params,
-        stream=_bool(body, "stream"),
-        return_token_ids=_bool(body, "return_tokens", field_default(route, "return_tokens")),
+        stream=bool_field(body, "stream"),
+        return_token_ids=bool_field(body, "return_tokens", field_default(route, "return_tokens")),
         model=_model(body),
     )
     req.token_healing = _healing(body, route)
