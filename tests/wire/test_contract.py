@@ -107,3 +107,11 @@ def test_completions_logprobs_zero_is_not_the_absent_default():
     null = request_form.normalize_request(ROUTE_COMPLETIONS, dict(BASE[ROUTE_COMPLETIONS], logprobs=None))
     assert zero != absent and null == absent
     assert _parse(ROUTE_COMPLETIONS, dict(BASE[ROUTE_COMPLETIONS], logprobs=0)).params.logprobs
+
+
+@pytest.mark.parametrize("value", [True, "2", 2.5, 21, -1])
+def test_completions_logprobs_errors_state_the_accepted_range(value):
+    with pytest.raises(APIError) as ei:
+        _parse(ROUTE_COMPLETIONS, dict(BASE[ROUTE_COMPLETIONS], logprobs=value))
+    msg = ei.value.message
+    assert ei.value.param == "logprobs" and ("20" in msg or ">= 0" in msg), msg

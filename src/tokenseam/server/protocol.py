@@ -142,7 +142,7 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
             raise bad("top_logprobs requires logprobs: true", "top_logprobs")
     else:
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)):
-            raise bad("logprobs must be an integer from 0 to 5 on /v1/completions", "logprobs")
+            raise bad("logprobs must be an integer from 0 to 20 on /v1/completions", "logprobs")
         want_lp = logprobs is not None
         top_logprobs = _num(body, "logprobs", 0, 0, 20, integer=True)  # alternatives per token
     params = SamplingParams(
