@@ -1,4 +1,5 @@
-"""Exact-match response cache: request fingerprints, stores, single-flight policy, SSE replay, gateway.
+"""Exact-match response cache: request fingerprints, stores, single-flight policy, SSE replay (the gateway app
+that puts it in front of any OpenAI-compatible server is `tokenseam.gateway`).
 
 Every cache read and write goes through `fingerprint_request`; every generated request through `normalize_request`.
 """
