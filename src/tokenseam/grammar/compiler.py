@@ -102,60 +102,18 @@ class GrammarCompiler:
         return compiled
 
     def compile_regex(self, pattern: str) -> CompiledGrammar:
-        if not isinstance(pattern, str):
-            raise GrammarError(f"regex must be a string, got {type(pattern).__name__}")
-
-        def build():
-            return Grammar({"root": parse_regex(pattern)}, "root"), "regex", pattern
-
-        return self._cached(("regex", pattern), build)
+        return self._cached(*_plan_regex(pattern))
 
     def compile_choice(self, choices: list[str] | tuple[str, ...]) -> CompiledGrammar:
-        if not isinstance(choices, (list, tuple)) or not choices:
-            raise GrammarError("choice must be a non-empty list of strings")
-        for k, c in enumerate(choices):
-            if not isinstance(c, str):
-                raise GrammarError(f"choice[{k}] must be a string, got {type(c).__name__}")
-        total = sum(len(c) for c in choices)
-        if total > MAX_CHOICE_CHARS:
-            raise GrammarError(f"choice list too large ({total} characters, limit {MAX_CHOICE_CHARS})")
-        source = json.dumps(list(choices), ensure_ascii=False)
-
-        def build():
-            return Grammar({"root": alt(*[lit(c) for c in choices])}, "root"), "choice", source
-
-        return self._cached(("choice", source), build)
+        return self._cached(*_plan_choice(choices))
 
     def compile_gbnf(self, text: str, start: str = "root") -> CompiledGrammar:
-        from .gbnf import parse_gbnf
-
-        if not isinstance(text, str):
-            raise GrammarError(f"GBNF grammar must be a string, got {type(text).__name__}")
-
-        def build():
-            return parse_gbnf(text, start), "gbnf", text
-
-        return self._cached(("gbnf", text, start), build)
+        return self._cached(*_plan_gbnf(text, start))
 
     def compile_json_schema(self, schema: Any, **options: Any) -> CompiledGrammar:
         """Options: strict (no extra properties), lenient (ignore unsupported keywords with a warning),
         compact (no whitespace), max_ws (longest run of spaces/tabs after a newline, default 40)."""
-        from .json_schema import schema_to_grammar
-
-        if isinstance(schema, str):
-            schema = loads_schema(schema, "JSON schema")
-        try:
-            source = json.dumps(schema, ensure_ascii=False)
-        except RecursionError as exc:
-            raise GrammarError("JSON schema is nested too deeply") from exc
-        except (TypeError, ValueError) as exc:
-            raise GrammarError(f"JSON schema is not JSON-serialisable: {exc}") from exc
-        okey = json.dumps(options, sort_keys=True, default=str)
-
-        def build():
-            return schema_to_grammar(schema, **options), "json_schema", source
-
-        return self._cached(("json_schema", source, okey), build)
+        return self._cached(*_plan_json_schema(schema, options))
 
     def warm_up(self) -> None:
         """Load every numba function that masks and commits use, so that no request waits for it: numba loads
@@ -176,3 +134,98 @@ class GrammarCompiler:
             for ch in doc:
                 m.fill_next_token_bitmask(out)
                 m.accept_bytes(ch.encode())
+
+
+# -- what each kind compiles from: (cache key, IR builder), shared by the compiler and check_grammar -------------
+_Plan = tuple[tuple, Callable[[], tuple[Grammar, str, str]]]
+
+
+def _plan_regex(pattern: str) -> _Plan:
+    if not isinstance(pattern, str):
+        raise GrammarError(f"regex must be a string, got {type(pattern).__name__}")
+
+    def build():
+        return Grammar({"root": parse_regex(pattern)}, "root"), "regex", pattern
+
+    return ("regex", pattern), build
+
+
+def _plan_choice(choices: list[str] | tuple[str, ...]) -> _Plan:
+    if not isinstance(choices, (list, tuple)) or not choices:
+        raise GrammarError("choice must be a non-empty list of strings")
+    for k, c in enumerate(choices):
+        if not isinstance(c, str):
+            raise GrammarError(f"choice[{k}] must be a string, got {type(c).__name__}")
+    total = sum(len(c) for c in choices)
+    if total > MAX_CHOICE_CHARS:
+        raise GrammarError(f"choice list too large ({total} characters, limit {MAX_CHOICE_CHARS})")
+    source = json.dumps(list(choices), ensure_ascii=False)
+
+    def build():
+        return Grammar({"root": alt(*[lit(c) for c in choices])}, "root"), "choice", source
+
+    return ("choice", source), build
+
+
+def _plan_gbnf(text: str, start: str = "root") -> _Plan:
+    from .gbnf import parse_gbnf
+
+    if not isinstance(text, str):
+        raise GrammarError(f"GBNF grammar must be a string, got {type(text).__name__}")
+
+    def build():
+        return parse_gbnf(text, start), "gbnf", text
+
+    return ("gbnf", text, start), build
+
+
+def _plan_json_schema(schema: Any, options: dict[str, Any]) -> _Plan:
+    from .json_schema import schema_to_grammar
+
+    if isinstance(schema, str):
+        schema = loads_schema(schema, "JSON schema")
+    try:
+        source = json.dumps(schema, ensure_ascii=False)
+    except RecursionError as exc:
+        raise GrammarError("JSON schema is nested too deeply") from exc
+    except (TypeError, ValueError) as exc:
+        raise GrammarError(f"JSON schema is not JSON-serialisable: {exc}") from exc
+    okey = json.dumps(options, sort_keys=True, default=str)
+
+    def build():
+        return schema_to_grammar(schema, **options), "json_schema", source
+
+    return ("json_schema", source, okey), build
+
+
+def check_grammar(
+    kind: str,
+    payload: Any,
+    time_budget: float | None = None,
+    size_budget: int | None = None,
+    **options: Any,
+) -> list[str]:
+    """Everything a compile checks that does not depend on a vocabulary: the front end, the byte NFA and its
+    checks, under the same budget. Raises the GrammarError a compile would; returns the warnings.
+
+    `kind`: "json_schema" (options as `compile_json_schema`), "regex", "gbnf" or "choice". For a process
+    that validates requests before another compiles them (vLLM's front end)."""
+    plans = {
+        "json_schema": lambda: _plan_json_schema(payload, options),
+        "regex": lambda: _plan_regex(payload),
+        "gbnf": lambda: _plan_gbnf(payload),
+        "choice": lambda: _plan_choice(payload),
+    }
+    if kind not in plans:
+        raise GrammarError(f"unknown grammar kind {kind!r} (use {', '.join(plans)})")
+    if options and kind != "json_schema":
+        raise GrammarError(f"{kind} grammars take no options")
+    _, build = plans[kind]()
+    try:
+        with compile_budget(time_budget, size_budget):
+            grammar, _, _ = build()
+            warnings = list(grammar.warnings)
+            prepare_nfa(build_nfa(grammar))
+    except RecursionError as exc:
+        raise GrammarError("grammar nesting too deep") from exc
+    return warnings

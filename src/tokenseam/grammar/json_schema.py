@@ -37,6 +37,8 @@ from .schema_strings import StringLowering
 MAX_ENUM = 2000
 MAX_WS = 1000  # the largest max_ws option (longest run of spaces/tabs after a newline)
 
+LENIENT_HINT = "; pass lenient=True to ignore it"  # ends the message of an unsupported keyword
+
 
 class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
     """One schema lowered to IR rules: `compile` per sub-schema; the state below is shared with the mixins."""
@@ -81,7 +83,7 @@ class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
         if self.lenient:
             self.warnings.append(msg + " (ignored: lenient)")
         else:
-            raise GrammarError(msg + "; pass lenient=True to ignore it")
+            raise GrammarError(msg + LENIENT_HINT)
 
     def resolve(self, ref: str, ptr: str):
         if not isinstance(ref, str):

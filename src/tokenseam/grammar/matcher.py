@@ -12,20 +12,51 @@ from .compiled import CompiledGrammar
 MAX_JUMP = 4096
 
 
+def _clear_bits(row: np.ndarray, ids: np.ndarray) -> None:
+    if ids.size:
+        np.bitwise_and.at(row.view(np.uint32), ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32)))
+
+
+def _set_bits(row: np.ndarray, ids: np.ndarray) -> None:
+    if ids.size:
+        np.bitwise_or.at(row.view(np.uint32), ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32))
+
+
 class GrammarMatcher:
     """Per-request matcher. EOS is allowed exactly when the grammar accepts; special tokens never.
 
     With `reasoning_end` (e.g. "</think>"), generation is free (any non-special token, never EOS) until the
     output ends with that tag (as text or as the special token whose text it is); the grammar starts right
     after it.
+
+    `end_ids`: the tokens that end generation, in place of the vocabulary's EOS set (vLLM's per-request stop
+    token ids). They are allowed exactly where the grammar accepts, and only as an end.
     """
 
-    def __init__(self, compiled: CompiledGrammar, reasoning_end: str | None = None) -> None:
+    def __init__(
+        self,
+        compiled: CompiledGrammar,
+        reasoning_end: str | None = None,
+        end_ids: set[int] | frozenset[int] | list[int] | None = None,
+    ) -> None:
         self.compiled = compiled
         self._auto = compiled.automaton
         self._masks = compiled.masks
         self._table = self._auto.table
-        self._eos = {int(x) for x in self._table.eos}
+        table_eos = {int(x) for x in self._table.eos}
+        self._eos = table_eos if end_ids is None else {int(x) for x in end_ids}
+        bad = sorted(i for i in self._eos if not 0 <= i < self._table.vocab_size)
+        if bad:
+            raise ValueError(
+                f"end token ids {bad} are outside the vocabulary (size {self._table.vocab_size})"
+            )
+        # When the end set differs from the vocabulary's, the cached masks' EOS bits are swapped per fill.
+        self._swap_ends: tuple[np.ndarray, np.ndarray] | None = None
+        if self._eos != table_eos:
+            self._swap_ends = (
+                np.asarray(sorted(table_eos | self._eos), dtype=np.int64),
+                np.asarray(sorted(self._eos), dtype=np.int64),
+            )
         self._end_tag = reasoning_end.encode("utf-8") if reasoning_end else None
         self._free_mask: np.ndarray | None = None
         self._end_ids: set[int] = set()
@@ -145,8 +176,14 @@ class GrammarMatcher:
             return
         if self._free:
             row[:] = self._free_mask
+            if self._swap_ends is not None:
+                _clear_bits(row, self._swap_ends[0])
             return
         row[:] = self._masks.mask(self._state)
+        if self._swap_ends is not None:
+            _clear_bits(row, self._swap_ends[0])
+            if self._auto.is_accepting(self._state):
+                _set_bits(row, self._swap_ends[1])
 
     def is_accepting(self) -> bool:
         return not self._free and self._auto.is_accepting(self._state)

@@ -105,6 +105,7 @@ class HealingConstraint:
         self._step: tuple[int, int, np.ndarray] | None = None
         self.overflow = b""  # bytes of the completing token beyond the removed ones (new text for the user)
         self.output_ids: list[int] = []
+        self._undo: list[tuple[int, bytes]] = []  # (position, overflow) before each accepted token
 
     @property
     def remaining(self) -> bytes:
@@ -143,12 +144,14 @@ class HealingConstraint:
         if not 0 <= token_id < vocab.size:
             return False
         if not self.is_active():
+            self._undo.append((self._pos, self.overflow))
             self.output_ids.append(token_id)
             return True
         if vocab.is_special[token_id]:
             return False
         b = vocab.token_bytes[token_id]
         rem = self.remaining
+        undo = (self._pos, self.overflow)
         if b.startswith(rem):
             self.overflow = b[len(rem) :]
             self._pos = len(self.removed_bytes)
@@ -157,8 +160,20 @@ class HealingConstraint:
         else:
             return False
         self._step = None
+        self._undo.append(undo)
         self.output_ids.append(token_id)
         return True
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last `n` accepted tokens exactly (speculative decoding rejects drafted tokens)."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(self.output_ids):
+            raise HealingError(f"cannot roll back {n!r} tokens (only {len(self.output_ids)} accepted)")
+        if n == 0:
+            return
+        self._pos, self.overflow = self._undo[-n]
+        del self._undo[-n:]
+        del self.output_ids[-n:]
+        self._step = None
 
 
 class GrammarMatcherLike(Protocol):
@@ -309,6 +324,9 @@ class HealedGrammarConstraint:
         self.matcher = matcher
         self.grammar_sees_removed = grammar_sees_removed
         self._scratch = np.zeros(vocab.mask_words, dtype=np.int32)
+        # Per accepted token, what it moved: "h" healing only, "hx" healing plus the grammar by accept_bytes,
+        # "hm" healing and the grammar by accept_token, "m" the grammar only. rollback() reads it.
+        self._moved: list[str] = []
 
     def is_active(self) -> bool:
         return True  # the grammar restricts every token, during healing and after it
@@ -340,25 +358,45 @@ class HealedGrammarConstraint:
 
     def accept(self, token_id: int) -> bool:
         if not self.healing.is_active():
-            return bool(self.matcher.accept_token(token_id))
-        if self.grammar_sees_removed:
-            if not 0 <= token_id < self.vocab.size or self.vocab.is_special[token_id]:
-                return False
-            b = self.vocab.token_bytes[token_id]
-            rem = self.healing.remaining
-            if not (b.startswith(rem) or (b and rem.startswith(b))):
-                return False
             if not self.matcher.accept_token(token_id):
                 return False
-            return self.healing.accept(token_id)
+            self._moved.append("m")
+            return True
         if not 0 <= token_id < self.vocab.size or self.vocab.is_special[token_id]:
             return False
         b = self.vocab.token_bytes[token_id]
         rem = self.healing.remaining
+        if self.grammar_sees_removed:
+            if not (b.startswith(rem) or (b and rem.startswith(b))):
+                return False
+            if not self.matcher.accept_token(token_id):
+                return False
+            self.healing.accept(token_id)
+            self._moved.append("hm")
+            return True
+        moved = "h"
         if b.startswith(rem) and len(b) > len(rem):
             if not self.matcher.accept_bytes(b[len(rem) :]):
                 return False
-        return self.healing.accept(token_id)
+            moved = "hx"
+        if not self.healing.accept(token_id):
+            return False
+        self._moved.append(moved)
+        return True
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last `n` accepted tokens exactly; the matcher needs `rollback(n)` and `reset()`."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(self._moved):
+            raise HealingError(f"cannot roll back {n!r} tokens (only {len(self._moved)} accepted)")
+        for _ in range(n):
+            moved = self._moved.pop()
+            if moved in ("m", "hm"):
+                self.matcher.rollback(1)
+            if moved == "hx":
+                # The grammar saw only the bytes past the removed ones, all from this token: back to its start.
+                self.matcher.reset()
+            if moved != "m":
+                self.healing.rollback(1)
 
 
 def request_constraint(

@@ -211,6 +211,23 @@ class Vocabulary:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise VocabularyError(f"cannot read tokenizer.json {path}: {e}") from e
+        return cls.from_hf_tokenizer_data(data, source=str(path))
+
+    @classmethod
+    def from_hf_tokenizer_data(
+        cls,
+        data: dict,
+        source: str = "tokenizer.json",
+        size: int | None = None,
+        eos_token_ids: set[int] | frozenset[int] | None = None,
+    ) -> Vocabulary:
+        """The vocabulary of a parsed Hugging Face tokenizer.json (what `tokenizers.Tokenizer.to_str()` gives).
+
+        `size`: the model's vocabulary size when its embedding has more rows than the tokenizer has tokens
+        (the extra ids are special and empty: never allowed as text). `eos_token_ids`: the model's end tokens
+        (default: the special tokens whose text ends a turn in common chat templates)."""
+        if not isinstance(data, dict):
+            raise VocabularyError(f"{source}: a tokenizer.json document is a JSON object")
         model = data.get("model") or {}
         vocab = model.get("vocab")
         if isinstance(vocab, list):  # Unigram: [[piece, score], ...]
@@ -218,11 +235,15 @@ class Vocabulary:
         elif isinstance(vocab, dict):
             pieces = dict(vocab)
         else:
-            raise VocabularyError(f"{path}: model.vocab is missing or not a dict/list")
+            raise VocabularyError(f"{source}: model.vocab is missing or not a dict/list")
         added = data.get("added_tokens") or []
         for a in added:
             pieces[a["content"]] = int(a["id"])
-        size = max(pieces.values()) + 1
+        n = max(pieces.values()) + 1
+        if size is None:
+            size = n
+        elif size < n:
+            raise VocabularyError(f"{source}: the tokenizer has {n} tokens, more than the model's {size}")
         text = [""] * size
         for piece, i in pieces.items():
             text[i] = piece
@@ -236,17 +257,28 @@ class Vocabulary:
             if i in added_ids:
                 special[i] = added_ids[i]
                 out.append(t.encode("utf-8"))
+            elif i >= n:  # a padding row of the model's embedding: no text, never generated as text
+                special[i] = True
+                out.append(b"")
             elif byte_level:
                 b = _gpt2_bytes(t)
                 out.append(b if b is not None else t.encode("utf-8"))
             else:
                 out.append(_spm_bytes(t))
-        eos = {i for i in np.flatnonzero(special) if text[i] in _EOG_TEXTS}
+        if eos_token_ids is None:
+            eos = {i for i in np.flatnonzero(special) if text[i] in _EOG_TEXTS}
+        else:
+            eos = set(eos_token_ids)
+            bad = sorted(i for i in eos if not 0 <= i < size)
+            if bad:
+                raise VocabularyError(
+                    f"{source}: end token ids {bad} are outside the vocabulary (size {size})"
+                )
         return cls(
             out,
             special,
             kind="hf-bytelevel" if byte_level else "hf-sentencepiece",
             eos_token_ids=frozenset(int(i) for i in eos),
             token_text=text,
-            source=str(path),
+            source=source,
         )
