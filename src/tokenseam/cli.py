@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "pad": "tokenseam.planner.cli_pad",
     "eval": "tokenseam.planner.cli_eval",
     "bench": "tokenseam.bench.cli",
+    "vllm": "tokenseam.vllm.cli",
 }
 
 
@@ -65,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     first = next((a for a in argv if not a.startswith("-")), None)
     try:
         parser = build_parser(first if first in COMMANDS else None)
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "passthrough", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.extra = extra
         if not getattr(args, "func", None):
             parser.print_help()
             return 2

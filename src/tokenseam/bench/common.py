@@ -39,22 +39,28 @@ def write_json(path: str | Path, data: dict) -> Path:
 
 
 class ServerProcess:
-    """An HTTP server binary started on a free loopback port, as a context manager that waits for /health."""
+    """An HTTP server binary started on a free loopback port, as a context manager that waits for /health.
+
+    It runs in its own process group (a server that forks workers, like vLLM, is stopped whole); its stdout
+    and stderr go to one log, whose end any failure quotes."""
 
     name = "server"
+    startup_seconds = 120.0
 
-    def __init__(self, argv: list[str], port: int) -> None:
+    def __init__(self, argv: list[str], port: int, env: dict[str, str] | None = None) -> None:
         import subprocess
         import tempfile
 
         self.url = f"http://127.0.0.1:{port}"
         self._log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._log)
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def __enter__(self):
         import httpx
 
-        deadline = time.time() + 120
+        deadline = time.time() + self.startup_seconds
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}:\n{self.log_tail()}")
@@ -63,27 +69,36 @@ class ServerProcess:
                     return self
             except httpx.HTTPError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.5)
+        tail = self.log_tail()
         self.__exit__()
-        raise RuntimeError(f"{self.name} did not become healthy within 120 s")
+        raise RuntimeError(f"{self.name} did not become healthy within {self.startup_seconds:.0f} s:\n{tail}")
 
     def log_tail(self, n: int = 3000) -> str:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")[-n:]
 
     def __exit__(self, *exc) -> None:
-        if self.proc.poll() is not None and not self._log.closed:  # it died under us: say why
+        import signal
+        import subprocess
+
+        if self._log.closed:
+            return
+        if self.proc.poll() is not None:  # it died under us: say why
             import sys
 
             print(
                 f"{self.name} exited with code {self.proc.returncode}; its log ends:\n{self.log_tail()}",
                 file=sys.stderr,
             )
-        self.proc.terminate()
         try:
-            self.proc.wait(timeout=10)
-        except Exception:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        except ProcessLookupError:
+            pass
         self._log.close()
 
 

@@ -1,0 +1,154 @@
+"""The adapter's vLLM-free parts: the vocabulary of a tokenizer, end-id masks, healing rollback, the client
+helper and the `tokenseam vllm serve` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenseam.constraint import bitmask_to_bool
+from tokenseam.grammar import GrammarCompiler, GrammarMatcher
+from tokenseam.healing import HealingConstraint, HealingError
+from tokenseam.vllm.cli import HEALING_PROCESSOR, serve_command
+from tokenseam.vllm.client import HealedPrompt, Healer
+from tokenseam.vllm.setup import STATE, SetupError
+from tokenseam.vllm.vocabulary import vocabulary_of
+from tokenseam.vllm.xargs import HEALING_KEY
+from tokenseam.vocab import Vocabulary, VocabularyError
+
+TOKENIZER_JSON = {
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "Ġc": 3}},
+    "added_tokens": [{"id": 4, "content": "<|end|>", "special": True}],
+    "decoder": {"type": "ByteLevel"},
+}
+
+
+class FakeBackend:
+    def to_str(self) -> str:
+        return json.dumps(TOKENIZER_JSON)
+
+
+class FakeTokenizer:
+    backend_tokenizer = FakeBackend()
+    eos_token_id = 4
+    name_or_path = "fake"
+
+
+def test_vocabulary_of_a_tokenizer_is_padded_to_the_model():
+    v = vocabulary_of(FakeTokenizer(), vocab_size=40)
+    assert v.size == 40 and v.mask_words == 2
+    assert v.token_bytes[3] == b" c" and v.is_special[4] and v.eos_token_ids == frozenset({4})
+    assert all(v.is_special[5:]) and all(b == b"" for b in v.token_bytes[5:])
+    with pytest.raises(VocabularyError, match="more than the model"):
+        vocabulary_of(FakeTokenizer(), vocab_size=3)
+    with pytest.raises(VocabularyError, match="outside the vocabulary"):
+        Vocabulary.from_hf_tokenizer_data(TOKENIZER_JSON, eos_token_ids={99})
+    with pytest.raises(VocabularyError, match="JSON object"):
+        Vocabulary.from_hf_tokenizer_data([1, 2])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="fast tokenizer"):
+        vocabulary_of(object())
+
+
+def test_padded_ids_are_never_allowed():
+    v = vocabulary_of(FakeTokenizer(), vocab_size=40)
+    m = GrammarMatcher(GrammarCompiler(v).compile_regex("(a|b)+"), end_ids=[4])
+    row = np.zeros(v.mask_words, dtype=np.int32)
+    m.fill_next_token_bitmask(row)
+    assert np.flatnonzero(bitmask_to_bool(row, v.size)).tolist() == [0, 1, 2]
+    assert m.accept_token(2)
+    m.fill_next_token_bitmask(row)
+    assert np.flatnonzero(bitmask_to_bool(row, v.size)).tolist() == [0, 1, 2, 4]
+
+
+def test_matcher_end_ids_replace_the_vocabularys(smollm2_vocab):
+    g = GrammarCompiler(smollm2_vocab).compile_choice(["ok"])
+    assert 0 in smollm2_vocab.eos_token_ids and 2 in smollm2_vocab.eos_token_ids
+    m = GrammarMatcher(g, end_ids={2})
+    assert m.accept_bytes(b"ok")
+    row = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
+    m.fill_next_token_bitmask(row)
+    ok = bitmask_to_bool(row, smollm2_vocab.size)
+    assert ok[2] and not ok[0]
+    assert not m.accept_token(0) and m.accept_token(2)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        GrammarMatcher(g, end_ids={-1})
+
+
+def test_healing_rollback(smollm2_vocab):
+    v = smollm2_vocab
+    h = HealingConstraint(v, b"http:")
+    first = next(i for i in h.allowed_ids() if v.token_bytes[i] == b"http")
+    h.accept(int(first))
+    colon = next(i for i in h.allowed_ids() if v.token_bytes[i] == b"://")
+    h.accept(int(colon))
+    assert not h.is_active() and h.overflow == b"//"
+    h.accept(5)
+    h.rollback(2)
+    assert h.is_active() and h.remaining == b":" and h.overflow == b"" and h.output_ids == [first]
+    h.rollback(1)
+    assert h.remaining == b"http:"
+    for bad in (1, -1, True, 1.0):
+        with pytest.raises(HealingError):
+            h.rollback(bad)
+
+
+def test_healed_prompt_request_fields():
+    hp = HealedPrompt([1, 2], [3], b":")
+    assert hp.healed
+    assert hp.extra_body(structured_outputs={"regex": "a"}, vllm_xargs={"x": 1}) == {
+        "structured_outputs": {"regex": "a"},
+        "vllm_xargs": {"x": 1, HEALING_KEY: "3a"},
+    }
+    assert hp.completion("://x") == "//x"
+    with pytest.raises(ValueError, match="does not start with"):
+        hp.completion("//x")
+    plain = HealedPrompt([1], [], b"")
+    assert plain.extra_body() == {} and plain.completion("abc") == "abc"
+
+
+def test_healer_rolls_back_with_the_models_bytes(smollm2_vocab, tokenizers):
+    tok = tokenizers["smollm2"]
+    healer = Healer(smollm2_vocab, tok.encode)
+    hp = healer.heal("The link is http:")
+    assert (
+        hp.removed.endswith(b":")
+        and b"".join(smollm2_vocab.token_bytes[i] for i in hp.removed_ids) == hp.removed
+    )
+    assert healer.heal("The link is http:", max_rollback=0).removed == b""
+    assert healer.heal([1, 2, 3]).prompt_token_ids + healer.heal([1, 2, 3]).removed_ids == [1, 2, 3]
+
+
+def _args(venv: Path, **kw) -> argparse.Namespace:
+    base = {"venv": venv, "model": None, "host": "127.0.0.1", "port": 8123, "no_healing": False}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_serve_command(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("")
+    model = tmp_path / "models" / "smollm2"
+    (tmp_path / STATE).write_text(
+        json.dumps({"models": {"smollm2": {"path": str(model)}}, "default_model": "smollm2"})
+    )
+    cmd, env = serve_command(_args(tmp_path), [])
+    joined = " ".join(cmd)
+    assert cmd[:3] == [str(tmp_path / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server"]
+    assert f"--model {model}" in joined and "--port 8123" in joined and "--host 127.0.0.1" in joined
+    assert '{"backend": "tokenseam"}' in cmd and HEALING_PROCESSOR in cmd
+    assert "--dtype float32" in joined and "--enforce-eager" in cmd
+    assert env["OMP_NUM_THREADS"] == "1" and "PYTHONPATH" not in env
+    # a vLLM flag given by the user replaces tokenseam's default
+    cmd, _ = serve_command(_args(tmp_path), ["--dtype", "bfloat16", "--max-num-seqs", "4"])
+    assert cmd.count("--dtype") == 1 and cmd[-4:] == ["--dtype", "bfloat16", "--max-num-seqs", "4"]
+    cmd, _ = serve_command(_args(tmp_path), ["--speculative-config", "{}"])
+    assert HEALING_PROCESSOR not in cmd
+    cmd, _ = serve_command(_args(tmp_path, no_healing=True), [])
+    assert HEALING_PROCESSOR not in cmd
+    with pytest.raises(SetupError, match="no model 'gemma3'"):
+        serve_command(_args(tmp_path, model="gemma3"), [])
+    with pytest.raises(SetupError, match="not an environment"):
+        serve_command(_args(tmp_path / "nowhere"), [])
