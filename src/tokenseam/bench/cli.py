@@ -12,6 +12,10 @@ BENCHES = {
     "prefix-cache": ("tokenseam.bench.prefix_cache", "prefix KV cache reuse and TTFT on a RAG workload"),
     "cache": ("tokenseam.bench.cache", "response cache fingerprint, hit latency and gateway load"),
     "chaos": ("tokenseam.bench.chaos", "the fault set against a real server and gateway: 5xx, hangs, leaks"),
+    "vllm": (
+        "tokenseam.bench.vllm",
+        "tokenseam's backend inside vLLM vs xgrammar / guidance (throughput, TTFT)",
+    ),
 }
 
 

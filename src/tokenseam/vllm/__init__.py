@@ -10,5 +10,5 @@ Which module runs where:
   HealingLogitsProcessor`); it needs no numba.
 - `requests`, `session`: what the two above share and test without vLLM (request kinds, end tokens, exact
   rollback); `client`: builds healed requests for a vLLM server; `convert`: GGUF to a Hugging Face folder;
-  `setup`, `cli`: `tokenseam vllm setup|serve`.
+  `setup`, `cli`: `tokenseam vllm setup|serve`; `warm`: fills the numba cache of a vLLM environment.
 """

@@ -43,6 +43,7 @@ INTERNALS = (
     ("vllm.v1.structured_output.backend_types", "StructuredOutputBackend"),
     ("vllm.v1.structured_output.backend_types", "StructuredOutputGrammar"),
     ("vllm.v1.structured_output.backend_types", "StructuredOutputOptions"),
+    ("vllm.v1.structured_output.request", "get_structured_output_key"),
     ("vllm.entrypoints.generate.base.protocol", "structured_outputs_from_response_format"),
     ("vllm.entrypoints.openai.chat_completion.protocol", "structured_outputs_from_response_format"),
     ("vllm.entrypoints.openai.completion.protocol", "structured_outputs_from_response_format"),
@@ -51,6 +52,15 @@ INTERNALS = (
     ("vllm.v1.sample.logits_processor", "LogitsProcessor"),
     ("vllm.v1.sample.logits_processor", "BatchUpdate"),
     ("vllm.v1.sample.logits_processor", "MoveDirectionality"),
+)
+
+# Attributes read on objects vLLM hands over (checked on instances by the same test).
+SAMPLING_PARAMS_ATTRIBUTES = ("structured_outputs", "extra_args", "all_stop_token_ids")
+STRUCTURED_OUTPUTS_FIELDS = (
+    "json_object",
+    "disable_any_whitespace",
+    "disable_additional_properties",
+    "_backend",
 )
 
 _registered = False

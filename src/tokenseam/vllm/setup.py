@@ -42,10 +42,15 @@ def _say(msg: str) -> None:
     print(f"[tokenseam vllm setup] {msg}", flush=True)
 
 
-def _run(cmd: list[str], what: str, env: dict | None = None, quiet: bool = False) -> str:
+def _run(
+    cmd: list[str], what: str, env: dict | None = None, quiet: bool = False, timeout: float = 1800
+) -> str:
     t0 = time.monotonic()
     _say(f"{what} ...")
-    proc = subprocess.run(cmd, env=env, text=True, capture_output=quiet)
+    try:
+        proc = subprocess.run(cmd, env=env, text=True, capture_output=quiet, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SetupError(f"{what} took longer than {timeout:.0f} s: {' '.join(cmd)}") from None
     if proc.returncode != 0:
         tail = (proc.stdout or "")[-2000:] + (proc.stderr or "")[-2000:] if quiet else ""
         raise SetupError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}".rstrip())
