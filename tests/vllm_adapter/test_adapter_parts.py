@@ -173,3 +173,23 @@ def test_bench_vllm_arguments(kw, needle):
     args = argparse.Namespace(**{**base, "maskbench": None, "maskbench_limit": 300, **kw})
     with pytest.raises(ValueError, match=needle):
         _check_args(args)
+
+
+def test_healing_processor_detection():
+    from types import SimpleNamespace
+
+    from tokenseam.vllm.plugin import HEALING_PROCESSOR, _healing_processor_loaded
+
+    class HealingLogitsProcessor:  # what vLLM holds when the class itself was given
+        pass
+
+    HealingLogitsProcessor.__module__ = "tokenseam.vllm.healing_processor"
+    HealingLogitsProcessor.__qualname__ = "HealingLogitsProcessor"
+    for procs in (
+        [HEALING_PROCESSOR],
+        [HEALING_PROCESSOR.replace(":", ".")],
+        ["x:Y", HealingLogitsProcessor],
+    ):
+        assert _healing_processor_loaded(SimpleNamespace(logits_processors=procs))
+    for procs in (None, [], ["other.module:HealingLogitsProcessor"]):
+        assert not _healing_processor_loaded(SimpleNamespace(logits_processors=procs))

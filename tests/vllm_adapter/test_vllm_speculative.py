@@ -69,3 +69,27 @@ def test_drafted_tokens_are_validated_and_rolled_back(spec_server):
         assert re.fullmatch(r'\{"items": \["(alpha|beta)"(, "(alpha|beta)"){0,5}\]\}', r.choices[0].text)
     drafted = _counter(spec_server.url, "vllm:spec_decode_num_draft_tokens_total") - drafted0
     assert drafted > 0, "the speculator drafted nothing: the test did not exercise validate/rollback"
+
+
+def test_healing_without_the_processor_is_refused_and_with_a_grammar_served(spec_server, vllm_env):
+    """This server runs no logits processor (speculative decoding): healing alone is a 400, never ignored;
+    healing in front of a grammar is done by the backend, so it works here too."""
+    from tokenseam.vllm.client import Healer
+
+    client = openai.OpenAI(base_url=spec_server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    healer = Healer.for_server(spec_server.url, MODEL, vllm_env / "models" / MODEL / "tokenizer.json")
+    hp = healer.heal("Visit http:")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(
+            model=MODEL, prompt=hp.prompt_token_ids, max_tokens=5, extra_body=hp.extra_body()
+        )
+    assert "healing logits processor" in str(e.value)
+    r = client.completions.create(
+        model=MODEL,
+        prompt=hp.prompt_token_ids,
+        max_tokens=30,
+        temperature=0.8,
+        seed=1,
+        extra_body=hp.extra_body(structured_outputs={"regex": r"//[a-z]{2,10}\.com"}),
+    )
+    assert re.fullmatch(r"//[a-z]{2,10}\.com", hp.completion(r.choices[0].text))

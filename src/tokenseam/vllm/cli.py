@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 from ..models import ModelNotFoundError
+from .plugin import HEALING_PROCESSOR
 from .setup import NUMBA_CACHE, STATE, SetupError, read_state, setup, venv_python
-
-HEALING_PROCESSOR = "tokenseam.vllm.healing_processor:HealingLogitsProcessor"
 
 # What works on a 2-core CPU without a GPU (docs/vllm.md): one OpenMP thread (two spin on shared cores),
 # float32 (bf16 takes a slow path on AVX2), eager mode (compiling costs minutes and its cache fails to reload).

@@ -127,6 +127,18 @@ def _check(params) -> None:
         raise VLLMValidationError(f"{message} (tokenseam backend)", parameter=PARAM.get(kind.name)) from None
 
 
+HEALING_PROCESSOR = "tokenseam.vllm.healing_processor:HealingLogitsProcessor"
+
+
+def _healing_processor_loaded(model_config) -> bool:
+    """Whether vLLM was started with the healing processor (`--logits-processors`, by name or class)."""
+    for proc in getattr(model_config, "logits_processors", None) or []:
+        name = proc if isinstance(proc, str) else f"{proc.__module__}:{proc.__qualname__}"
+        if name.replace(".HealingLogitsProcessor", ":HealingLogitsProcessor") == HEALING_PROCESSOR:
+            return True
+    return False
+
+
 def _patch_validation() -> None:
     from vllm.exceptions import VLLMValidationError
     from vllm.sampling_params import SamplingParams
@@ -137,11 +149,21 @@ def _patch_validation() -> None:
 
     @functools.wraps(original)
     def validate(self, model_config, structured_outputs_config, tokenizer):
-        if structured_outputs_config is None or self.structured_outputs is None:
+        removed = healing_bytes(self.extra_args)  # a malformed value is a 400 (ValueError)
+        if self.structured_outputs is None:
+            if removed and not _healing_processor_loaded(model_config):
+                raise VLLMValidationError(
+                    f"vllm_xargs.{HEALING_KEY} needs the healing logits processor, which this server does not "
+                    f"load (start vLLM with --logits-processors {HEALING_PROCESSOR}, as `tokenseam vllm serve` "
+                    "does); it is refused rather than ignored",
+                    parameter=f"vllm_xargs.{HEALING_KEY}",
+                )
+            return original(self, model_config, structured_outputs_config, tokenizer)
+        if structured_outputs_config is None:
             return original(self, model_config, structured_outputs_config, tokenizer)
         backend = structured_outputs_config.backend
         if backend != BACKEND:
-            if healing_bytes(self.extra_args):
+            if removed:
                 raise VLLMValidationError(
                     f"vllm_xargs.{HEALING_KEY} with a grammar needs the tokenseam structured-output backend "
                     f"(this server runs {backend!r}): two masks on one request would conflict",
@@ -161,7 +183,6 @@ def _patch_validation() -> None:
         self.structured_outputs._backend = BACKEND
         if self.structured_outputs.json_object is False:
             raise VLLMValidationError("structured_outputs.json_object must be true if set")
-        healing_bytes(self.extra_args)  # malformed healing arguments are a 400 here too
         _check(self)
         self.structured_outputs.__post_init__()
 

@@ -15,6 +15,7 @@ from threading import Lock
 from typing import Any
 
 from ..grammar import CompiledGrammar, GrammarCompiler, GrammarError, check_grammar
+from ..grammar.compiler import loads_schema
 
 # Request kinds by vLLM's enum member names (vllm.v1.structured_output.backend_types.StructuredOutputOptions).
 KINDS = ("JSON", "JSON_OBJECT", "REGEX", "GRAMMAR", "CHOICE", "STRUCTURAL_TAG")
@@ -56,12 +57,7 @@ def plan(kind: str, spec: Any, strict: bool = False, compact: bool = False) -> P
         options["compact"] = True
     if kind == "JSON":
         if isinstance(spec, str):
-            try:
-                spec = json.loads(spec)
-            except json.JSONDecodeError as e:
-                raise GrammarError(f"the JSON schema is not valid JSON: {e}") from None
-            except RecursionError:
-                raise GrammarError("the JSON schema is nested too deeply") from None
+            spec = loads_schema(spec, "the JSON schema")
         if not isinstance(spec, (dict, bool)):
             raise GrammarError("a JSON schema must be an object or a boolean")
         return Plan("json_schema", spec, options)
@@ -75,10 +71,7 @@ def plan(kind: str, spec: Any, strict: bool = False, compact: bool = False) -> P
         return Plan("regex", spec)
     if kind == "CHOICE":
         if isinstance(spec, str):
-            try:
-                spec = json.loads(spec)
-            except json.JSONDecodeError as e:
-                raise GrammarError(f"the choice list is not valid JSON: {e}") from None
+            spec = loads_schema(spec, "the choice list")
         if not isinstance(spec, list) or not spec or not all(isinstance(c, str) for c in spec):
             raise GrammarError("choice must be a non-empty list of strings")
         return Plan("choice", spec)
