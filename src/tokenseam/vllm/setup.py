@@ -132,6 +132,9 @@ def setup(venv: Path, models: list[str], vllm_spec: str = DEFAULT_VLLM) -> dict:
             pip + ["install", "-e", str(root), str(root / "integrations" / "vllm"), "gguf", "accelerate"],
             "installing tokenseam (editable, from this checkout) and the tokenseam-vllm entry point",
         )
+        # numba caches compiled functions per source file path: code from another checkout compiles afresh.
+        for m in state.get("models", {}).values():
+            m["numba_warm"] = False
     state.update({"vllm_spec": vllm_spec, "vllm_version": have, "tokenseam_root": str(root)})
     state.setdefault("models", {})
     _write_state(venv, state)
