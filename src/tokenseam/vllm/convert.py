@@ -68,6 +68,8 @@ def convert(gguf_path: Path, out_dir: Path) -> dict:
         _force_add_bos(out_dir, add_bos)
     info = {
         "source": str(gguf_path),
+        "source_name": gguf_path.name,
+        "source_bytes": gguf_path.stat().st_size,
         "name": meta.get("general.name", gguf_path.stem),
         "dtype": "float32",
         "restored": restored,

@@ -149,7 +149,10 @@ def _patch_validation() -> None:
 
     @functools.wraps(original)
     def validate(self, model_config, structured_outputs_config, tokenizer):
-        removed = healing_bytes(self.extra_args)  # a malformed value is a 400 (ValueError)
+        try:
+            removed = healing_bytes(self.extra_args)
+        except ValueError as e:  # vLLM answers a bare ValueError from here with a 500
+            raise VLLMValidationError(str(e), parameter=f"vllm_xargs.{HEALING_KEY}") from None
         if self.structured_outputs is None:
             if removed and not _healing_processor_loaded(model_config):
                 raise VLLMValidationError(

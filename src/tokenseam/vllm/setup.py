@@ -146,7 +146,8 @@ def setup(venv: Path, models: list[str], vllm_spec: str = DEFAULT_VLLM) -> dict:
         out = venv / "models" / name
         done = out / "tokenseam-convert.json"
         recorded = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else {}
-        if recorded.get("source") != str(gguf.resolve()):
+        # The same GGUF installed at another path (another checkout's venv) needs no new conversion.
+        if recorded.get("source_name") != gguf.name or recorded.get("source_bytes") != gguf.stat().st_size:
             _run(
                 [str(py), "-m", "tokenseam.vllm.convert", str(gguf), str(out)],
                 f"converting {gguf.name} to a float32 Hugging Face folder",
