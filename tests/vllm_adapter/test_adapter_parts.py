@@ -193,3 +193,15 @@ def test_healing_processor_detection():
         assert _healing_processor_loaded(SimpleNamespace(logits_processors=procs))
     for procs in (None, [], ["other.module:HealingLogitsProcessor"]):
         assert not _healing_processor_loaded(SimpleNamespace(logits_processors=procs))
+
+
+def test_setup_says_when_vllm_cannot_be_installed(tmp_path, capsys):
+    """Where the vLLM requirement cannot be installed, setup stops with VenvUnavailable (the tests then skip)
+    and says why; nothing else is attempted."""
+    from tokenseam.vllm.setup import VenvUnavailable, setup
+
+    with pytest.raises(VenvUnavailable) as e:
+        setup(tmp_path / "venv", ["smollm2"], vllm_spec="tokenseam-no-such-package==0.0.1")
+    assert "could not be installed" in str(e.value) and "tokenseam-no-such-package" in str(e.value)
+    assert not (tmp_path / "venv" / STATE).exists()
+    assert "installing tokenseam-no-such-package==0.0.1" in capsys.readouterr().out
