@@ -85,17 +85,28 @@ def test_check_options_and_kinds():
     assert check_grammar("json_schema", {"type": "object"}, strict=True) == []
 
 
-def test_checker_remembers_passes_only():
+def test_checker_remembers_verdicts(monkeypatch):
+    import tokenseam.vllm.requests as requests
+
+    calls = []
+    real = requests.check_grammar
+
+    def counting(kind, payload, **options):
+        calls.append(payload)
+        return real(kind, payload, **options)
+
+    monkeypatch.setattr(requests, "check_grammar", counting)
     c = Checker(size=2)
-    good = plan("REGEX", "a+")
+    good, bad = plan("REGEX", "a+"), plan("REGEX", "(a")
     c.check(good)
     c.check(good)
-    for _ in range(2):
-        with pytest.raises(GrammarError):
-            c.check(plan("REGEX", "(a"))
+    for _ in range(3):
+        with pytest.raises(GrammarError, match="missing"):
+            c.check(bad)
+    assert calls == ["a+", "(a"]  # each verdict computed once
     for i in range(5):
         c.check(plan("REGEX", f"a{{{i}}}"))
-    assert len(c._ok) == 2
+    assert len(c._seen) == 2  # bounded
 
 
 @pytest.mark.parametrize(

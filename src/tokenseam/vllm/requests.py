@@ -92,24 +92,35 @@ def plan(kind: str, spec: Any, strict: bool = False, compact: bool = False) -> P
 
 
 class Checker:
-    """`check()` with a bounded memory of what passed, for a front end that sees the same grammar often."""
+    """`check()` with a bounded memory of its verdicts, for a front end that sees the same grammar often: a
+    repeated grammar costs a lookup, whether it passed or failed (a client resending a grammar that runs into
+    the compile budget pays the budget once, not on every request)."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
-        self._ok: OrderedDict[str, None] = OrderedDict()
+        self._seen: OrderedDict[str, str | None] = OrderedDict()  # plan key -> error message, None = passed
         self._lock = Lock()
 
     def check(self, p: Plan) -> None:
         key = p.key
         with self._lock:
-            if key in self._ok:
-                self._ok.move_to_end(key)
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                error = self._seen[key]
+                if error is not None:
+                    raise GrammarError(error)
                 return
-        check_grammar(p.kind, p.payload, **p.options)
+        error = None
+        try:
+            check_grammar(p.kind, p.payload, **p.options)
+        except GrammarError as e:
+            error = str(e)
         with self._lock:
-            self._ok[key] = None
-            while len(self._ok) > self.size:
-                self._ok.popitem(last=False)
+            self._seen[key] = error
+            while len(self._seen) > self.size:
+                self._seen.popitem(last=False)
+        if error is not None:
+            raise GrammarError(error)
 
 
 def compile_plan(compiler: GrammarCompiler, p: Plan) -> CompiledGrammar:
