@@ -78,6 +78,28 @@ def test_response_format_json_schema_strict(compiler):
         ({"guided_choice": ["red", "blue"]}, "blue", "green"),
         ({"grammar": "root ::= [a-c]+"}, "abc", "abd"),
         ({"json_schema": {"type": "string", "maxLength": 2}}, '"ab"', '"abc"'),
+        ({"structured_outputs": {"json": {"type": "integer"}}}, "12", "1.5"),
+        ({"structured_outputs": {"json": '{"type": "boolean"}'}}, "true", "1"),
+        ({"structured_outputs": {"json_object": True}}, '{"a": 1}', "[1]"),
+        ({"structured_outputs": {"regex": "[0-9]{3}"}}, "123", "12"),
+        ({"structured_outputs": {"choice": ["red", "blue"]}}, "blue", "green"),
+        ({"structured_outputs": {"grammar": 'root ::= "yes" | "no"'}}, "yes", "maybe"),
+        (
+            {"structured_outputs": {"json": {"type": "object"}, "disable_any_whitespace": True}},
+            '{"a":1}',
+            '{"a": 1}',
+        ),
+        (
+            {
+                "structured_outputs": {
+                    "json": {"type": "object", "properties": {"a": {}}},
+                    "disable_additional_properties": True,
+                }
+            },
+            '{"a": 1}',
+            '{"a": 1, "b": 2}',
+        ),
+        ({"structured_outputs": {"json": {"type": "integer"}, "_backend": "xgrammar"}}, "7", "x"),
     ],
 )
 def test_guided_and_llama_server_fields(compiler, body, good, bad):
@@ -144,6 +166,23 @@ def test_required_tool_choice_any_function(compiler):
         ({"tools": [{"type": "function"}], "tool_choice": "required"}, "tools[0]"),
         ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
         ({"json_schema": {"type": "array", "uniqueItems": True}}, "uniqueItems"),
+        ({"structured_outputs": "json"}, "must be an object"),
+        ({"structured_outputs": {}}, "exactly one of"),
+        ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "got regex, choice"),
+        ({"structured_outputs": {"jsn": {}}}, "structured_outputs.jsn is not a field"),
+        ({"structured_outputs": {"json_object": False}}, "json_object must be true"),
+        ({"structured_outputs": {"grammar": "start: 'a'"}}, "Lark/EBNF"),
+        ({"structured_outputs": {"grammar": ""}}, "non-empty GBNF"),
+        ({"structured_outputs": {"regex": 5}}, "regex must be a string"),
+        ({"structured_outputs": {"structural_tag": "{}"}}, "structural_tag is not supported"),
+        (
+            {"structured_outputs": {"regex": "a", "whitespace_pattern": " "}},
+            "whitespace_pattern is not supported",
+        ),
+        ({"structured_outputs": {"regex": "a", "disable_any_whitespace": True}}, "applies to json"),
+        ({"structured_outputs": {"json": {}, "disable_any_whitespace": "yes"}}, "true or false"),
+        ({"structured_outputs": {"json": {"type": "strnig"}}}, "strnig"),
+        ({"structured_outputs": {"regex": "a"}, "guided_regex": "a"}, "conflicting"),
     ],
 )
 def test_bad_requests(compiler, body, needle):

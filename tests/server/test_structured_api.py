@@ -133,6 +133,42 @@ def test_vllm_style_guided_options(smollm2_server):
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", r["choices"][0]["text"])
 
 
+def test_vllm_structured_outputs_field(smollm2_server):
+    """vLLM's current constraint field, through the official client's extra_body (vLLM 0.12+ dropped guided_*)."""
+    client = openai.OpenAI(base_url=smollm2_server.url + "/v1", api_key="unused", max_retries=0)
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    r = client.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "A number as JSON"}],
+        max_tokens=30,
+        temperature=1.0,
+        seed=2,
+        extra_body={"structured_outputs": {"json": schema, "disable_any_whitespace": True}},
+    )
+    text = r.choices[0].message.content
+    assert re.fullmatch(r'\{"n":[0-9]\}', text), text
+    r = client.completions.create(
+        model="smollm2",
+        prompt="Pick:",
+        max_tokens=10,
+        extra_body={"structured_outputs": {"choice": ["left", "right"]}, "token_healing": False},
+    )
+    assert r.choices[0].text in ("left", "right")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(
+            model="smollm2",
+            prompt="x",
+            max_tokens=5,
+            extra_body={"structured_outputs": {"grammar": "start: 'a'"}},
+        )
+    assert "Lark/EBNF" in str(e.value)
+
+
 def test_llama_server_grammar_on_completion(smollm2_server):
     gbnf = 'root ::= "The answer is " [0-9]+ "."'
     r = httpx.post(

@@ -1,6 +1,7 @@
 """Request-level helper for the server: which constraint (if any) an OpenAI/vLLM/llama-server body asks for.
 
-Reads response_format, guided_json/regex/grammar/choice, llama-server grammar/json_schema, tools+tool_choice.
+Reads response_format, vLLM's structured_outputs and guided_json/regex/grammar/choice, llama-server
+grammar/json_schema, tools+tool_choice.
 """
 
 from __future__ import annotations
@@ -91,6 +92,75 @@ def _json_options(body: dict) -> dict:
     return out
 
 
+# vLLM's `structured_outputs` (its constraint field since 0.12, where `guided_*` are ignored): exactly one
+# constraint, and the two options that apply to JSON.
+STRUCTURED_OUTPUTS_KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+STRUCTURED_OUTPUTS_OPTIONS = {"disable_any_whitespace": "compact", "disable_additional_properties": "strict"}
+NOT_GBNF = (
+    "takes GBNF grammars (rules written `name ::= ...`, start rule `root`); this one looks like Lark/EBNF, "
+    "which tokenseam does not compile"
+)
+
+
+def _structured_outputs(so) -> tuple:
+    """(kind, payload, options) of a vLLM `structured_outputs` object; GrammarError for anything else."""
+    if not isinstance(so, dict):
+        raise GrammarError('structured_outputs must be an object such as {"json": {...}} or {"regex": "..."}')
+    allowed = set(STRUCTURED_OUTPUTS_KINDS) | set(STRUCTURED_OUTPUTS_OPTIONS) | {"whitespace_pattern"}
+    unknown = sorted(k for k in so if k not in allowed and not k.startswith("_"))
+    if unknown:
+        raise GrammarError(
+            f"structured_outputs.{unknown[0]} is not a field of structured_outputs "
+            f"(use one of {', '.join(STRUCTURED_OUTPUTS_KINDS)})"
+        )
+    given = [k for k in STRUCTURED_OUTPUTS_KINDS if so.get(k) is not None]
+    if len(given) != 1:
+        raise GrammarError(
+            "structured_outputs needs exactly one of "
+            + ", ".join(STRUCTURED_OUTPUTS_KINDS)
+            + (f" (got {', '.join(given)})" if given else "")
+        )
+    kind = given[0]
+    options = {}
+    for name, option in STRUCTURED_OUTPUTS_OPTIONS.items():
+        value = so.get(name, False)
+        if not isinstance(value, bool):
+            raise GrammarError(f"structured_outputs.{name} must be true or false")
+        if value:
+            options[option] = True
+    if so.get("whitespace_pattern") is not None:
+        raise GrammarError(
+            "structured_outputs.whitespace_pattern is not supported (disable_any_whitespace is)"
+        )
+    if options and kind not in ("json", "json_object"):
+        raise GrammarError(
+            f"structured_outputs.{next(iter(k for k in STRUCTURED_OUTPUTS_OPTIONS if so.get(k)))} "
+            f"applies to json and json_object, not to {kind}"
+        )
+    value = so[kind]
+    if kind == "json":
+        return "json", _schema_arg(value, "structured_outputs.json"), options
+    if kind == "json_object":
+        if value is not True:
+            raise GrammarError("structured_outputs.json_object must be true")
+        return "json", {"type": "object"}, options
+    if kind == "regex":
+        if not isinstance(value, str):
+            raise GrammarError("structured_outputs.regex must be a string")
+        return "regex", value, {}
+    if kind == "choice":
+        return "choice", value, {}
+    if kind == "grammar":
+        if not isinstance(value, str) or not value.strip():
+            raise GrammarError("structured_outputs.grammar must be a non-empty GBNF string")
+        if "::=" not in value:
+            raise GrammarError("structured_outputs.grammar " + NOT_GBNF)
+        return "gbnf", value, {}
+    raise GrammarError(
+        "structured_outputs.structural_tag is not supported (use json, regex, choice or grammar)"
+    )
+
+
 def _collect(body: dict, route: str) -> list[tuple[str, tuple]]:
     """(source name, (kind, payload, options)) for every constraint the body asks for."""
     found: list[tuple[str, tuple]] = []
@@ -122,6 +192,12 @@ def _collect(body: dict, route: str) -> list[tuple[str, tuple]]:
             raise GrammarError(
                 f"unsupported response_format type {t!r} (use text, json_object or json_schema)"
             )
+    if body.get("structured_outputs") is not None:
+        try:
+            found.append(("structured_outputs", _structured_outputs(body["structured_outputs"])))
+        except GrammarError as e:
+            e.param = "structured_outputs"
+            raise
     if body.get("guided_json") is not None:
         found.append(("guided_json", ("json", _schema_arg(body["guided_json"], "guided_json"), {})))
     if body.get("guided_regex") is not None:
@@ -175,7 +251,7 @@ def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -
         json_opts = _json_options(body)
         if json_opts and not any(kind == "json" for _, (kind, _, _) in found):
             raise GrammarError(
-                "json_schema_options needs a JSON Schema constraint (response_format, guided_json, "
+                "json_schema_options needs a JSON Schema constraint (response_format, structured_outputs, guided_json, "
                 "json_schema or a forced tool call)"
             )
     except GrammarError as e:

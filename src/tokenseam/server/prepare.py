@@ -17,6 +17,7 @@ from .state import ServerState
 GRAMMAR_FIELDS = (
     "response_format",
     "tools",
+    "structured_outputs",
     "guided_json",
     "guided_regex",
     "guided_grammar",

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..grammar import CompiledGrammar, GrammarCompiler, GrammarError, check_grammar
 from ..grammar.compiler import loads_schema
+from ..grammar.request import NOT_GBNF
 
 # Request kinds by vLLM's enum member names (vllm.v1.structured_output.backend_types.StructuredOutputOptions).
 KINDS = ("JSON", "JSON_OBJECT", "REGEX", "GRAMMAR", "CHOICE", "STRUCTURAL_TAG")
@@ -79,10 +80,7 @@ def plan(kind: str, spec: Any, strict: bool = False, compact: bool = False) -> P
         if not isinstance(spec, str) or not spec.strip():
             raise GrammarError("a grammar must be a non-empty string")
         if "::=" not in spec:
-            raise GrammarError(
-                "the tokenseam backend takes GBNF grammars (rules written `name ::= ...`, start rule `root`); "
-                "this one looks like Lark/EBNF, which it does not compile"
-            )
+            raise GrammarError("the tokenseam backend " + NOT_GBNF)
         return Plan("gbnf", spec)
     if kind == "STRUCTURAL_TAG":
         raise GrammarError(
