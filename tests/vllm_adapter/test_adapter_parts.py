@@ -205,3 +205,11 @@ def test_setup_says_when_vllm_cannot_be_installed(tmp_path, capsys):
     assert "could not be installed" in str(e.value) and "tokenseam-no-such-package" in str(e.value)
     assert not (tmp_path / "venv" / STATE).exists()
     assert "installing tokenseam-no-such-package==0.0.1" in capsys.readouterr().out
+
+
+def test_setup_refuses_a_malformed_vllm_requirement(tmp_path):
+    from tokenseam.vllm.setup import setup
+
+    with pytest.raises(SetupError, match="is not a requirement"):
+        setup(tmp_path / "venv", ["smollm2"], vllm_spec="==0.32")
+    assert not (tmp_path / "venv").exists()  # refused before anything is built

