@@ -17,6 +17,8 @@ from tokenseam.bench.faults import allof_tree, gbnf_chain
 from tokenseam.grammar import GrammarCompiler, GrammarError, budget
 
 TIME_BUDGET = 2.0
+# Unbudgeted, these compiles run for minutes or exhaust memory; the bound leaves a busy machine room.
+BOUND = 4 * TIME_BUDGET
 
 
 def anyof_required(n: int = 18) -> dict:
@@ -90,23 +92,23 @@ def small_budget(smollm2_vocab):
 
 
 @pytest.mark.parametrize("name", sorted(MUST_FAIL))
-def test_hostile_compile_fails_within_twice_the_time_budget(small_budget, name):
+def test_hostile_compile_fails_within_the_bound(small_budget, name):
     t = time.monotonic()
     with pytest.raises(GrammarError) as info:
         MUST_FAIL[name](small_budget)
     elapsed = time.monotonic() - t
-    assert elapsed < 2 * TIME_BUDGET, (name, elapsed, str(info.value))
+    assert elapsed < BOUND, (name, elapsed, str(info.value))
     assert str(info.value)
 
 
 @pytest.mark.parametrize("name", sorted(MAY_COMPILE))
-def test_hostile_compile_ends_within_twice_the_time_budget(small_budget, name):
+def test_hostile_compile_ends_within_the_bound(small_budget, name):
     t = time.monotonic()
     try:
         MAY_COMPILE[name](small_budget)
     except GrammarError as exc:
         assert str(exc)
-    assert time.monotonic() - t < 2 * TIME_BUDGET, name
+    assert time.monotonic() - t < BOUND, name
 
 
 def test_time_budget_message_names_the_limit_and_the_place(small_budget):
@@ -137,17 +139,25 @@ def test_a_compile_under_the_default_budget_is_unaffected(compiler):
     )
 
 
-def test_checkpoint_yields_the_gil(small_budget, monkeypatch):
+def test_checkpoint_yields_the_gil_once_per_yield_interval(monkeypatch):
+    # A clock the test drives: the count of yields follows from it, not from how fast this machine is.
+    clock = [0.0]
     calls = []
-    fake = types.SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: calls.append(s))
-    monkeypatch.setattr(budget, "time", fake)
-    t = time.monotonic()
+    monkeypatch.setattr(budget, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=calls.append))
+    b = budget.CompileBudget(seconds=60)
+    for _ in range(100):
+        clock[0] += budget.YIELD_SECONDS * 0.3
+        b.tick(budget.CHECK_EVERY)
+    assert calls == [0] * 25  # every fourth checkpoint is 1.2 intervals after the last yield
+
+
+def test_a_long_compile_yields_with_sleep_zero(small_budget, monkeypatch):
+    calls = []
+    monkeypatch.setattr(budget, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=calls.append))
     with pytest.raises(GrammarError, match="time budget"):
         small_budget.compile_json_schema(allof_tree())
-    elapsed = time.monotonic() - t
-    # One yield per YIELD_SECONDS of work (half of them, to leave room for a busy machine), each sleep(0).
-    assert len(calls) >= elapsed / budget.YIELD_SECONDS / 2, (len(calls), elapsed)
-    assert set(calls) == {0}
+    # The compile runs for the whole budget (seconds), far longer than one yield interval.
+    assert calls and set(calls) == {0}
 
 
 def test_outside_a_compile_the_budget_counts_nothing_and_never_sleeps(monkeypatch):
