@@ -94,7 +94,9 @@ def test_unreachable_upstream_502_and_health_show_no_credentials(make_gateway, c
         assert models.status_code == 502
         assert_clean(models.text)
         health = h.get(gw.url + "/health")  # public: no key
-    assert health.status_code == 200 and health.json()["upstream"] == shown
+    # The refused connection took the only replica out of rotation: the gateway cannot serve, and says so.
+    assert health.status_code == 503 and health.json()["upstream"] == shown
+    assert health.json()["status"] == "unavailable" and health.json()["replicas"][0]["healthy"] is False
     assert_clean(health.text)
     assert_clean(caplog.text)
 

@@ -1,7 +1,9 @@
-"""The gateway app: tokenseam's response cache in front of any OpenAI-compatible server (vLLM, SGLang,
-llama-server, hosted).
+"""The gateway app: tokenseam's response cache in front of one or several OpenAI-compatible servers (vLLM,
+SGLang, llama-server, tokenseam, hosted).
 
-It forwards the canonical request (streams relayed event by event with httpx), maps upstream failures to 502/504.
+It forwards the canonical request to a replica the `Pool` picks (streams relayed event by event with httpx),
+retries a failed attempt on another replica while nothing has reached the client, and maps what is left to
+502/503/504 (with Retry-After when no replica can serve).
 Bodies are read by `tokenseam.httpkit` (strict JSON, rejected before anything is forwarded), requests pass its
 `Guard` (Host allow-list, CORS, client API keys), and every credential (upstream URL userinfo and secret query
 values, the upstream key) is redacted from health, error bodies and logs.
@@ -10,14 +12,13 @@ values, the upstream key) is redacted from health, error bodies and logs.
 from __future__ import annotations
 
 import asyncio
-import base64
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 from starlette.applications import Starlette
@@ -32,7 +33,6 @@ from ..httpkit import (
     HTTPError,
     read_json_body,
     redact_text,
-    redact_url,
     redacting_logs,
     sse_response,
     url_secrets,
@@ -50,10 +50,15 @@ from ..respcache import (
 )
 from ..respcache.entry import SSEParser
 from ..wire import error_body
+from .pool import OWNED_BY, NoReplica, Pool, Replica
+from .routing import DEFAULT_PREFIX_BYTES, key_digest, route_key
 
 log = logging.getLogger("tokenseam.gateway")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
+ROUTE_HEADER = "x-tokenseam-route"
+# Answers that say "this replica cannot serve now", not "this request is wrong": tried on another replica.
+RETRY_STATUSES = (429, 502, 503, 504)
 REDACTED_LOGGERS = (
     "httpx",
     "httpcore",
@@ -72,47 +77,22 @@ class UpstreamError(ResponseCacheError):
         self.body = body
         self.content_type = content_type
         self.code = "upstream_error"
+        self.retry_after: int | None = None
 
     @classmethod
-    def gateway(cls, status: int, message: str, code: str) -> UpstreamError:
+    def gateway(cls, status: int, message: str, code: str, retry_after: int | None = None) -> UpstreamError:
         e = cls(status, json.dumps(error_body(message, "upstream_error", code)).encode())
         e.code = code
+        e.retry_after = retry_after
         return e
 
-    def response(self) -> Response:
+    def response(self, headers: dict[str, str] | None = None) -> Response:
+        h = dict(headers or {})
+        if self.retry_after is not None:
+            h["retry-after"] = str(self.retry_after)
         return Response(
-            self.body, status_code=self.status, media_type=self.content_type or "application/json"
+            self.body, status_code=self.status, media_type=self.content_type or "application/json", headers=h
         )
-
-
-def upstream_base_and_query(upstream_url: str) -> tuple[str, str]:
-    """(base without a trailing `/v1`, query string) of an upstream URL; the query is sent with every request
-    (hosted endpoints put `api-version` or a key there)."""
-    try:
-        parts = urlsplit(upstream_url.strip())
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ResponseCacheError(
-            f"upstream URL {redact_url(upstream_url)!r} must start with http:// or https:// and name a host"
-        )
-    path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[:-3]
-    return urlunsplit((parts.scheme, parts.netloc, path, "", "")), parts.query
-
-
-def _without_userinfo(base: str) -> tuple[str, str | None]:
-    """(the URL without user:password@, a Basic Authorization value for them or None). Sent as an explicit
-    header, the URL's credentials give way to an upstream key; left in the URL, httpx would turn them into Basic
-    auth that silently replaces the key's Bearer header."""
-    parts = urlsplit(base)
-    if parts.username is None and parts.password is None:
-        return base, None
-    token = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])), "Basic " + base64.b64encode(
-        token
-    ).decode()
 
 
 def _redact_tree(value: Any, hide: Callable[[str], str]) -> Any:
@@ -125,8 +105,34 @@ def _redact_tree(value: Any, hide: Callable[[str], str]) -> Any:
     return value
 
 
+class _Attempts:
+    """The replicas one request went to, for the response header."""
+
+    __slots__ = ("replica", "reason", "count", "key")
+
+    def __init__(self, key: bytes | None) -> None:
+        self.key = key
+        self.replica: Replica | None = None
+        self.reason = ""
+        self.count = 0
+
+    def header(self, cache_status: str) -> str:
+        if self.replica is None:
+            return f"replica=-; reason={'cache' if cache_status == 'hit' else 'none'}; key={key_digest(self.key)}"
+        return f"replica={self.replica.name}; reason={self.reason}; key={key_digest(self.key)}; attempts={self.count}"
+
+
+def _replicas(upstreams: str | Sequence[str | Replica], max_in_flight: int) -> list[Replica]:
+    items = [upstreams] if isinstance(upstreams, str) else list(upstreams)
+    return [u if isinstance(u, Replica) else Replica(u, max_in_flight=max_in_flight) for u in items]
+
+
+def _is_refused(e: httpx.HTTPError) -> bool:
+    return isinstance(e, httpx.ConnectError) and "refused" in str(e).lower()
+
+
 def create_gateway_app(
-    upstream_url: str,
+    upstreams: str | Sequence[str | Replica],
     *,
     cache: ResponseCache | None = None,
     api_key: str | None = None,
@@ -138,20 +144,41 @@ def create_gateway_app(
     client_api_keys: Iterable[str] | None = None,
     allowed_hosts: Iterable[str] | None = None,
     cors_origins: Iterable[str] | None = None,
+    routing: str = "prefix",
+    load_factor: float = 1.25,
+    max_in_flight: int = 128,
+    health_interval: float = 5.0,
+    fail_threshold: int = 2,
+    queue_timeout: float = 10.0,
+    prefix_bytes: int = DEFAULT_PREFIX_BYTES,
 ) -> Starlette:
     """A Starlette app serving `/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/health`, `/metrics`.
 
-    `cache=None` builds a memory-backed `ResponseCache`; `api_key` replaces the client's Authorization
-    upstream. `client_api_keys` makes every route but `/health` require `Authorization: Bearer <one of them>`;
-    without them the client's header is forwarded when there is no `api_key` (with them it never is: it holds
-    a gateway key, not an upstream one). `allowed_hosts` / `cors_origins` configure the `Guard` (None: no Host
-    check, no CORS). Entries are scoped by the hash of the client's key and by the (redacted) upstream URL."""
+    `upstreams` is one URL or several (URLs or `Replica`s); `routing`, `load_factor`, `max_in_flight` (per
+    replica), `health_interval`, `fail_threshold` and `queue_timeout` configure the `Pool`. `cache=None` builds
+    a memory-backed `ResponseCache`; `api_key` replaces the client's Authorization upstream.
+    `client_api_keys` makes every route but `/health` require `Authorization: Bearer <one of them>`; without
+    them the client's header is forwarded when there is no `api_key` (with them it never is: it holds a
+    gateway key, not an upstream one). `allowed_hosts` / `cors_origins` configure the `Guard` (None: no Host
+    check, no CORS). Entries are scoped by the hash of the client's key and by the cache's namespace (default:
+    the redacted upstream URL, or the sorted URLs of a pool)."""
     from prometheus_client import REGISTRY, generate_latest
 
-    base, query = upstream_base_and_query(upstream_url)
-    target, basic = _without_userinfo(base)
+    registry = registry if registry is not None else REGISTRY
+    replicas = _replicas(upstreams, max_in_flight)
+    pool = Pool(
+        replicas,
+        routing=routing,
+        load_factor=load_factor,
+        fail_threshold=fail_threshold,
+        health_interval=health_interval,
+        queue_timeout=queue_timeout,
+        registry=registry,
+    )
     client_keys = [k for k in client_api_keys or () if k]
-    secrets = [api_key, *url_secrets(upstream_url), *client_keys, basic and basic.split(" ", 1)[1]]
+    secrets = [api_key, *client_keys]
+    for r in replicas:
+        secrets += [*url_secrets(r.url), r.basic and r.basic.split(" ", 1)[1]]
 
     def hide(text: str) -> str:
         return redact_text(text, secrets)
@@ -164,18 +191,57 @@ def create_gateway_app(
                 body = body.replace(s.encode(), b"***")
         return body
 
-    shown = redact_url(base + ("?" + query if query else ""))
-    registry = registry if registry is not None else REGISTRY
+    shown = replicas[0].shown if len(replicas) == 1 else "pool:" + ",".join(sorted(r.shown for r in replicas))
     # The namespace is hashed into fingerprints; the redacted URL keeps entries valid across credential rotation.
     if cache is None:
         cache = ResponseCache(MemoryStore(), namespace=shown, registry=registry)
     if not cache.namespace:
         cache.namespace = shown
 
-    def upstream(route: str) -> str:
-        return target + route + ("?" + query if query else "")
+    holder: dict[str, Any] = {}
 
-    holder: dict[str, httpx.AsyncClient] = {}
+    async def probe(replica: Replica) -> None:
+        client: httpx.AsyncClient = holder["client"]
+        try:
+            r = await client.get(
+                replica.url_for(replica.health_path),
+                headers=auth_headers(replica, None),
+                timeout=min(max(health_interval, 1.0), 5.0),
+            )
+        except httpx.HTTPError as e:
+            pool.failed(replica, f"health check: {type(e).__name__}: {hide(str(e))}", refused=_is_refused(e))
+            return
+        if r.status_code >= 500:
+            pool.failed(replica, f"health check answered {r.status_code}")
+            return
+        pool.recovered(replica)
+        if not replica.detected:
+            await detect(replica)
+
+    async def detect(replica: Replica) -> None:
+        # What the server is decides which request fields it honours (field translation, id relay).
+        client: httpx.AsyncClient = holder["client"]
+        try:
+            r = await client.get(
+                replica.url_for("/v1/models"), headers=auth_headers(replica, None), timeout=5.0
+            )
+            data = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return
+        owners = (
+            {m.get("owned_by") for m in (data or {}).get("data") or [] if isinstance(m, dict)}
+            if isinstance(data, dict)
+            else set()
+        )
+        if replica.kind is None:
+            kinds = {OWNED_BY.get(o) for o in owners if isinstance(o, str)} - {None}
+            replica.kind = kinds.pop() if len(kinds) == 1 else "openai"
+        replica.detected = True
+
+    async def health_loop() -> None:
+        while True:
+            await asyncio.gather(*(probe(r) for r in replicas), return_exceptions=True)
+            await asyncio.sleep(health_interval)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -183,37 +249,62 @@ def create_gateway_app(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
+        task = asyncio.create_task(health_loop()) if health_interval > 0 else None
         # httpx logs every request's full URL (password and query) at INFO; the store loggers can quote a
         # store URL. Redact what those loggers emit while this gateway runs.
         try:
             with redacting_logs(hide, *REDACTED_LOGGERS):
                 yield
         finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await holder["client"].aclose()
 
-    def upstream_headers(request: Request) -> dict[str, str]:
-        h = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    def auth_headers(replica: Replica, request: Request | None) -> dict[str, str]:
+        h: dict[str, str] = {}
         if api_key:
             h["authorization"] = f"Bearer {api_key}"
-        elif basic:
-            h["authorization"] = basic
-        elif not client_keys and request.headers.get("authorization"):
+        elif replica.basic:
+            h["authorization"] = replica.basic
+        elif request is not None and not client_keys and request.headers.get("authorization"):
             h["authorization"] = request.headers["authorization"]
         return h
 
-    def map_transport(e: httpx.HTTPError) -> UpstreamError:
+    def upstream_headers(replica: Replica, request: Request) -> dict[str, str]:
+        return {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            **auth_headers(replica, request),
+        }
+
+    def map_transport(replica: Replica, e: httpx.HTTPError) -> UpstreamError:
         # httpx messages can quote the URL (userinfo included): only the redacted form leaves the gateway.
-        if isinstance(e, httpx.TimeoutException):
+        if isinstance(e, httpx.TimeoutException) and not isinstance(e, httpx.ConnectTimeout):
             return UpstreamError.gateway(
                 504,
-                f"the upstream {shown} did not answer within the timeout ({type(e).__name__})",
+                f"the upstream {replica.shown} did not answer within the timeout ({type(e).__name__})",
                 "upstream_timeout",
             )
         return UpstreamError.gateway(
             502,
-            f"cannot reach the upstream {shown}: {type(e).__name__}: {hide(str(e))}",
+            f"cannot reach the upstream {replica.shown}: {type(e).__name__}: {hide(str(e))}",
             "upstream_unreachable",
         )
+
+    def note_retryable(replica: Replica, status: int) -> None:
+        if status == 429:
+            pool.busy(replica)
+        else:
+            pool.failed(replica, f"answered {status}")
+
+    def no_replica(e: NoReplica, last: UpstreamError | None) -> UpstreamError:
+        if last is not None:
+            # Every replica was tried: the last failure, with the time to try again.
+            last.retry_after = e.retry_after
+            return last
+        return UpstreamError.gateway(503, hide(str(e)), "no_upstream_available", e.retry_after)
 
     async def generation(request: Request) -> Response:
         route = request.url.path
@@ -227,60 +318,130 @@ def create_gateway_app(
             )
         except CacheRequestError as e:
             return HTTPError(400, str(e), "invalid_request", param=e.param).response()
-        url = upstream(route)
-        headers = upstream_headers(request)
-        client = holder["client"]
+        attempts = _Attempts(route_key(route, body, prefix_bytes=prefix_bytes)[0])
+        client: httpx.AsyncClient = holder["client"]
+
+        async def take(tried: set[Replica], last: UpstreamError | None) -> Replica:
+            try:
+                replica, reason = await pool.acquire(attempts.key, tried)
+            except NoReplica as e:
+                raise no_replica(e, last) from None
+            attempts.replica, attempts.reason = replica, reason
+            attempts.count += 1
+            return replica
 
         async def generate(req: dict[str, Any]) -> dict[str, Any]:
-            try:
-                r = await client.post(url, json=req, headers=headers)
-            except httpx.HTTPError as e:
-                raise map_transport(e) from e
-            if r.status_code != 200:
-                raise UpstreamError(
-                    r.status_code, scrub(r.content), r.headers.get("content-type", "application/json")
-                )
-            try:
-                data = r.json()
-            except ValueError:
-                raise UpstreamError.gateway(
-                    502, f"the upstream {shown} returned a body that is not JSON", "upstream_bad_response"
-                ) from None
-            if not isinstance(data, dict):
-                raise UpstreamError.gateway(
-                    502, "the upstream returned JSON that is not an object", "upstream_bad_response"
-                )
-            return data
+            tried: set[Replica] = set()
+            last: UpstreamError | None = None
+            while True:
+                replica = await take(tried, last)
+                t0 = time.perf_counter()
+                try:
+                    r = await client.post(
+                        replica.url_for(route), json=req, headers=upstream_headers(replica, request)
+                    )
+                except httpx.HTTPError as e:
+                    pool.failed(replica, f"{type(e).__name__}: {hide(str(e))}", refused=_is_refused(e))
+                    last = map_transport(replica, e)
+                    if last.status == 504:
+                        raise last from e
+                    tried.add(replica)
+                    continue
+                finally:
+                    pool.release(replica)
+                if r.status_code in RETRY_STATUSES:
+                    note_retryable(replica, r.status_code)
+                    last = UpstreamError(r.status_code, scrub(r.content), r.headers.get("content-type", ""))
+                    tried.add(replica)
+                    continue
+                if r.status_code != 200:
+                    if r.status_code < 500:
+                        pool.client_error(replica)
+                    else:
+                        pool.failed(replica, f"answered {r.status_code}")
+                    raise UpstreamError(
+                        r.status_code, scrub(r.content), r.headers.get("content-type", "application/json")
+                    )
+                try:
+                    data = r.json()
+                except ValueError:
+                    pool.failed(replica, "answered a body that is not JSON")
+                    raise UpstreamError.gateway(
+                        502,
+                        f"the upstream {replica.shown} returned a body that is not JSON",
+                        "upstream_bad_response",
+                    ) from None
+                if not isinstance(data, dict):
+                    pool.failed(replica, "answered JSON that is not an object")
+                    raise UpstreamError.gateway(
+                        502, "the upstream returned JSON that is not an object", "upstream_bad_response"
+                    )
+                pool.succeeded(replica, time.perf_counter() - t0, data.get("usage"))
+                return data
 
         async def generate_stream(req: dict[str, Any]):
-            try:
-                async with client.stream("POST", url, json=req, headers=headers) as r:
-                    if r.status_code != 200:
-                        raise UpstreamError(
-                            r.status_code,
-                            scrub(await r.aread()),
-                            r.headers.get("content-type", "application/json"),
-                        )
-                    parser = SSEParser()
-                    async for data in r.aiter_bytes():
-                        for ev in parser.feed(data):
-                            if ev == "[DONE]":
-                                return
-                            if not isinstance(ev, dict):
-                                raise UpstreamError.gateway(
-                                    502,
-                                    "the upstream sent a stream event that is not an object",
-                                    "upstream_bad_response",
-                                )
-                            yield ev
-            except httpx.HTTPError as e:
-                raise map_transport(e) from e
-            except ResponseCacheError as e:
-                if isinstance(e, UpstreamError):
-                    raise
-                raise UpstreamError.gateway(
-                    502, f"the upstream stream is malformed: {hide(str(e))}", "upstream_bad_response"
-                ) from e
+            tried: set[Replica] = set()
+            last: UpstreamError | None = None
+            while True:
+                replica = await take(tried, last)
+                t0 = time.perf_counter()
+                relayed = False
+                usage = None
+                try:
+                    async with client.stream(
+                        "POST", replica.url_for(route), json=req, headers=upstream_headers(replica, request)
+                    ) as r:
+                        if r.status_code != 200:
+                            err = UpstreamError(
+                                r.status_code,
+                                scrub(await r.aread()),
+                                r.headers.get("content-type", "application/json"),
+                            )
+                            if r.status_code in RETRY_STATUSES:
+                                note_retryable(replica, r.status_code)
+                                last = err
+                                tried.add(replica)
+                                continue
+                            if r.status_code < 500:
+                                pool.client_error(replica)
+                            else:
+                                pool.failed(replica, f"answered {r.status_code}")
+                            raise err
+                        parser = SSEParser()
+                        async for data in r.aiter_bytes():
+                            for ev in parser.feed(data):
+                                if ev == "[DONE]":
+                                    pool.succeeded(replica, time.perf_counter() - t0, usage)
+                                    return
+                                if not isinstance(ev, dict):
+                                    pool.failed(replica, "sent a stream event that is not an object")
+                                    raise UpstreamError.gateway(
+                                        502,
+                                        "the upstream sent a stream event that is not an object",
+                                        "upstream_bad_response",
+                                    )
+                                if ev.get("usage") is not None:
+                                    usage = ev["usage"]
+                                relayed = True
+                                yield ev
+                        pool.succeeded(replica, time.perf_counter() - t0, usage)
+                        return
+                except httpx.HTTPError as e:
+                    pool.failed(replica, f"{type(e).__name__}: {hide(str(e))}", refused=_is_refused(e))
+                    last = map_transport(replica, e)
+                    if relayed or last.status == 504:
+                        raise last from e
+                    tried.add(replica)
+                    continue
+                except ResponseCacheError as e:
+                    if isinstance(e, UpstreamError):
+                        raise
+                    pool.failed(replica, "sent a malformed stream")
+                    raise UpstreamError.gateway(
+                        502, f"the upstream stream is malformed: {hide(str(e))}", "upstream_bad_response"
+                    ) from e
+                finally:
+                    pool.release(replica)
 
         try:
             if plan.stream:
@@ -288,45 +449,70 @@ def create_gateway_app(
             else:
                 result = await cache.respond(plan, generate)
         except UpstreamError as e:
-            return e.response()
+            return e.response({ROUTE_HEADER: attempts.header("none")})
         except IncompleteStreamError as e:
             return HTTPError(
                 502,
-                f"the upstream {shown} answered a stream request without any stream event ({hide(str(e))})",
+                f"the upstream {attempts.replica.shown if attempts.replica else shown} answered a stream request "
+                f"without any stream event ({hide(str(e))})",
                 "upstream_bad_response",
                 type_="upstream_error",
             ).response()
+        headers = {**result.headers, ROUTE_HEADER: attempts.header(result.status)}
         if isinstance(result, CacheStream):
-            return sse_response(result.events, result.headers)
-        return JSONResponse(result.body, headers=result.headers)
+            return sse_response(result.events, headers)
+        return JSONResponse(result.body, headers=headers)
 
     async def models(request: Request) -> Response:
-        try:
-            r = await holder["client"].get(upstream("/v1/models"), headers=upstream_headers(request))
-        except httpx.HTTPError as e:
-            return map_transport(e).response()
-        return Response(
-            scrub(r.content),
-            status_code=r.status_code,
-            media_type=r.headers.get("content-type", "application/json"),
-        )
+        tried: set[Replica] = set()
+        last: UpstreamError | None = None
+        while True:
+            try:
+                replica, _ = await pool.acquire(None, tried)
+            except NoReplica as e:
+                return no_replica(e, last).response()
+            try:
+                r = await holder["client"].get(
+                    replica.url_for("/v1/models"), headers=auth_headers(replica, request)
+                )
+            except httpx.HTTPError as e:
+                pool.failed(replica, f"{type(e).__name__}: {hide(str(e))}", refused=_is_refused(e))
+                last = map_transport(replica, e)
+                tried.add(replica)
+                continue
+            finally:
+                pool.release(replica)
+            return Response(
+                scrub(r.content),
+                status_code=r.status_code,
+                media_type=r.headers.get("content-type", "application/json"),
+            )
 
     async def health(request: Request) -> Response:
         # Unauthenticated: everything shown goes through the redaction (store errors can quote a Redis URL).
         # The store's ping may block: off the event loop. A store that is down or was found corrupt leaves the
-        # gateway serving (requests go upstream), so it is "degraded", not an error.
+        # gateway serving (requests go upstream), so it is "degraded", not an error. With no replica in
+        # rotation the gateway cannot serve: 503, so a load balancer in front of several gateways looks elsewhere.
         state = _redact_tree(await asyncio.to_thread(cache.health), hide)
-        degraded = not state.get("ok", True) or bool(state.get("degraded"))
+        problems = []
+        if not state.get("ok", True) or bool(state.get("degraded")):
+            problems.append("the response cache store is unavailable (requests go to the upstream)")
+        down = [r.name for r in replicas if not r.healthy]
+        if down:
+            problems.append(f"upstream replicas out of rotation: {', '.join(down)}")
+        serving = len(down) < len(replicas)
         body = {
-            "status": "degraded" if degraded else "ok",
+            "status": ("degraded" if problems else "ok") if serving else "unavailable",
             "upstream": shown,
+            "routing": routing,
+            "replicas": _redact_tree(pool.status(), hide),
             "cache_mode": cache.mode,
             "cache": state,
             "time": time.time(),
         }
-        if degraded:
-            body["problems"] = ["the response cache store is unavailable (requests go to the upstream)"]
-        return JSONResponse(body)
+        if problems:
+            body["problems"] = problems
+        return JSONResponse(body, status_code=200 if serving else 503)
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
@@ -358,13 +544,14 @@ def create_gateway_app(
                 cors_origins=cors_origins,
                 api_keys=client_keys,
                 public_paths=("/health",),
-                expose_headers=("x-tokenseam-cache", "x-request-id"),
+                expose_headers=("x-tokenseam-cache", "x-request-id", ROUTE_HEADER, "retry-after"),
             ),
             Middleware(CatchErrors, logger=log, redact=hide, what="gateway"),
         ],
     )
     app.state.cache = cache
     app.state.upstream = shown
+    app.state.pool = pool
     app.state.redact = hide
     app.state.client_auth = bool(client_keys)
     return app

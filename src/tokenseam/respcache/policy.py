@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..httpkit.metrics import metrics_for
 from ..wire import ROUTE_LLAMA, error_body, sse
 from .entry import (
     IncompleteStreamError,
@@ -184,19 +185,8 @@ class _Metrics:
         )
 
 
-_METRICS: dict[int, tuple[Any, _Metrics]] = {}
-
-
 def _metrics_for(registry: Any) -> _Metrics:
-    if registry is None:
-        from prometheus_client import REGISTRY
-
-        registry = REGISTRY
-    got = _METRICS.get(id(registry))
-    if got is None or got[0] is not registry:
-        got = (registry, _Metrics(registry))
-        _METRICS[id(registry)] = got
-    return got[1]
+    return metrics_for(registry, _Metrics)
 
 
 def _header(headers: Mapping[str, str] | None, name: str) -> str:

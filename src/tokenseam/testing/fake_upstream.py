@@ -7,7 +7,8 @@ Behaviour: `/v1/chat/completions` and `/v1/completions` (streamed or not, `n`, `
 `return_token_ids`, `logprobs`, `stream_options.include_usage`), `/v1/models`, `/health`. Control
 (in-process via the `FakeUpstream` object, or `POST /_fake/mode`): `ok`, `error` (status + OpenAI error
 body), `hang` (never answers), `midstream` (a stream that breaks after two events), `garbage` (200 with a
-non-JSON body), `nostream` (answers a stream request with plain JSON), each for the next `count` requests (or all). `GET /_fake/stats` reports calls.
+non-JSON body), `nostream` (answers a stream request with plain JSON), each for the next `count` generation
+requests (or all). `GET /_fake/stats` reports calls.
 """
 
 from __future__ import annotations
@@ -193,9 +194,7 @@ def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -
         )
 
     async def models(request: Request) -> Response:
-        mode = state.take_mode() if state.mode != "ok" else "ok"
-        if mode == "error":
-            return _err(state.error_status, "fake upstream failure", "fake_failure")
+        # The fault modes are for generations: a gateway's probes here must not use them up.
         return JSONResponse(
             {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "fake"}]}
         )
