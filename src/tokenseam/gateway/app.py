@@ -50,6 +50,7 @@ from ..respcache import (
 )
 from ..respcache.entry import SSEParser
 from ..wire import error_body
+from .dialects import FieldError, translate
 from .pool import OWNED_BY, NoReplica, Pool, Replica
 from .routing import DEFAULT_PREFIX_BYTES, key_digest, route_key
 
@@ -57,6 +58,7 @@ log = logging.getLogger("tokenseam.gateway")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 ROUTE_HEADER = "x-tokenseam-route"
+FIELDS_HEADER = "x-tokenseam-translated"  # what the gateway rewrote for the upstream's dialect
 # Answers that say "this replica cannot serve now", not "this request is wrong": tried on another replica.
 RETRY_STATUSES = (429, 502, 503, 504)
 REDACTED_LOGGERS = (
@@ -108,13 +110,20 @@ def _redact_tree(value: Any, hide: Callable[[str], str]) -> Any:
 class _Attempts:
     """The replicas one request went to, for the response header."""
 
-    __slots__ = ("replica", "reason", "count", "key")
+    __slots__ = ("replica", "reason", "count", "key", "notes")
 
     def __init__(self, key: bytes | None) -> None:
         self.key = key
         self.replica: Replica | None = None
         self.reason = ""
         self.count = 0
+        self.notes: list[str] = []
+
+    def headers(self, cache_status: str) -> dict[str, str]:
+        h = {ROUTE_HEADER: self.header(cache_status)}
+        if self.notes:
+            h[FIELDS_HEADER] = "; ".join(self.notes)
+        return h
 
     def header(self, cache_status: str) -> str:
         if self.replica is None:
@@ -218,8 +227,15 @@ def create_gateway_app(
         if not replica.detected:
             await detect(replica)
 
+    detecting: dict[str, asyncio.Lock] = {r.name: asyncio.Lock() for r in replicas}
+
     async def detect(replica: Replica) -> None:
         # What the server is decides which request fields it honours (field translation, id relay).
+        async with detecting[replica.name]:
+            if not replica.detected:
+                await _detect(replica)
+
+    async def _detect(replica: Replica) -> None:
         client: httpx.AsyncClient = holder["client"]
         try:
             r = await client.get(
@@ -330,15 +346,32 @@ def create_gateway_app(
             attempts.count += 1
             return replica
 
+        async def body_for(replica: Replica, req: dict[str, Any]) -> dict[str, Any]:
+            # Fields in the replica's dialect; what it would drop silently is refused before anything is sent.
+            if not replica.detected:
+                await detect(replica)
+            try:
+                out, attempts.notes = translate(replica.kind, route, req)
+            except FieldError as e:
+                pool.release(replica)
+                raise UpstreamError(
+                    400,
+                    json.dumps(
+                        error_body(str(e), "invalid_request_error", "unsupported_field", e.param)
+                    ).encode(),
+                ) from None
+            return out
+
         async def generate(req: dict[str, Any]) -> dict[str, Any]:
             tried: set[Replica] = set()
             last: UpstreamError | None = None
             while True:
                 replica = await take(tried, last)
+                sent = await body_for(replica, req)
                 t0 = time.perf_counter()
                 try:
                     r = await client.post(
-                        replica.url_for(route), json=req, headers=upstream_headers(replica, request)
+                        replica.url_for(route), json=sent, headers=upstream_headers(replica, request)
                     )
                 except httpx.HTTPError as e:
                     pool.failed(replica, f"{type(e).__name__}: {hide(str(e))}", refused=_is_refused(e))
@@ -384,12 +417,13 @@ def create_gateway_app(
             last: UpstreamError | None = None
             while True:
                 replica = await take(tried, last)
+                sent = await body_for(replica, req)
                 t0 = time.perf_counter()
                 relayed = False
                 usage = None
                 try:
                     async with client.stream(
-                        "POST", replica.url_for(route), json=req, headers=upstream_headers(replica, request)
+                        "POST", replica.url_for(route), json=sent, headers=upstream_headers(replica, request)
                     ) as r:
                         if r.status_code != 200:
                             err = UpstreamError(
@@ -449,7 +483,7 @@ def create_gateway_app(
             else:
                 result = await cache.respond(plan, generate)
         except UpstreamError as e:
-            return e.response({ROUTE_HEADER: attempts.header("none")})
+            return e.response(attempts.headers("none"))
         except IncompleteStreamError as e:
             return HTTPError(
                 502,
@@ -458,7 +492,7 @@ def create_gateway_app(
                 "upstream_bad_response",
                 type_="upstream_error",
             ).response()
-        headers = {**result.headers, ROUTE_HEADER: attempts.header(result.status)}
+        headers = {**result.headers, **attempts.headers(result.status)}
         if isinstance(result, CacheStream):
             return sse_response(result.events, headers)
         return JSONResponse(result.body, headers=headers)
@@ -544,7 +578,13 @@ def create_gateway_app(
                 cors_origins=cors_origins,
                 api_keys=client_keys,
                 public_paths=("/health",),
-                expose_headers=("x-tokenseam-cache", "x-request-id", ROUTE_HEADER, "retry-after"),
+                expose_headers=(
+                    "x-tokenseam-cache",
+                    "x-request-id",
+                    ROUTE_HEADER,
+                    FIELDS_HEADER,
+                    "retry-after",
+                ),
             ),
             Middleware(CatchErrors, logger=log, redact=hide, what="gateway"),
         ],

@@ -87,6 +87,7 @@ class FakeState:
     calls: int = 0
     calls_by_route: Counter = field(default_factory=Counter)
     bodies: Counter = field(default_factory=Counter)  # canonical JSON of each generation body -> count
+    last_body: dict | None = None  # the last generation request, as received
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take_mode(self) -> str:
@@ -103,7 +104,9 @@ def _err(status: int, message: str, code: str) -> JSONResponse:
     return JSONResponse(error_body(message, "fake_upstream_error", code), status_code=status)
 
 
-def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -> Starlette:
+def create_fake_app(
+    state: FakeState | None = None, model: str = "fake-model", owned_by: str = "fake"
+) -> Starlette:
     state = state or FakeState()
 
     async def generate(request: Request) -> Response:
@@ -124,6 +127,7 @@ def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -
             state.calls_by_route[route] += 1
             key = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
             state.bodies[route + fingerprint_text(key)] += 1
+            state.last_body = body
         mode = state.take_mode()
         if mode == "error":
             return _err(state.error_status, f"fake upstream failure ({state.error_status})", "fake_failure")
@@ -196,7 +200,7 @@ def create_fake_app(state: FakeState | None = None, model: str = "fake-model") -
     async def models(request: Request) -> Response:
         # The fault modes are for generations: a gateway's probes here must not use them up.
         return JSONResponse(
-            {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "fake"}]}
+            {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": owned_by}]}
         )
 
     async def health(request: Request) -> Response:
@@ -317,9 +321,9 @@ async def _stream(
 class FakeUpstream(BackgroundServer):
     """The fake OpenAI server running in a background thread; `state` controls and observes it."""
 
-    def __init__(self, model: str = "fake-model", port: int = 0) -> None:
+    def __init__(self, model: str = "fake-model", port: int = 0, owned_by: str = "fake") -> None:
         self.state = FakeState()
-        super().__init__(create_fake_app(self.state, model), port=port)
+        super().__init__(create_fake_app(self.state, model, owned_by), port=port)
 
     def set_mode(self, mode: str, count: int | None = None, status: int = 503) -> None:
         with self.state.lock:
