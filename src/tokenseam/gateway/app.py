@@ -52,6 +52,7 @@ from ..respcache.entry import SSEParser
 from ..wire import error_body
 from .dialects import FieldError, translate
 from .pool import OWNED_BY, NoReplica, Pool, Replica
+from .relay import IdRelay, LostIds
 from .routing import DEFAULT_PREFIX_BYTES, key_digest, route_key
 
 log = logging.getLogger("tokenseam.gateway")
@@ -409,6 +410,12 @@ def create_gateway_app(
                     raise UpstreamError.gateway(
                         502, "the upstream returned JSON that is not an object", "upstream_bad_response"
                     )
+                try:
+                    data = IdRelay(req.get("return_token_ids") is True).response(data)
+                except LostIds as e:
+                    raise UpstreamError.gateway(
+                        502, f"the upstream {replica.shown}: {e}", "upstream_lost_ids"
+                    ) from None
                 pool.succeeded(replica, time.perf_counter() - t0, data.get("usage"))
                 return data
 
@@ -421,6 +428,7 @@ def create_gateway_app(
                 t0 = time.perf_counter()
                 relayed = False
                 usage = None
+                ids = IdRelay(req.get("return_token_ids") is True)
                 try:
                     async with client.stream(
                         "POST", replica.url_for(route), json=sent, headers=upstream_headers(replica, request)
@@ -456,6 +464,12 @@ def create_gateway_app(
                                     )
                                 if ev.get("usage") is not None:
                                     usage = ev["usage"]
+                                try:
+                                    ev = ids.event(ev)
+                                except LostIds as e:
+                                    raise UpstreamError.gateway(
+                                        502, f"the upstream {replica.shown}: {e}", "upstream_lost_ids"
+                                    ) from None
                                 relayed = True
                                 yield ev
                         pool.succeeded(replica, time.perf_counter() - t0, usage)

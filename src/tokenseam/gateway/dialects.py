@@ -182,6 +182,15 @@ def translate(kind: str | None, route: str, body: dict[str, Any]) -> tuple[dict[
     """(the body for an upstream of this kind, notes on what was translated). Raises FieldError."""
     if kind == "tokenseam":
         return body, []
+    out, notes = _constraints(kind, route, body)
+    # Whether the ids really come back is checked on the answer (relay.py), for every kind.
+    if body.get("return_token_ids") is True and kind == "llama-server":
+        out = {**out, "return_tokens": True}
+        notes = [*notes, "return_token_ids -> return_tokens"]
+    return out, notes
+
+
+def _constraints(kind: str | None, route: str, body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     found = _constraint(body)
     notes: list[str] = []
     backend = body.get("guided_decoding_backend")

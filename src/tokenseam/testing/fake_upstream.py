@@ -88,6 +88,9 @@ class FakeState:
     calls_by_route: Counter = field(default_factory=Counter)
     bodies: Counter = field(default_factory=Counter)  # canonical JSON of each generation body -> count
     last_body: dict | None = None  # the last generation request, as received
+    # How token ids come back: "tokenseam" (per event + `all_token_ids` in the final one), "vllm" (per event
+    # only), "llama" (per event as `tokens`), "none" (never).
+    id_shape: str = "tokenseam"
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take_mode(self) -> str:
@@ -182,8 +185,8 @@ def create_fake_app(
                 ch["logprobs"] = (
                     {"tokens": pieces, "token_logprobs": [-0.5] * len(pieces)} if want_lp else None
                 )
-            if want_ids:
-                ch["token_ids"] = ids
+            if want_ids and state.id_shape != "none":
+                ch["tokens" if state.id_shape == "llama" else "token_ids"] = ids
             choices.append(ch)
         return JSONResponse(
             {
@@ -298,8 +301,8 @@ async def _stream(
             else:
                 ch["text"] = p
                 ch["logprobs"] = {"tokens": [p], "token_logprobs": [-0.5]} if want_lp else None
-            if want_ids:
-                ch["token_ids"] = [t]
+            if want_ids and state.id_shape != "none":
+                ch["tokens" if state.id_shape == "llama" else "token_ids"] = [t]
             yield chunk([ch])
             sent += 1
             if state.token_delay:
@@ -309,7 +312,7 @@ async def _stream(
             last["delta"] = {}
         else:
             last["text"] = ""
-        if want_ids:
+        if want_ids and state.id_shape == "tokenseam":
             last["token_ids"] = []
             last["all_token_ids"] = ids
         yield chunk([last])
