@@ -92,3 +92,30 @@ def test_a_config_url_with_credentials_is_redacted_in_errors(tmp_path, capsys):
     assert cli_gateway.run(parse("--config", write(tmp_path, text), "--cache-store", "memory")) == 2
     err = capsys.readouterr().err
     assert "names must differ" in err and "hunter2" not in err
+
+
+def test_a_cache_namespace_is_shared_whatever_the_urls(capsys):
+    a = cli_gateway.build_app(
+        parse(
+            "--upstream", "http://127.0.0.1:8001", "--cache-namespace", "rag-prod", "--cache-store", "memory"
+        )
+    )
+    b = cli_gateway.build_app(
+        parse(
+            "--upstream",
+            "http://localhost:8001/v1",
+            "--cache-namespace",
+            "rag-prod",
+            "--cache-store",
+            "memory",
+        )
+    )
+    assert a.state.cache.namespace == b.state.cache.namespace == "rag-prod"
+    plan = {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 0}
+    fa = a.state.cache.plan("/v1/chat/completions", plan).fingerprint
+    assert fa == b.state.cache.plan("/v1/chat/completions", plan).fingerprint
+    assert (
+        cli_gateway.run(parse("--upstream", "http://a:1", "--cache-namespace", "", "--cache-store", "memory"))
+        == 2
+    )
+    assert "--cache-namespace" in capsys.readouterr().err

@@ -171,6 +171,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8090)
     add_cache_arguments(p)
+    p.add_argument(
+        "--cache-namespace",
+        default=None,
+        metavar="NAME",
+        help="entries are shared by every gateway with this namespace, whatever their upstream URLs (default: the "
+        "redacted upstream URL, or the sorted URLs of several)",
+    )
     p.add_argument("--cache-max-entries", type=int, default=None, metavar="N", help="evict beyond N entries")
     p.add_argument("--cache-truncated", action="store_true", help="also cache finish_reason=length answers")
     p.add_argument("--timeout", type=float, default=120.0, help="upstream read timeout in seconds (-> 504)")
@@ -205,6 +212,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--cache-max-entries must be positive"
     if args.max_body_bytes <= 0:
         return "--max-body-bytes must be positive"
+    if args.cache_namespace is not None and not 0 < len(args.cache_namespace) <= 200:
+        return "--cache-namespace must be 1 to 200 characters"
     if args.upstream_key_env and not os.environ.get(args.upstream_key_env):
         return f"--upstream-key-env {args.upstream_key_env}: that environment variable is not set or empty"
     if not 0 <= args.shutdown_timeout <= 3600:
@@ -245,7 +254,11 @@ def build_app(args: argparse.Namespace):
 
     store = open_store(args.cache_store, max_entries=args.cache_max_entries, default_ttl=args.cache_ttl)
     cache = ResponseCache(
-        store, mode=args.cache, ttl_seconds=args.cache_ttl, cache_truncated=args.cache_truncated
+        store,
+        mode=args.cache,
+        ttl_seconds=args.cache_ttl,
+        cache_truncated=args.cache_truncated,
+        namespace=args.cache_namespace or "",
     )
     key = os.environ.get(args.upstream_key_env) if args.upstream_key_env else None
     return create_gateway_app(

@@ -7,10 +7,13 @@ Decisions worth knowing:
 - Bypass per request: header `x-tokenseam-cache: bypass`, or `cache-control: no-cache` / `no-store`.
 - Response header `x-tokenseam-cache`: `hit` (from the store, or from a coalesced in-flight leader), `miss`
   (generated here, stored when cacheable), `bypass` (the cache was not consulted: policy, header, store down).
-- Single flight (per process): identical concurrent requests wait for one leader. If the leader's generation
-  raises, every waiter gets the same exception (same request, same answer — the server maps it to the same
-  status). If the leader is aborted (its client went away, the stream was cut), waiters start over and one
-  of them becomes the new leader. Across processes there is no coalescing (each may generate once).
+- Single flight: identical concurrent requests wait for one leader. If the leader's generation raises, every
+  waiter gets the same exception (same request, same answer — the server maps it to the same status). If the
+  leader is aborted (its client went away, the stream was cut), waiters start over and one of them becomes
+  the new leader. Across processes, a store with locks (Redis) extends this: a process's leader first takes
+  the entry's lock (SET NX with a `lock_seconds` expiry it keeps pushing out while it generates); a process
+  that finds the lock held polls the store for the entry instead of generating, and takes the lock itself if
+  it disappears without an entry (the holder failed or died). Redis down: every process passes through.
 - A store failure logs a warning, counts `store_errors`, opens a short circuit (`store_retry_seconds`) during
   which requests pass straight through, then the store is tried again.
 - Every stored value is checked on read: the store verifies its seal (format and SHA-256), then `entry_problem`
@@ -30,6 +33,7 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
 from collections import Counter as _Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -203,6 +207,8 @@ def _header(headers: Mapping[str, str] | None, name: str) -> str:
 
 class _Flight:
     def __init__(self) -> None:
+        self.lock_token: str | None = None  # the store lock this process's leader holds (shared stores)
+        self.keeper: asyncio.Task[None] | None = None
         self.future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         # Retrieve the exception so an un-awaited failure does not log "never retrieved".
         self.future.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -232,6 +238,8 @@ class ResponseCache:
         store_retry_seconds: float = 5.0,
         replay_event_delay: float = 0.0,
         wait_timeout: float = 600.0,
+        lock_seconds: float = 10.0,
+        poll_seconds: float = 0.05,
     ) -> None:
         if mode not in MODES:
             raise ResponseCacheError(f"cache mode {mode!r} is not one of {', '.join(MODES)}")
@@ -244,12 +252,15 @@ class ResponseCache:
         self.store_retry_seconds = store_retry_seconds
         self.replay_event_delay = replay_event_delay
         self.wait_timeout = wait_timeout
+        self.lock_seconds = lock_seconds
+        self.poll_seconds = poll_seconds
         self.metrics = _metrics_for(registry)
         self.health_count_seconds = 30.0
         self.stats: _Counter[str] = _Counter()
         # Store threads (corrupt values, recoveries) and the event loop both update `stats`.
         self._stats_lock = threading.Lock()
         self._inflight: dict[str, _Flight] = {}
+        self._background: set[asyncio.Task[None]] = set()  # lock releases in flight
         self._store_down_until = 0.0
         self._store_failing = False
         self._last_store_error: str | None = None
@@ -417,6 +428,18 @@ class ResponseCache:
                         self._inflight.pop(fp, None)
                         flight.resolve(entry)
                         return "hit", entry
+                    if callable(getattr(self.store, "try_lock", None)):
+                        try:
+                            entry = await self._lead_across_processes(plan, flight)
+                        except BaseException as e:
+                            self._abandon(
+                                plan, flight, LeaderAbortedError(f"waiting for another process: {e}")
+                            )
+                            raise
+                        if entry is not None:
+                            self._inflight.pop(fp, None)
+                            flight.resolve(entry)
+                            return "coalesced", entry
                     return "lead", flight
             try:
                 entry = await asyncio.wait_for(asyncio.shield(flight.future), self.wait_timeout)
@@ -429,6 +452,82 @@ class ResponseCache:
                 )
                 return "down", None
             return "coalesced", entry
+
+    async def _lead_across_processes(self, plan: CachePlan, flight: _Flight) -> dict[str, Any] | None:
+        """Take the store's lock for this entry (None: lead) or wait for the process that holds it (its entry).
+        A store failure leaves this process leading without a lock: the store never blocks a request."""
+        fp = plan.fingerprint
+        token = uuid.uuid4().hex
+        deadline = time.monotonic() + self.wait_timeout
+        waited = False
+        while True:
+            if not self.store_available():
+                return None
+            try:
+                got = await self._call(self.store.try_lock, fp, token, self.lock_seconds)
+            except Exception as e:
+                self._store_failed("lock", e)
+                return None
+            if got:
+                flight.lock_token = token
+                flight.keeper = asyncio.get_running_loop().create_task(self._keep_lock(fp, token))
+                if waited:
+                    # The holder went away without storing; one last look in case it stored as it left.
+                    ok, entry = await self._get(fp, plan.route)
+                    if ok and entry is not None:
+                        self._release_lock(fp, flight)
+                        return entry
+                return None
+            waited = True
+            self.stats["cross_process_waits"] += 1
+            # Another process generates it: poll for its entry until the lock goes (then try to take it).
+            while True:
+                if time.monotonic() > deadline:
+                    log.warning(
+                        "waited %.0fs for another process's identical request; generating without it",
+                        self.wait_timeout,
+                    )
+                    return None
+                await asyncio.sleep(self.poll_seconds)
+                ok, entry = await self._get(fp, plan.route)
+                if not ok:
+                    return None
+                if entry is not None:
+                    return entry
+                try:
+                    held = await self._call(self.store.locked, fp)
+                except Exception as e:
+                    self._store_failed("lock", e)
+                    return None
+                if not held:
+                    break
+
+    async def _keep_lock(self, fp: str, token: str) -> None:
+        # Push the lock's expiry out while this process generates; a dead process's lock expires on its own.
+        with contextlib.suppress(asyncio.CancelledError):
+            while True:
+                await asyncio.sleep(self.lock_seconds / 3)
+                try:
+                    if not await self._call(self.store.extend_lock, fp, token, self.lock_seconds):
+                        return
+                except Exception:
+                    return
+
+    def _release_lock(self, fp: str | None, flight: _Flight) -> None:
+        token, flight.lock_token = flight.lock_token, None
+        if flight.keeper is not None:
+            flight.keeper.cancel()
+            flight.keeper = None
+        if token is None or fp is None:
+            return
+
+        async def release() -> None:
+            with contextlib.suppress(Exception):
+                await self._call(self.store.unlock, fp, token)
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _finish(self, plan: CachePlan, flight: _Flight, entry: dict[str, Any]) -> None:
         fp = plan.fingerprint
@@ -454,11 +553,13 @@ class ResponseCache:
             # Unregister only after the put so a newcomer either finds the flight or the stored entry.
             if self._inflight.get(fp) is flight:
                 del self._inflight[fp]
+            self._release_lock(fp, flight)
             flight.resolve(entry)
 
     def _abandon(self, plan: CachePlan, flight: _Flight, exc: BaseException) -> None:
         if self._inflight.get(plan.fingerprint) is flight:
             del self._inflight[plan.fingerprint]
+        self._release_lock(plan.fingerprint, flight)
         flight.fail(exc)
 
     def _count(self, plan: CachePlan, result: str) -> None:

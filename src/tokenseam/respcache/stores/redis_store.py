@@ -162,6 +162,56 @@ class RedisStore(StoreState):
     def delete(self, key: str) -> None:
         self._run(lambda: (self._r.delete(self._key(key)), self._r.zrem(self._index, key)))
 
+    # -- single flight across processes: one lock key per entry being generated, owned by a random token
+
+    def _lock_key(self, key: str) -> str:
+        return self.prefix + "l:" + key
+
+    def try_lock(self, key: str, token: str, ttl_seconds: float) -> bool:
+        """Take the generation lock for `key` (SET NX with expiry); False when another process holds it."""
+        return bool(
+            self._run(
+                lambda: self._r.set(self._lock_key(key), token, nx=True, px=max(1, int(ttl_seconds * 1000)))
+            )
+        )
+
+    def extend_lock(self, key: str, token: str, ttl_seconds: float) -> bool:
+        """Push the lock's expiry out while `token` still owns it (a long generation keeps its lock)."""
+        return bool(
+            self._run(
+                lambda: self._extend(
+                    keys=[self._lock_key(key)], args=[token, max(1, int(ttl_seconds * 1000))]
+                )
+            )
+        )
+
+    def unlock(self, key: str, token: str) -> None:
+        """Release the lock if `token` still owns it (never another process's newer lock)."""
+        self._run(lambda: self._release(keys=[self._lock_key(key)], args=[token]))
+
+    def locked(self, key: str) -> bool:
+        return bool(self._run(lambda: self._r.exists(self._lock_key(key))))
+
+    @property
+    def _release(self) -> Any:
+        return self._script(
+            "release",
+            'if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0',
+        )
+
+    @property
+    def _extend(self) -> Any:
+        return self._script(
+            "extend",
+            'if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) end return 0',
+        )
+
+    def _script(self, name: str, text: str) -> Any:
+        scripts = self.__dict__.setdefault("_scripts", {})
+        if name not in scripts:
+            scripts[name] = self._r.register_script(text)
+        return scripts[name]
+
     def count(self) -> int:
         def scan() -> int:
             return sum(1 for _ in self._r.scan_iter(match=self.prefix + "e:*", count=1000))
