@@ -49,8 +49,11 @@ from ..respcache import (
     tenant_from_api_key,
 )
 from ..respcache.entry import SSEParser
-from ..wire import error_body
+from ..vllm.xargs import HEALING_KEY
+from ..wire import TOKEN_HEALING_ERROR, error_body
 from .dialects import FieldError, translate
+from .healing import HEADER as HEALING_HEADER
+from .healing import HealingNotApplied, HealPlan, TextCutter, heal_with_ids, rollback_of, text_prompt
 from .pool import OWNED_BY, NoReplica, Pool, Replica
 from .relay import IdRelay, LostIds
 from .routing import DEFAULT_PREFIX_BYTES, key_digest, route_key
@@ -111,7 +114,7 @@ def _redact_tree(value: Any, hide: Callable[[str], str]) -> Any:
 class _Attempts:
     """The replicas one request went to, for the response header."""
 
-    __slots__ = ("replica", "reason", "count", "key", "notes")
+    __slots__ = ("replica", "reason", "count", "key", "notes", "healing")
 
     def __init__(self, key: bytes | None) -> None:
         self.key = key
@@ -119,11 +122,14 @@ class _Attempts:
         self.reason = ""
         self.count = 0
         self.notes: list[str] = []
+        self.healing: str | None = None
 
     def headers(self, cache_status: str) -> dict[str, str]:
         h = {ROUTE_HEADER: self.header(cache_status)}
         if self.notes:
             h[FIELDS_HEADER] = "; ".join(self.notes)
+        if self.healing:
+            h[HEALING_HEADER] = self.healing
         return h
 
     def header(self, cache_status: str) -> str:
@@ -161,11 +167,13 @@ def create_gateway_app(
     fail_threshold: int = 2,
     queue_timeout: float = 10.0,
     prefix_bytes: int = DEFAULT_PREFIX_BYTES,
+    tokenizers: dict[str, Any] | None = None,
 ) -> Starlette:
     """A Starlette app serving `/v1/chat/completions`, `/v1/completions`, `/v1/models`, `/health`, `/metrics`.
 
     `upstreams` is one URL or several (URLs or `Replica`s); `routing`, `load_factor`, `max_in_flight` (per
-    replica), `health_interval`, `fail_threshold` and `queue_timeout` configure the `Pool`. `cache=None` builds
+    replica), `health_interval`, `fail_threshold` and `queue_timeout` configure the `Pool`. `tokenizers` maps
+    a served model name to its byte `Vocabulary`, for token healing through vLLM replicas (`healing.py`). `cache=None` builds
     a memory-backed `ResponseCache`; `api_key` replaces the client's Authorization upstream.
     `client_api_keys` makes every route but `/health` require `Authorization: Bearer <one of them>`; without
     them the client's header is forwarded when there is no `api_key` (with them it never is: it holds a
@@ -253,7 +261,46 @@ def create_gateway_app(
         if replica.kind is None:
             kinds = {OWNED_BY.get(o) for o in owners if isinstance(o, str)} - {None}
             replica.kind = kinds.pop() if len(kinds) == 1 else "openai"
+        if replica.kind == "vllm" and isinstance(data, dict):
+            models = [m.get("id") for m in data.get("data") or [] if isinstance(m, dict)]
+            replica.healing = await _has_healing(replica, models[0] if models else None)
         replica.detected = True
+
+    async def _has_healing(replica: Replica, model: Any) -> bool:
+        # A one-token request with healing arguments: vLLM without the processor refuses them with a 400.
+        if not isinstance(model, str):
+            return False
+        try:
+            r = await holder["client"].post(
+                replica.url_for("/v1/completions"),
+                json={"model": model, "prompt": "a", "max_tokens": 1, "vllm_xargs": {HEALING_KEY: "20"}},
+                headers=auth_headers(replica, None),
+                timeout=60.0,
+            )
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 200
+
+    async def tokenize(replica: Replica, request: Request, model: Any, text: str) -> list[int]:
+        r = await holder["client"].post(
+            replica.url_for("/tokenize"),
+            json={"model": model, "prompt": text} if isinstance(model, str) else {"prompt": text},
+            headers=upstream_headers(replica, request),
+        )
+        r.raise_for_status()
+        ids = r.json().get("tokens")
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise ValueError("/tokenize answered without a list of token ids")
+        return ids
+
+    def vocab_for(model: Any) -> Any:
+        if not tokenizers:
+            return None
+        if isinstance(model, str) and model in tokenizers:
+            return tokenizers[model]
+        return (
+            next(iter(tokenizers.values())) if len(tokenizers) == 1 and not isinstance(model, str) else None
+        )
 
     async def health_loop() -> None:
         while True:
@@ -335,6 +382,10 @@ def create_gateway_app(
             )
         except CacheRequestError as e:
             return HTTPError(400, str(e), "invalid_request", param=e.param).response()
+        try:
+            rollback = rollback_of(route, body)
+        except ValueError:
+            return HTTPError(400, TOKEN_HEALING_ERROR, "invalid_request", param="token_healing").response()
         attempts = _Attempts(route_key(route, body, prefix_bytes=prefix_bytes)[0])
         client: httpx.AsyncClient = holder["client"]
 
@@ -347,7 +398,7 @@ def create_gateway_app(
             attempts.count += 1
             return replica
 
-        async def body_for(replica: Replica, req: dict[str, Any]) -> dict[str, Any]:
+        async def body_for(replica: Replica, req: dict[str, Any]) -> HealPlan:
             # Fields in the replica's dialect; what it would drop silently is refused before anything is sent.
             if not replica.detected:
                 await detect(replica)
@@ -361,18 +412,45 @@ def create_gateway_app(
                         error_body(str(e), "invalid_request_error", "unsupported_field", e.param)
                     ).encode(),
                 ) from None
-            return out
+            plan = await heal_for(replica, out)
+            attempts.healing = plan.header
+            return plan
+
+        async def heal_for(replica: Replica, body: dict[str, Any]) -> HealPlan:
+            if replica.kind == "tokenseam":
+                return HealPlan(body)  # it heals, and reports it, itself
+            base = {k: v for k, v in body.items() if k != "token_healing"}
+            prompt = text_prompt(route, body)
+            if prompt is None or not rollback:
+                return HealPlan(base)
+            if HEALING_KEY in (body.get("vllm_xargs") or {}):
+                return HealPlan(base, header="off; reason=the request carries its own healing arguments")
+            if body.get("echo"):
+                return HealPlan(base, header="off; reason=echo returns the prompt as sent")
+            if replica.kind != "vllm" or not replica.healing:
+                return HealPlan(
+                    base, header=f"off; reason=the upstream {replica.name} has no tokenseam healing processor"
+                )
+            model = body.get("model")
+            vocab = vocab_for(model)
+            if vocab is None:
+                return HealPlan(base, header=f"off; reason=no --tokenizer for model {model!r}")
+            try:
+                ids = await tokenize(replica, request, model, prompt)
+            except (httpx.HTTPError, ValueError) as e:
+                return HealPlan(base, header=f"off; reason=/tokenize failed ({type(e).__name__})")
+            return heal_with_ids(base, ids, vocab, rollback)
 
         async def generate(req: dict[str, Any]) -> dict[str, Any]:
             tried: set[Replica] = set()
             last: UpstreamError | None = None
             while True:
                 replica = await take(tried, last)
-                sent = await body_for(replica, req)
+                heal = await body_for(replica, req)
                 t0 = time.perf_counter()
                 try:
                     r = await client.post(
-                        replica.url_for(route), json=sent, headers=upstream_headers(replica, request)
+                        replica.url_for(route), json=heal.body, headers=upstream_headers(replica, request)
                     )
                 except httpx.HTTPError as e:
                     pool.failed(replica, f"{type(e).__name__}: {hide(str(e))}", refused=_is_refused(e))
@@ -412,6 +490,17 @@ def create_gateway_app(
                     )
                 try:
                     data = IdRelay(req.get("return_token_ids") is True).response(data)
+                    if heal.removed:
+                        cutter = TextCutter(heal.removed)
+                        for ch in data.get("choices") or ():
+                            if isinstance(ch, dict) and isinstance(ch.get("text"), str):
+                                ch["text"] = cutter.cut(ch.get("index", 0), ch["text"])
+                        data["token_healing"] = heal.report
+                except HealingNotApplied as e:
+                    pool.failed(replica, "answered without healing")
+                    raise UpstreamError.gateway(
+                        502, f"the upstream {replica.shown}: {e}", "upstream_healing_not_applied"
+                    ) from None
                 except LostIds as e:
                     raise UpstreamError.gateway(
                         502, f"the upstream {replica.shown}: {e}", "upstream_lost_ids"
@@ -424,14 +513,18 @@ def create_gateway_app(
             last: UpstreamError | None = None
             while True:
                 replica = await take(tried, last)
-                sent = await body_for(replica, req)
+                heal = await body_for(replica, req)
                 t0 = time.perf_counter()
                 relayed = False
                 usage = None
                 ids = IdRelay(req.get("return_token_ids") is True)
+                cutter = TextCutter(heal.removed) if heal.removed else None
                 try:
                     async with client.stream(
-                        "POST", replica.url_for(route), json=sent, headers=upstream_headers(replica, request)
+                        "POST",
+                        replica.url_for(route),
+                        json=heal.body,
+                        headers=upstream_headers(replica, request),
                     ) as r:
                         if r.status_code != 200:
                             err = UpstreamError(
@@ -466,9 +559,21 @@ def create_gateway_app(
                                     usage = ev["usage"]
                                 try:
                                     ev = ids.event(ev)
+                                    if cutter is not None:
+                                        for ch in ev.get("choices") or ():
+                                            if isinstance(ch, dict) and isinstance(ch.get("text"), str):
+                                                ch["text"] = cutter.cut(ch.get("index", 0), ch["text"])
+                                        if not relayed:
+                                            ev["token_healing"] = heal.report
                                 except LostIds as e:
                                     raise UpstreamError.gateway(
                                         502, f"the upstream {replica.shown}: {e}", "upstream_lost_ids"
+                                    ) from None
+                                except HealingNotApplied as e:
+                                    raise UpstreamError.gateway(
+                                        502,
+                                        f"the upstream {replica.shown}: {e}",
+                                        "upstream_healing_not_applied",
                                     ) from None
                                 relayed = True
                                 yield ev

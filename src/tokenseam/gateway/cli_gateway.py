@@ -50,7 +50,7 @@ def load_config(path: str) -> dict[str, Any]:
         raise ValueError(f"--config {path}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"--config {path} is not valid TOML: {e}") from None
-    unknown = set(data) - set(POOL_DEFAULTS) - {"upstream"}
+    unknown = set(data) - set(POOL_DEFAULTS) - {"upstream", "tokenizers"}
     if unknown:
         raise ValueError(f"--config {path}: unknown setting(s) {', '.join(sorted(unknown))}")
     ups = data.get("upstream", [])
@@ -68,6 +68,9 @@ def load_config(path: str) -> dict[str, Any]:
             raise ValueError(f"--config {path}: upstream {i + 1}: kind must be a string")
         if "max_in_flight" in u:
             _check_value(f"upstream {i + 1} max_in_flight", u["max_in_flight"], POOL_RANGES["max_in_flight"])
+    toks = data.get("tokenizers", {})
+    if not isinstance(toks, dict) or not all(isinstance(v, str) for v in toks.values()):
+        raise ValueError(f"--config {path}: `tokenizers` must be a table of model name = path strings")
     for k, v in data.items():
         if k in POOL_RANGES:
             _check_value(k, v, POOL_RANGES[k])
@@ -95,6 +98,9 @@ def pool_settings(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[
         if k in POOL_RANGES:
             _check_value("--" + k.replace("_", "-"), value, POOL_RANGES[k])
         settings[k] = value
+    settings["tokenizers"] = [f"{m}={p}" for m, p in config.get("tokenizers", {}).items()] + list(
+        args.tokenizer or []
+    )
     upstreams = [dict(u) for u in config.get("upstream", [])]
     upstreams += [{"url": u} for u in args.upstream or []]
     if not upstreams:
@@ -154,6 +160,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="SECONDS",
         help="seconds a request waits for a slot when every replica is at its limit (10), then 503",
+    )
+    p.add_argument(
+        "--tokenizer",
+        action="append",
+        default=None,
+        metavar="MODEL=PATH",
+        help="the byte vocabulary of a served model (its tokenizer.json, or a .gguf), for token healing through "
+        "vLLM replicas with tokenseam's healing processor; repeat per model",
     )
     p.add_argument(
         "--route-prefix-bytes",
@@ -236,10 +250,12 @@ def build_app(args: argparse.Namespace):
     """The gateway app for parsed CLI arguments (raises ResponseCacheError with an actionable message)."""
     from ..respcache import ResponseCache, ResponseCacheError, open_store
     from .app import create_gateway_app
+    from .healing import load_tokenizers
     from .pool import Replica
 
     try:
         upstreams, settings = pool_settings(args)
+        tokenizers = load_tokenizers(settings["tokenizers"])
     except ValueError as e:
         raise ResponseCacheError(str(e)) from None
     replicas = [
@@ -276,6 +292,7 @@ def build_app(args: argparse.Namespace):
         fail_threshold=settings["fail_threshold"],
         queue_timeout=settings["queue_timeout"],
         prefix_bytes=settings["route_prefix_bytes"],
+        tokenizers=tokenizers,
     )
 
 

@@ -131,6 +131,10 @@ def create_fake_app(
             key = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
             state.bodies[route + fingerprint_text(key)] += 1
             state.last_body = body
+        # Healing arguments get a 400, as from a vLLM without tokenseam's processor (the fake cannot heal).
+        xargs = body.get("vllm_xargs")
+        if isinstance(xargs, dict) and "tokenseam_healing" in xargs:
+            return _err(400, "tokenseam_healing: this server has no tokenseam healing processor", "bad_xargs")
         mode = state.take_mode()
         if mode == "error":
             return _err(state.error_status, f"fake upstream failure ({state.error_status})", "fake_failure")
