@@ -364,3 +364,32 @@ def test_sse_parser_handles_split_events_crlf_and_comments():
 def test_entries_are_plain_json():
     entry = entry_from_stream_events(ROUTE_CHAT, chat_stream())
     assert json.loads(json.dumps(entry)) == entry
+
+
+def test_tokenseam_extension_fields_survive_storage_and_replay():
+    from tokenseam.respcache.entry import (
+        entry_from_response,
+        entry_from_stream_events,
+        entry_problem,
+        replay_chunks,
+    )
+
+    healing = {"removed_ids": [5], "removed_bytes": [104], "removed_text": "h"}
+    head = {"id": "x", "object": "text_completion", "created": 1, "model": "m"}
+    chunks = [
+        {**head, "choices": [{"index": 0, "text": "ttp", "finish_reason": None}], "token_healing": healing},
+        {**head, "choices": [{"index": 0, "text": "", "finish_reason": "stop"}]},
+    ]
+    streamed = entry_from_stream_events("/v1/completions", chunks)
+    assert streamed["response"]["token_healing"] == healing and entry_problem(streamed) is None
+    first = replay_chunks(streamed)[0]
+    assert first["token_healing"] == healing and "token_healing" not in replay_chunks(streamed)[1]
+    plain = entry_from_response(
+        "/v1/completions",
+        {**head, "choices": [{"index": 0, "text": "ttp", "finish_reason": "stop"}], "token_healing": healing},
+    )
+    assert replay_chunks(plain)[0]["token_healing"] == healing
+    assert (
+        entry_problem({**plain, "extensions": {"secret": 1}}) == "extensions is not an object of known fields"
+    )
+    assert entry_problem({**plain, "extensions": []}) == "extensions is not an object of known fields"

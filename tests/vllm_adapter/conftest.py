@@ -16,6 +16,8 @@ import pytest
 
 from tokenseam.vllm.setup import VenvUnavailable, setup
 
+MODEL = "smollm2"
+
 
 def venv_dir() -> Path:
     return Path(os.environ.get("TOKENSEAM_VLLM_VENV") or Path.home() / ".cache" / "tokenseam" / "vllm-venv")
@@ -51,3 +53,26 @@ def start_server(config, venv: Path, **kw):
         server.__enter__()
         print(f"[vllm tests] vLLM up in {time.monotonic() - t0:.0f} s at {server.url}", flush=True)
     return server
+
+
+@pytest.fixture(scope="session")
+def vllm_server(pytestconfig, vllm_env):
+    """vLLM with the tokenseam backend and the healing processor (what `tokenseam vllm serve` starts), shared
+    by the adapter's and the gateway's tests."""
+    server = start_server(pytestconfig, vllm_env, extra=["--max-num-seqs", "8"])
+    yield server
+    server.__exit__()
+
+
+@pytest.fixture(scope="session")
+def client(vllm_server):
+    import openai
+
+    return openai.OpenAI(base_url=vllm_server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def hf_vocab(vllm_env):
+    from tokenseam.vocab import Vocabulary
+
+    return Vocabulary.from_hf_tokenizer_json(vllm_env / "models" / MODEL / "tokenizer.json")

@@ -17,30 +17,10 @@ import pytest
 
 from tokenseam.vllm.plugin import INTERNALS, SAMPLING_PARAMS_ATTRIBUTES, STRUCTURED_OUTPUTS_FIELDS
 from tokenseam.vllm.setup import SUPPORTED_VLLM, venv_python
-from tokenseam.vocab import Vocabulary
 
-from .conftest import start_server
 from .schemas import SCHEMAS
 
 MODEL = "smollm2"
-
-
-@pytest.fixture(scope="module")
-def vllm_server(pytestconfig, vllm_env):
-    """vLLM with the tokenseam backend and the healing processor (what `tokenseam vllm serve` starts)."""
-    server = start_server(pytestconfig, vllm_env, extra=["--max-num-seqs", "8"])
-    yield server
-    server.__exit__()
-
-
-@pytest.fixture(scope="module")
-def client(vllm_server):
-    return openai.OpenAI(base_url=vllm_server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
-
-
-@pytest.fixture(scope="module")
-def hf_vocab(vllm_env):
-    return Vocabulary.from_hf_tokenizer_json(vllm_env / "models" / MODEL / "tokenizer.json")
 
 
 def test_every_vllm_internal_the_adapter_uses_exists(vllm_env):

@@ -11,7 +11,8 @@ Entry (JSON, stored as is)::
      "model": "...", "system_fingerprint": "..." | null,
      "response": {...},                    # the full non-streamed body (id/created replaced on every hit)
      "events": [...],                      # one record per live stream event, in order
-     "usage": {...} | null}
+     "usage": {...} | null,
+     "extensions": {...}}                  # optional: tokenseam's own fields (token_healing, ...)
 
 `events` for the OpenAI routes are choice records exactly as they appear inside a chunk's `choices` list:
 chat ``{"index", "delta": {"role"?, "content"?, "tool_calls"?, "reasoning_content"?}, "logprobs",
@@ -19,7 +20,9 @@ chat ``{"index", "delta": {"role"?, "content"?, "tool_calls"?, "reasoning_conten
 "token_ids"?, "all_token_ids"?}``. Replay wraps each record in its own chunk
 (``{"id", "object": "chat.completion.chunk" | "text_completion", "created", "model", "choices": [record]}``),
 then, when the request sets `stream_options.include_usage`, a chunk with ``"choices": []`` and `usage`,
-then ``data: [DONE]``. For llama-server's `/completion` each record is a whole event body
+then ``data: [DONE]``. `extensions` are the tokenseam fields a live answer carries once, at the top of the
+response or of its first chunk (`token_healing`, `grammar_warnings`); replay puts them back there. For
+llama-server's `/completion` each record is a whole event body
 (``{"content", "tokens", "stop": false, ...}``, the last one ``{"content": "", "stop": true, "stop_type", ...}``),
 replayed verbatim with no `[DONE]`, as llama-server does.
 
@@ -234,10 +237,16 @@ def _assemble_llama(events: list[dict[str, Any]]) -> dict[str, Any]:
 # ---------------------------------------------------------------- building entries
 
 
+# Fields a tokenseam answer carries once (response top level, first stream chunk), kept across replay.
+EXTENSION_FIELDS = ("token_healing", "grammar_warnings")
+
+
 def _new_entry(
     route: str, source: str, response: dict[str, Any], events: list[dict[str, Any]], usage: Any
 ) -> dict[str, Any]:
+    ext = {k: response[k] for k in EXTENSION_FIELDS if k in response}
     return {
+        **({"extensions": ext} if ext else {}),
         "format": ENTRY_FORMAT,
         "route": route,
         "source": source,
@@ -276,18 +285,22 @@ def entry_from_stream_events(route: str, chunks: Iterable[Mapping[str, Any]]) ->
     events: list[dict[str, Any]] = []
     usage = None
     model = fingerprint = None
+    ext: dict[str, Any] = {}
     for c in chunks:
         model = model or c.get("model")
         fingerprint = fingerprint or c.get("system_fingerprint")
         if c.get("usage"):
             usage = c["usage"]
+        for k in EXTENSION_FIELDS:
+            if k in c and k not in ext:
+                ext[k] = c[k]
         for choice in c.get("choices") or []:
             if isinstance(choice, dict):
                 events.append(choice)
     _check_complete(route, events)
-    return _new_entry(
-        route, "stream", _assemble_openai(route, events, model, fingerprint, usage), events, usage
-    )
+    response = _assemble_openai(route, events, model, fingerprint, usage)
+    response.update(ext)
+    return _new_entry(route, "stream", response, events, usage)
 
 
 def _pieces_from_logprob_bytes(entries: list[Any], text: str) -> list[str] | None:
@@ -570,6 +583,9 @@ def entry_problem(entry: Any, route: str | None = None) -> str | None:
     problem = _usage_problem(entry.get("usage"), "usage")
     if problem:
         return problem
+    ext = entry.get("extensions", {})
+    if not isinstance(ext, dict) or not set(ext) <= set(EXTENSION_FIELDS):
+        return "extensions is not an object of known fields"
     resp, events = entry.get("response"), entry.get("events")
     if not isinstance(resp, dict):
         return "response is not an object"
@@ -655,10 +671,12 @@ def replay_chunks(
     if entry.get("system_fingerprint") is not None:
         head["system_fingerprint"] = entry["system_fingerprint"]
     out: list[Any] = []
-    for ev in entry["events"]:
+    for n, ev in enumerate(entry["events"]):
         chunk = dict(head, choices=[ev])
         if include_usage:
             chunk["usage"] = None
+        if n == 0:
+            chunk.update(entry.get("extensions") or {})
         out.append(chunk)
     if include_usage and entry.get("usage") is not None:
         out.append(dict(head, choices=[], usage=entry["usage"]))
