@@ -25,8 +25,13 @@ PROMPT = "The project's home page is at http:"
 def gateway(vllm_server, hf_vocab):
     from prometheus_client import CollectorRegistry
 
+    from tokenseam.respcache import MemoryStore, ResponseCache
+
+    reg = CollectorRegistry()
+    # Short test answers stop at max_tokens: cache those too, so a hit can be checked.
+    cache = ResponseCache(MemoryStore(), cache_truncated=True, registry=reg)
     app = create_gateway_app(
-        [vllm_server.url], registry=CollectorRegistry(), health_interval=5, tokenizers={MODEL: hf_vocab}
+        [vllm_server.url], cache=cache, registry=reg, health_interval=5, tokenizers={MODEL: hf_vocab}
     )
     with BackgroundServer(app) as gw:
         gw.pool = app.state.pool
