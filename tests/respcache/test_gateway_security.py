@@ -108,8 +108,15 @@ def test_transport_errors_quoting_the_url_or_key_are_redacted(make_gateway, monk
     async def failing(self, target, *a, **kw):
         raise httpx.ConnectError(f"could not connect to {url} (headers {kw.get('headers')}) for {target}")
 
+    async def failing_http1(self, method, host, port, target, headers, body=b""):
+        raise httpx.ConnectError(f"could not connect to {url} (headers {headers}) for {target}")
+
+    from tokenseam.gateway.http1 import Http1Client
+
+    # Both HTTP clients the gateway uses (httpx for streams and https, the lean one for plain http).
     monkeypatch.setattr(httpx.AsyncClient, "post", failing)
     monkeypatch.setattr(httpx.AsyncClient, "get", failing)
+    monkeypatch.setattr(Http1Client, "request", failing_http1)
     gw = make_gateway(url, api_key=UP_KEY, client_api_keys=[CLIENT_KEY])
     with httpx.Client(timeout=20) as h:
         r = h.post(gw.url + CHAT, json={"messages": MSG, "temperature": 0}, headers=auth())

@@ -11,6 +11,10 @@ BENCHES = {
     "healing": ("tokenseam.bench.healing", "token healing cost and canonicality"),
     "prefix-cache": ("tokenseam.bench.prefix_cache", "prefix KV cache reuse and TTFT on a RAG workload"),
     "cache": ("tokenseam.bench.cache", "response cache fingerprint, hit latency and gateway load"),
+    "gateway": (
+        "tokenseam.bench.gateway",
+        "the gateway over several replicas: stable-prefix routing vs round-robin / least-loaded, overhead, chaos",
+    ),
     "chaos": ("tokenseam.bench.chaos", "the fault set against a real server and gateway: 5xx, hangs, leaks"),
     "vllm": (
         "tokenseam.bench.vllm",

@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="bench-results/prefix-cache.json")
 
 
-def _document(n_words: int, seed: int) -> str:
+def document(n_words: int, seed: int) -> str:
     import random
 
     rng = random.Random(seed)
@@ -130,7 +130,7 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
             }
 
         async def long_prefix() -> dict:
-            doc = _document(int(args.long_prefix_tokens * 0.8), seed=1)
+            doc = document(int(args.long_prefix_tokens * 0.8), seed=1)
             ids = tok.encode("Document:\n" + doc)[: args.long_prefix_tokens]
             cold, warm = [], []
             async with httpx.AsyncClient(timeout=600) as c:
@@ -160,9 +160,7 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
 
         async def interleaved() -> dict:
             heads = [
-                tok.encode(
-                    f"System {k}: you are assistant number {k}.\n" + _document(220, seed=10 + k) + "\n"
-                )
+                tok.encode(f"System {k}: you are assistant number {k}.\n" + document(220, seed=10 + k) + "\n")
                 for k in range(8)
             ]
             state.engine.prefix_cache.clear()
@@ -248,10 +246,10 @@ def _report(console, res: dict) -> None:
 
 def _llama_server(args, path, tok) -> dict:
     """llama-server -np 1 and -np 8 on the same long-prefix TTFT and interleaved workloads (cache_prompt on)."""
-    doc_ids = tok.encode("Document:\n" + _document(int(args.long_prefix_tokens * 0.8), seed=1))
+    doc_ids = tok.encode("Document:\n" + document(int(args.long_prefix_tokens * 0.8), seed=1))
     doc_ids = doc_ids[: args.long_prefix_tokens]
     heads = [
-        tok.encode(f"System {k}: you are assistant number {k}.\n" + _document(220, seed=10 + k) + "\n")
+        tok.encode(f"System {k}: you are assistant number {k}.\n" + document(220, seed=10 + k) + "\n")
         for k in range(8)
     ]
 

@@ -54,6 +54,7 @@ from ..wire import TOKEN_HEALING_ERROR, error_body
 from .dialects import FieldError, translate
 from .healing import HEADER as HEALING_HEADER
 from .healing import HealingNotApplied, HealPlan, TextCutter, heal_with_ids, rollback_of, text_prompt
+from .http1 import Http1Client
 from .pool import OWNED_BY, NoReplica, Pool, Replica
 from .relay import IdRelay, LostIds
 from .routing import DEFAULT_PREFIX_BYTES, key_digest, route_key
@@ -313,6 +314,7 @@ def create_gateway_app(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
+        holder["http1"] = Http1Client(connect_timeout=connect_timeout, read_timeout=timeout)
         task = asyncio.create_task(health_loop()) if health_interval > 0 else None
         # httpx logs every request's full URL (password and query) at INFO; the store loggers can quote a
         # store URL. Redact what those loggers emit while this gateway runs.
@@ -325,6 +327,7 @@ def create_gateway_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await holder["client"].aclose()
+            await holder["http1"].aclose()
 
     def auth_headers(replica: Replica, request: Request | None) -> dict[str, str]:
         h: dict[str, str] = {}
@@ -441,6 +444,15 @@ def create_gateway_app(
                 return HealPlan(base, header=f"off; reason=/tokenize failed ({type(e).__name__})")
             return heal_with_ids(base, ids, vocab, rollback)
 
+        async def post(replica: Replica, body: dict[str, Any]) -> Any:
+            headers = upstream_headers(replica, request)
+            if replica.scheme == "http":
+                data = json.dumps(body, separators=(",", ":")).encode()
+                return await holder["http1"].request(
+                    "POST", replica.host, replica.port, replica.path_for(route), headers, data
+                )
+            return await client.post(replica.url_for(route), json=body, headers=headers)
+
         async def generate(req: dict[str, Any]) -> dict[str, Any]:
             tried: set[Replica] = set()
             last: UpstreamError | None = None
@@ -449,9 +461,7 @@ def create_gateway_app(
                 heal = await body_for(replica, req)
                 t0 = time.perf_counter()
                 try:
-                    r = await client.post(
-                        replica.url_for(route), json=heal.body, headers=upstream_headers(replica, request)
-                    )
+                    r = await post(replica, heal.body)
                 except httpx.HTTPError as e:
                     pool.failed(replica, f"{type(e).__name__}: {hide(str(e))}", refused=_is_refused(e))
                     last = map_transport(replica, e)

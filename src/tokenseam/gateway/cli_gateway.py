@@ -333,5 +333,9 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         log_level="warning",
         timeout_graceful_shutdown=args.shutdown_timeout,
+        # Per-request work the gateway does not use: X-Forwarded-* rewriting, the access log, the Server header.
+        proxy_headers=False,
+        access_log=False,
+        server_header=False,
     )
     return 0

@@ -87,6 +87,10 @@ class Replica:
     query: str = field(init=False)
     basic: str | None = field(init=False)
     shown: str = field(init=False)  # the redacted URL
+    scheme: str = field(init=False)
+    host: str = field(init=False)
+    port: int = field(init=False)
+    base_path: str = field(init=False)
     in_flight: int = 0
     healthy: bool = True
     failures: int = 0  # consecutive
@@ -101,6 +105,9 @@ class Replica:
         base, self.query = upstream_base_and_query(self.url)
         self.target, self.basic = _without_userinfo(base)
         self.shown = redact_url(base + ("?" + self.query if self.query else ""))
+        parts = urlsplit(self.target)
+        self.scheme, self.host, self.base_path = parts.scheme, parts.hostname or "", parts.path
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
         if not self.name:
             self.name = urlsplit(self.target).netloc
         if self.kind is not None and self.kind not in KINDS:
@@ -112,6 +119,9 @@ class Replica:
 
     def url_for(self, route: str) -> str:
         return self.target + route + ("?" + self.query if self.query else "")
+
+    def path_for(self, route: str) -> str:
+        return self.base_path + route + ("?" + self.query if self.query else "")
 
     def status(self) -> dict[str, Any]:
         return {
@@ -232,6 +242,7 @@ class Pool:
         self._turn = 0
         self._freed: asyncio.Event | None = None
         self.metrics = metrics_for(registry, _Metrics) if registry is not None else None
+        self._children: dict[tuple[str, ...], Any] = {}
         for r in self.replicas:
             self._gauge(r)
 
@@ -296,7 +307,7 @@ class Pool:
                 replica.in_flight += 1
                 self._gauge(replica)
                 if self.metrics:
-                    self.metrics.routes.labels(reason).inc()
+                    self._m("routes", reason).inc()
                 return replica, reason
             left = deadline - self._clock()
             if left <= 0:
@@ -323,8 +334,8 @@ class Pool:
     def succeeded(self, replica: Replica, seconds: float, usage: Any = None) -> None:
         replica.failures = 0
         if self.metrics:
-            self.metrics.requests.labels(replica.name, "ok").inc()
-            self.metrics.latency.labels(replica.name).observe(seconds)
+            self._m("requests", replica.name, "ok").inc()
+            self._m("latency", replica.name).observe(seconds)
         self.count_usage(replica, usage)
 
     def count_usage(self, replica: Replica, usage: Any) -> None:
@@ -340,26 +351,26 @@ class Pool:
         replica.prompt_tokens += prompt
         replica.cached_tokens += cached
         if self.metrics:
-            self.metrics.prompt_tokens.labels(replica.name).inc(prompt)
-            self.metrics.cached_tokens.labels(replica.name).inc(cached)
+            self._m("prompt_tokens", replica.name).inc(prompt)
+            self._m("cached_tokens", replica.name).inc(cached)
 
     def busy(self, replica: Replica) -> None:
         # A 429: the replica is up but will not take more now. Tried elsewhere, never a reason to eject.
         if self.metrics:
-            self.metrics.requests.labels(replica.name, "busy").inc()
+            self._m("requests", replica.name, "busy").inc()
 
     def client_error(self, replica: Replica) -> None:
         # A 4xx is the request's fault, not the replica's: it proves the replica is up.
         replica.failures = 0
         if self.metrics:
-            self.metrics.requests.labels(replica.name, "client_error").inc()
+            self._m("requests", replica.name, "client_error").inc()
 
     def failed(self, replica: Replica, why: str, *, refused: bool = False) -> None:
         """Count a failure; eject after `fail_threshold` in a row, or at once when the port refused."""
         replica.failures += 1
         replica.last_error = why
         if self.metrics:
-            self.metrics.requests.labels(replica.name, "error").inc()
+            self._m("requests", replica.name, "error").inc()
         if replica.healthy and (refused or replica.failures >= self.fail_threshold):
             replica.healthy = False
             replica.ejected_at = self._clock()
@@ -376,10 +387,18 @@ class Pool:
             if self._freed is not None:
                 self._freed.set()
 
+    def _m(self, metric: str, *labels: str) -> Any:
+        """The labelled child of a metric, looked up once (prometheus_client's labels() costs per call)."""
+        key = (metric, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = getattr(self.metrics, metric).labels(*labels)
+        return child
+
     def _gauge(self, r: Replica) -> None:
         if self.metrics:
-            self.metrics.in_flight.labels(r.name).set(r.in_flight)
-            self.metrics.healthy.labels(r.name).set(1 if r.healthy else 0)
+            self._m("in_flight", r.name).set(r.in_flight)
+            self._m("healthy", r.name).set(1 if r.healthy else 0)
 
     def status(self) -> list[dict[str, Any]]:
         return [r.status() for r in self.replicas]
