@@ -64,7 +64,9 @@ class _Conn(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
             if self.size > MAX_RESPONSE_BYTES:
-                self._fail(httpx.RemoteProtocolError("the upstream's answer is larger than the gateway accepts"))
+                self._fail(
+                    httpx.RemoteProtocolError("the upstream's answer is larger than the gateway accepts")
+                )
             else:
                 self._fail(httpx.RemoteProtocolError(f"malformed HTTP answer from the upstream: {e}"))
 
