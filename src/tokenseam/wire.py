@@ -101,6 +101,10 @@ def field_default(route: str, name: str) -> Any:
     return value[0] if isinstance(value, tuple) else value
 
 
+# The per-request argument tokenseam's vLLM healing processor reads (`vllm_xargs`): hex of the removed bytes.
+# Here because the gateway sends it and the vLLM adapter reads it.
+VLLM_HEALING_KEY = "tokenseam_healing"
+
 # `token_healing`: true, false, or at most how many prompt tokens to roll back.
 TOKEN_HEALING_MAX = 16
 TOKEN_HEALING_ERROR = f"token_healing must be true, false or a number of tokens from 0 to {TOKEN_HEALING_MAX}"

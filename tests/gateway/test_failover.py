@@ -212,3 +212,25 @@ def test_other_policies_spread_one_prompt(replicas, gateway, routing):
     for i in range(9):
         ask(c, f"q{i}")
     assert min(served_by(replicas)) >= 1
+
+
+def test_waiters_of_a_stream_that_breaks_mid_way_start_over(replicas, gateway):
+    # Identical streams coalesce on one leader; its replica dies after two events. The leader's client gets
+    # the error event; the waiters are not given that error as their answer: one of them leads again.
+    f = replicas[0]
+    f.state.token_delay = 0.3
+    gw = gateway([f.url])
+    f.set_mode("midstream", count=1)
+    body = {"model": "fake-model", "messages": [SYSTEM], "temperature": 0, "stream": True, "max_tokens": 12}
+
+    def post(_):
+        with httpx.Client(timeout=30) as h:
+            return h.post(gw.url + "/v1/chat/completions", json=body)
+
+    with concurrent.futures.ThreadPoolExecutor(3) as ex:
+        first = ex.submit(post, 0)
+        time.sleep(0.2)
+        rest = list(ex.map(post, range(2)))
+    assert first.result().status_code == 200 and '"error"' in first.result().text
+    for r in rest:
+        assert r.status_code == 200 and '"error"' not in r.text and "[DONE]" in r.text, r.text

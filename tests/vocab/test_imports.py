@@ -64,3 +64,27 @@ def test_unknown_attribute_is_still_an_attribute_error():
 
     with pytest.raises(AttributeError):
         v.NoSuchThing  # noqa: B018
+
+
+def test_the_gateway_needs_the_http_stack_but_not_llama_cpp():
+    # `pip install tokenseam[gateway]` is the gateway's install: no engine.
+    body = BLOCK.replace(
+        '"llama_cpp", "starlette", "uvicorn", "httpx", "prometheus_client", ', '"llama_cpp", '
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            body
+            + """
+from tokenseam.gateway import create_gateway_app
+from tokenseam.gateway import cli_gateway, healing, relay, dialects, routing, pool, http1
+print(json.dumps({"llama": "llama_cpp" in sys.modules}))
+""",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"llama": False}

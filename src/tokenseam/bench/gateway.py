@@ -1,10 +1,11 @@
 """`tokenseam bench gateway`: the gateway in front of several real tokenseam replicas.
 
 Phases (`--phases`, all by default):
-- `routing`: a RAG workload (a few fixed system prompts x retrieved chunks x questions, interleaved) through a
-  gateway over `--replicas` fresh tokenseam servers, once per policy (prefix, round-robin, least-loaded),
-  and once straight to a single replica, which sees every earlier prompt and so serves from its prefix cache
-  every token any router could: the oracle. Reported per policy: the prompt tokens served from a prefix
+- `routing`: a RAG workload (a few fixed system prompts x retrieved passages x questions, interleaved) through
+  a gateway over `--replicas` fresh tokenseam servers, once per policy (prefix, round-robin, least-loaded),
+  and once straight to a single replica whose prefix cache is as large as all of theirs together: it sees
+  every earlier prompt and so serves from its cache every token any router could (the oracle). The working
+  set is larger than one replica's cache and smaller than their sum, as in a fleet that needs routing. Reported per policy: the prompt tokens served from a prefix
   cache (usage.prompt_tokens_details.cached_tokens) as a share of the oracle's, TTFT p50/p99, and the busiest
   replica's request count over the mean.
 - `overhead`: a fake upstream in its own process, called directly and through the gateway in alternating
@@ -56,15 +57,26 @@ QUESTIONS = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2")
     p.add_argument("--replicas", type=int, default=3)
+    p.add_argument(
+        "--replica-cache-tokens",
+        type=int,
+        default=6144,
+        help="each replica's prefix cache (the oracle replica gets replicas x this: the pooled cache)",
+    )
     p.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, from {', '.join(PHASES)}")
-    p.add_argument("--systems", type=int, default=4, help="fixed system prompts in the RAG workload")
-    p.add_argument("--system-words", type=int, default=400, help="words per system prompt (~1.3 tokens each)")
-    p.add_argument("--chunks", type=int, default=24, help="retrieved chunks to draw from")
-    p.add_argument("--requests", type=int, default=120, help="RAG requests per policy")
-    p.add_argument("--concurrency", type=int, default=6, help="RAG clients in flight")
+    p.add_argument("--systems", type=int, default=2, help="fixed system prompts in the RAG workload")
+    p.add_argument("--system-words", type=int, default=150, help="words per system prompt (~1.3 tokens each)")
+    p.add_argument("--chunks", type=int, default=12, help="retrieved passages to draw from")
+    p.add_argument("--chunk-words", type=int, default=200, help="words per passage")
+    p.add_argument("--requests", type=int, default=160, help="RAG requests per policy")
+    p.add_argument("--concurrency", type=int, default=4, help="RAG clients in flight")
     p.add_argument("--overhead-requests", type=int, default=400)
     p.add_argument("--chaos-clients", type=int, default=64)
     p.add_argument("--chaos-requests", type=int, default=2000)
+    p.add_argument(
+        "--policies", default=",".join(POLICIES), help="routing policies the routing phase compares"
+    )
+    p.add_argument("--load-factor", type=float, default=1.25, help="the gateway's bounded-load factor")
     p.add_argument("--out", default="results/gateway.json")
 
 
@@ -74,10 +86,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 class Replica(ServerProcess):
     name = "tokenseam replica"
 
-    def __init__(self, model: str, port: int | None = None) -> None:
+    def __init__(self, model: str, port: int | None = None, cache_tokens: int | None = None) -> None:
         self.port = port or free_port()
         argv = [sys.executable, "-m", "tokenseam.cli", "serve", "--model", model, "--port", str(self.port)]
         argv += ["--threads", "1", "--parallel", "4", "--cache", "off", "--ctx-size", "2048"]
+        if cache_tokens is not None:
+            argv += ["--prefix-cache-tokens", str(cache_tokens)]
         super().__init__(argv, self.port)
 
 
@@ -85,7 +99,13 @@ class Gateway(ServerProcess):
     name = "tokenseam gateway"
 
     def __init__(
-        self, upstreams: list[str], *, store: str = "memory", routing: str = "prefix", cache: str = "off"
+        self,
+        upstreams: list[str],
+        *,
+        store: str = "memory",
+        routing: str = "prefix",
+        cache: str = "off",
+        load_factor: float = 1.25,
     ):
         self.port = free_port()
         argv = [
@@ -101,6 +121,7 @@ class Gateway(ServerProcess):
         for u in upstreams:
             argv += ["--upstream", u]
         argv += ["--cache", cache, "--cache-store", store, "--health-interval", "0.5", "--cache-truncated"]
+        argv += ["--load-factor", str(load_factor)]
         super().__init__(argv, self.port)
 
 
@@ -146,14 +167,16 @@ class RedisProcess:
 
 
 def rag_bodies(args: argparse.Namespace, seed: int = 7) -> list[dict[str, Any]]:
-    """Requests as a RAG service sends them: a system prompt per application, a chunk and a question each."""
+    """Requests as a RAG service sends them: an application's system prompt, the retrieved passage as a second
+    system message, then the user's question. The passages of a popular topic are retrieved again and again,
+    so (system prompt, passage) pairs repeat, interleaved with every other pair."""
     rng = random.Random(seed)
     systems = [
         f"You are assistant number {i} of the archive. Answer from the passage only.\n"
         + document(args.system_words, seed + i)
         for i in range(args.systems)
     ]
-    chunks = [document(60, 1000 + i) for i in range(args.chunks)]
+    chunks = [document(args.chunk_words, 1000 + i) for i in range(args.chunks)]
     out = []
     for _ in range(args.requests):
         out.append(
@@ -161,10 +184,8 @@ def rag_bodies(args: argparse.Namespace, seed: int = 7) -> list[dict[str, Any]]:
                 "model": args.model,
                 "messages": [
                     {"role": "system", "content": rng.choice(systems)},
-                    {
-                        "role": "user",
-                        "content": f"Passage: {rng.choice(chunks)}\n\nQuestion: {rng.choice(QUESTIONS)}",
-                    },
+                    {"role": "system", "content": "Passage:\n" + rng.choice(chunks)},
+                    {"role": "user", "content": rng.choice(QUESTIONS)},
                 ],
                 "max_tokens": 4,
                 "temperature": 0.7,
@@ -189,10 +210,17 @@ async def _stream_one(client: httpx.AsyncClient, url: str, body: dict) -> dict[s
                 obj = json.loads(line[6:])
                 if obj.get("usage"):
                     usage = obj["usage"]
-    replica = dict(p.strip().split("=", 1) for p in route.split(";") if "=" in p).get("replica", "")
+    fields = dict(p.strip().split("=", 1) for p in route.split(";") if "=" in p)
     prompt = usage.get("prompt_tokens", 0)
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-    return {"status": status, "ttft": first, "prompt": prompt, "cached": cached, "replica": replica}
+    return {
+        "status": status,
+        "ttft": first,
+        "prompt": prompt,
+        "cached": cached,
+        "replica": fields.get("replica", ""),
+        "reason": fields.get("reason", ""),
+    }
 
 
 async def _drive(url: str, bodies: list[dict], concurrency: int) -> list[dict[str, Any]]:
@@ -212,7 +240,11 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in ok:
         loads[r["replica"]] = loads.get(r["replica"], 0) + 1
     counts = list(loads.values())
+    reasons: dict[str, int] = {}
+    for r in ok:
+        reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
     return {
+        "route_reasons": reasons,
         "requests": len(rows),
         "errors": len(rows) - len(ok),
         "prompt_tokens": sum(r["prompt"] for r in ok),
@@ -224,20 +256,34 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _metric(url: str, name: str) -> float | None:
+    try:
+        text = httpx.get(url + "/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
 def phase_routing(args: argparse.Namespace) -> dict[str, Any]:
     bodies = rag_bodies(args)
     out: dict[str, Any] = {}
-    # The oracle: one replica sees every earlier prompt.
-    with Replica(args.model) as single:
+    # The oracle: one replica with the pooled cache of all of them sees every earlier prompt.
+    with Replica(args.model, cache_tokens=args.replicas * args.replica_cache_tokens) as single:
         out["single_replica"] = _summary(asyncio.run(_drive(single.url, bodies, args.concurrency)))
     print(f"  oracle (one replica): {out['single_replica']['cached_tokens']} cached tokens", flush=True)
-    for policy in POLICIES:
-        replicas = [Replica(args.model) for _ in range(args.replicas)]
+    for policy in [p.strip() for p in args.policies.split(",")]:
+        replicas = [Replica(args.model, cache_tokens=args.replica_cache_tokens) for _ in range(args.replicas)]
         try:
             for r in replicas:
                 r.__enter__()
-            with Gateway([r.url for r in replicas], routing=policy) as gw:
+            with Gateway([r.url for r in replicas], routing=policy, load_factor=args.load_factor) as gw:
                 s = _summary(asyncio.run(_drive(gw.url, bodies, args.concurrency)))
+            s["evictions_per_replica"] = [
+                _metric(r.url, "tokenseam_prefix_cache_evictions_total") for r in replicas
+            ]
         finally:
             for r in replicas:
                 r.__exit__()
@@ -247,7 +293,8 @@ def phase_routing(args: argparse.Namespace) -> dict[str, Any]:
         print(
             f"  {policy:13s} cached {s['cached_tokens']:6d} ({s['cached_share_of_oracle']:.3f} of the oracle)  "
             f"TTFT p50 {s['ttft_p50_ms']:.0f} ms p99 {s['ttft_p99_ms']:.0f} ms  max/mean load "
-            f"{s['max_over_mean_load']:.2f}  errors {s['errors']}",
+            f"{s['max_over_mean_load']:.2f}  errors {s['errors']}  evictions {s['evictions_per_replica']}  "
+            f"routes {s['route_reasons']}",
             flush=True,
         )
     return out
@@ -374,12 +421,15 @@ class ChaosCounts:
         self.generated: dict[str, set] = {}  # question -> every answer a replica generated for it
         self.hits: list[tuple[str, Any]] = []
         self.id_mismatch = 0
+        self.errors: list[str] = []
         self.cut_streams = 0  # a replica died under a live stream: an error event, never a silent end
         self.left_early = 0
 
-    def status(self, code: int) -> None:
+    def status(self, code: int, body: str = "") -> None:
         with self.lock:
             self.statuses[code] = self.statuses.get(code, 0) + 1
+            if code >= 500 and len(self.errors) < 10:
+                self.errors.append(f"{code}: {body[:300]}")
 
     def answer(self, key: str, value: Any, cache: str) -> None:
         with self.lock:
@@ -394,6 +444,7 @@ class ChaosCounts:
         wrong = sum(1 for key, value in self.hits if value not in self.generated.get(key, ()))
         return {
             "statuses": self.statuses,
+            "errors": self.errors,
             "five_xx": sum(n for s, n in self.statuses.items() if s >= 500),
             "hits": len(self.hits),
             "wrong_cache_hits": wrong,
@@ -414,7 +465,7 @@ def _chaos_request(h: httpx.Client, url: str, i: int, model: str, counts: ChaosC
     }
     if kind == 0:  # non-streamed
         r = h.post(url + "/v1/chat/completions", json=body)
-        counts.status(r.status_code)
+        counts.status(r.status_code, r.text)
         if r.status_code == 200:
             counts.answer(
                 question, r.json()["choices"][0]["message"]["content"], r.headers["x-tokenseam-cache"]
@@ -422,10 +473,10 @@ def _chaos_request(h: httpx.Client, url: str, i: int, model: str, counts: ChaosC
         return
     body = {**body, "stream": True, "return_token_ids": True}
     with h.stream("POST", url + "/v1/chat/completions", json=body) as r:
-        counts.status(r.status_code)
         if r.status_code != 200:
-            r.read()
+            counts.status(r.status_code, r.read().decode(errors="replace"))
             return
+        counts.status(r.status_code)
         text, ids, final, err = "", [], None, False
         for n, line in enumerate(r.iter_lines()):
             if kind == 3 and n >= 1:  # a client that leaves
@@ -539,7 +590,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     if not routing:
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    names = list(POLICIES)
+    names = [n for n in POLICIES if n in routing]
     a.bar(names, [routing[n]["cached_share_of_oracle"] for n in names], color=["#2a7", "#999", "#c73"])
     a.set_ylim(0, 1.05)
     a.set_title("prefix-cache tokens served, share of the oracle")
@@ -554,6 +605,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import signal
+
+    # A SIGTERM (a `timeout`, a CI cancel) unwinds through the `with` blocks, so no server is left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     bad = [p for p in phases if p not in PHASES]
     if bad:

@@ -49,8 +49,7 @@ from ..respcache import (
     tenant_from_api_key,
 )
 from ..respcache.entry import SSEParser
-from ..vllm.xargs import HEALING_KEY
-from ..wire import TOKEN_HEALING_ERROR, error_body
+from ..wire import TOKEN_HEALING_ERROR, VLLM_HEALING_KEY, error_body
 from .dialects import FieldError, translate
 from .healing import HEADER as HEALING_HEADER
 from .healing import HealingNotApplied, HealPlan, TextCutter, heal_with_ids, rollback_of, text_prompt
@@ -274,7 +273,7 @@ def create_gateway_app(
         try:
             r = await holder["client"].post(
                 replica.url_for("/v1/completions"),
-                json={"model": model, "prompt": "a", "max_tokens": 1, "vllm_xargs": {HEALING_KEY: "20"}},
+                json={"model": model, "prompt": "a", "max_tokens": 1, "vllm_xargs": {VLLM_HEALING_KEY: "20"}},
                 headers=auth_headers(replica, None),
                 timeout=60.0,
             )
@@ -403,19 +402,23 @@ def create_gateway_app(
 
         async def body_for(replica: Replica, req: dict[str, Any]) -> HealPlan:
             # Fields in the replica's dialect; what it would drop silently is refused before anything is sent.
-            if not replica.detected:
-                await detect(replica)
+            # Whatever goes wrong here, the slot `take` acquired is given back.
             try:
-                out, attempts.notes = translate(replica.kind, route, req)
-            except FieldError as e:
+                if not replica.detected:
+                    await detect(replica)
+                try:
+                    out, attempts.notes = translate(replica.kind, route, req)
+                except FieldError as e:
+                    raise UpstreamError(
+                        400,
+                        json.dumps(
+                            error_body(str(e), "invalid_request_error", "unsupported_field", e.param)
+                        ).encode(),
+                    ) from None
+                plan = await heal_for(replica, out)
+            except BaseException:
                 pool.release(replica)
-                raise UpstreamError(
-                    400,
-                    json.dumps(
-                        error_body(str(e), "invalid_request_error", "unsupported_field", e.param)
-                    ).encode(),
-                ) from None
-            plan = await heal_for(replica, out)
+                raise
             attempts.healing = plan.header
             return plan
 
@@ -426,7 +429,7 @@ def create_gateway_app(
             prompt = text_prompt(route, body)
             if prompt is None or not rollback:
                 return HealPlan(base)
-            if HEALING_KEY in (body.get("vllm_xargs") or {}):
+            if VLLM_HEALING_KEY in (body.get("vllm_xargs") or {}):
                 return HealPlan(base, header="off; reason=the request carries its own healing arguments")
             if body.get("echo"):
                 return HealPlan(base, header="off; reason=echo returns the prompt as sent")
@@ -440,9 +443,10 @@ def create_gateway_app(
                 return HealPlan(base, header=f"off; reason=no --tokenizer for model {model!r}")
             try:
                 ids = await tokenize(replica, request, model, prompt)
+                return heal_with_ids(base, ids, vocab, rollback)
             except (httpx.HTTPError, ValueError) as e:
-                return HealPlan(base, header=f"off; reason=/tokenize failed ({type(e).__name__})")
-            return heal_with_ids(base, ids, vocab, rollback)
+                # HealingError (a ValueError) too: ids the configured vocabulary does not know.
+                return HealPlan(base, header=f"off; reason=/tokenize or rollback failed ({type(e).__name__})")
 
         async def post(replica: Replica, body: dict[str, Any]) -> Any:
             headers = upstream_headers(replica, request)

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..healing import DEFAULT_MAX_ROLLBACK, heal_prompt
-from ..vllm.xargs import HEALING_KEY
 from ..vocab import Vocabulary
-from ..wire import check_token_healing
+from ..wire import VLLM_HEALING_KEY, check_token_healing
 
 HEADER = "x-tokenseam-healing"
 
@@ -79,7 +78,7 @@ def heal_with_ids(body: dict[str, Any], ids: list[int], vocab: Vocabulary, rollb
         return HealPlan(base, header="on; removed=0")
     removed = bytes(r.removed_bytes)
     xargs = dict(body.get("vllm_xargs") or {})
-    xargs[HEALING_KEY] = removed.hex()
+    xargs[VLLM_HEALING_KEY] = removed.hex()
     sent = {**base, "prompt": list(r.kept_ids), "vllm_xargs": xargs}
     report = {
         "removed_ids": list(r.removed_ids),

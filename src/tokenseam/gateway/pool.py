@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..httpkit import redact_url
-from ..httpkit.metrics import metrics_for
+from ..metrics import metrics_for
 from ..respcache import ResponseCacheError
 
 log = logging.getLogger("tokenseam.gateway")

@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..httpkit.metrics import metrics_for
+from ..metrics import metrics_for
 from ..wire import ROUTE_LLAMA, error_body, sse
 from .entry import (
     IncompleteStreamError,
@@ -628,7 +628,6 @@ class ResponseCache:
         parser: SSEParser,
     ) -> AsyncIterator[bytes]:
         chunks: list[Any] = []
-        done = False
         try:
             for chunk in first:
                 chunks.append(chunk)
@@ -652,7 +651,6 @@ class ResponseCache:
                     data = self._encode(plan, chunk)
                     if data:
                         yield data
-            done = True
             if flight is not None:
                 try:
                     entry = entry_from_stream_events(plan.route, chunks)
@@ -674,7 +672,9 @@ class ResponseCache:
             raise
         except Exception as e:
             if flight is not None:
-                self._abandon(plan, flight, e if not done else LeaderAbortedError(str(e)))
+                # The leader's client has part of a stream; its waiters have nothing yet and start over (a
+                # replica that died mid-stream is not the answer to their request).
+                self._abandon(plan, flight, LeaderAbortedError(f"the leading stream failed mid-way: {e}"))
                 flight = None
             log.warning("stream for %s failed mid-way: %s", plan.route, e)
             yield sse(

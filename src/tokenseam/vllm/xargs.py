@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-HEALING_KEY = "tokenseam_healing"  # hex of the prompt bytes token healing removed
+from ..wire import VLLM_HEALING_KEY as HEALING_KEY  # hex of the prompt bytes token healing removed
+
 MAX_HEALING_BYTES = 256  # far beyond any token: healing removes a few tokens at most
 
 
