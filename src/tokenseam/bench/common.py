@@ -84,7 +84,9 @@ class ServerProcess:
 
         if self._log.closed:
             return
-        if self.proc.poll() is not None:  # it died under us: say why
+        if self.proc.poll() is not None and not getattr(
+            self, "killed_on_purpose", False
+        ):  # died under us: say why
             import sys
 
             print(
@@ -137,3 +139,20 @@ class LlamaServer(ServerProcess):
             ],
             port,
         )
+
+
+async def stream_ttft(client, url: str, body: dict) -> tuple[float | None, dict, int, dict]:
+    """Stream one request (an httpx.AsyncClient, the full route URL): (seconds to the first SSE event or None,
+    the usage of the last chunk that had one, the status, the response headers)."""
+    t0 = time.perf_counter()
+    first = None
+    usage: dict = {}
+    async with client.stream("POST", url, json=body) as r:
+        async for line in r.aiter_lines():
+            if line.startswith("data: {"):
+                if first is None:
+                    first = time.perf_counter() - t0
+                obj = json.loads(line[6:])
+                if obj.get("usage"):
+                    usage = obj["usage"]
+    return first, usage, r.status_code, dict(r.headers)

@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from .common import ServerProcess, free_port, machine, median, percentile, write_json
+from .common import ServerProcess, free_port, machine, median, percentile, stream_ttft, write_json
 from .prefix_cache import document
 
 POLICIES = ("prefix", "round-robin", "least-loaded")
@@ -197,19 +197,8 @@ def rag_bodies(args: argparse.Namespace, seed: int = 7) -> list[dict[str, Any]]:
 
 
 async def _stream_one(client: httpx.AsyncClient, url: str, body: dict) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    first = None
-    usage: dict = {}
-    async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
-        route = r.headers.get("x-tokenseam-route", "")
-        status = r.status_code
-        async for line in r.aiter_lines():
-            if line.startswith("data: {"):
-                if first is None:
-                    first = time.perf_counter() - t0
-                obj = json.loads(line[6:])
-                if obj.get("usage"):
-                    usage = obj["usage"]
+    first, usage, status, headers = await stream_ttft(client, url + "/v1/chat/completions", body)
+    route = headers.get("x-tokenseam-route", "")
     fields = dict(p.strip().split("=", 1) for p in route.split(";") if "=" in p)
     prompt = usage.get("prompt_tokens", 0)
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
@@ -532,6 +521,7 @@ def run_chaos(
                         return
                     if i == kill_i:
                         events.append(f"killed replica {reps[0].url} at request {i}")
+                        reps[0].killed_on_purpose = True
                         reps[0].proc.kill()
                     if i == redis_i:
                         events.append(f"restarted Redis at request {i}")

@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from .common import LlamaServer, machine, median, write_json
+from .common import LlamaServer, machine, median, stream_ttft, write_json
 
 QUESTIONS = [
     "What is the main topic?",
@@ -51,20 +51,11 @@ def document(n_words: int, seed: int) -> str:
 
 async def _ttft(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float, dict]:
     """Seconds to the first SSE event, and the final usage."""
-    t0 = time.perf_counter()
-    first = None
-    usage: dict = {}
-    async with client.stream(
-        "POST", url, json={**body, "stream": True, "stream_options": {"include_usage": True}}
-    ) as r:
-        r.raise_for_status()
-        async for line in r.aiter_lines():
-            if line.startswith("data: {"):
-                if first is None:
-                    first = time.perf_counter() - t0
-                obj = json.loads(line[6:])
-                if obj.get("usage"):
-                    usage = obj["usage"]
+    first, usage, status, _ = await stream_ttft(
+        client, url, {**body, "stream": True, "stream_options": {"include_usage": True}}
+    )
+    if status != 200:
+        raise RuntimeError(f"{url} answered {status}")
     return first or float("nan"), usage
 
 
