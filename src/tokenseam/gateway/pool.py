@@ -95,7 +95,6 @@ class Replica:
     healthy: bool = True
     failures: int = 0  # consecutive
     last_error: str = ""
-    ejected_at: float | None = None
     detected: bool = False  # kind and capabilities read from the upstream
     healing: bool | None = None  # the vLLM healing processor answers (None: not probed)
     prompt_tokens: int = 0  # reported in usage, for the cached-token ratio in /health
@@ -373,7 +372,6 @@ class Pool:
             self._m("requests", replica.name, "error").inc()
         if replica.healthy and (refused or replica.failures >= self.fail_threshold):
             replica.healthy = False
-            replica.ejected_at = self._clock()
             log.warning("upstream %s is out of rotation: %s", replica.name, why)
             self._gauge(replica)
 
@@ -381,7 +379,6 @@ class Pool:
         replica.failures = 0
         if not replica.healthy:
             replica.healthy = True
-            replica.ejected_at = None
             log.warning("upstream %s is back in rotation", replica.name)
             self._gauge(replica)
             if self._freed is not None:

@@ -43,7 +43,6 @@ class IdRelay:
         self.want = want
         self.ids: dict[int, list[int]] = {}
         self.seen: set[int] = set()
-        self.finished: set[int] = set()
 
     def event(self, ev: dict[str, Any]) -> dict[str, Any]:
         if not self.want:
@@ -71,7 +70,6 @@ class IdRelay:
                         f"choice {i}: the upstream sent no token ids although return_token_ids was set"
                     )
                 ch["all_token_ids"] = list(acc)
-                self.finished.add(i)
         return ev
 
     def response(self, data: dict[str, Any]) -> dict[str, Any]:
