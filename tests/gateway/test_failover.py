@@ -41,13 +41,16 @@ def wait_for(cond, timeout=10.0):
         time.sleep(0.05)
 
 
-def test_one_system_prompt_stays_on_one_replica_and_the_header_says_so(replicas, gateway):
+def test_one_system_prompt_stays_on_its_home_until_its_share_is_full(replicas, gateway):
     gw = gateway([f.url for f in replicas])
     c = client_for(gw)
     routes = [route_of(ask(c, f"question {i}").headers) for i in range(12)]
-    assert {r["replica"] for r in routes} and len({r["replica"] for r in routes}) == 1
-    assert {r["reason"] for r in routes} == {"prefix"} and len({r["key"] for r in routes}) == 1
-    assert sorted(served_by(replicas)) == [0, 0, 12]
+    assert len({r["key"] for r in routes}) == 1
+    # the first 8 (SHARE_FLOOR) on the key's home; then its share is over the bound and the rest spill, all
+    # to one second replica
+    assert len({r["replica"] for r in routes[:8]}) == 1 and {r["reason"] for r in routes[:8]} == {"prefix"}
+    assert {r["reason"] for r in routes[8:]} == {"spill"} and len({r["replica"] for r in routes[8:]}) == 1
+    assert sorted(served_by(replicas)) == [0, 4, 8]
     # Different system prompts spread over the replicas.
     for i in range(30):
         ask(c, "q", system={"role": "system", "content": f"app number {i}"})

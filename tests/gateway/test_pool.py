@@ -263,3 +263,70 @@ def test_odd_bodies_key_on_nothing_or_something_without_raising(body):
     for route in ("/v1/chat/completions", "/v1/completions"):
         key, what = route_key(route, body)
         assert key is None or isinstance(key, bytes)
+
+
+def test_skewed_keys_balance_by_share_and_each_key_stays_on_few_replicas():
+    # Requests come and go one at a time (nothing ever in flight): a bound on in-flight counts never binds,
+    # the bound on each replica's share of recent assignments does.
+    import random
+
+    rng = random.Random(3)
+    p = pool(3, load_factor=1.25)
+    ks = keys(24)
+    weights = [1 / (i + 1) for i in range(len(ks))]  # Zipf-like popularity
+    served: dict[bytes, set] = {}
+    counts = dict.fromkeys(p.replicas, 0)
+    moves = 0
+    for _ in range(3000):
+        k = rng.choices(ks, weights)[0]
+        r, _reason = asyncio.run(p.acquire(k, set()))
+        p.release(r)
+        counts[r] += 1
+        seen = served.setdefault(k, set())
+        moves += bool(seen) and r not in seen
+        seen.add(r)
+    loads = list(counts.values())
+    assert max(loads) <= 1.25 * statistics.mean(loads) + 2, loads
+    assert moves <= 2 * len(ks), moves  # a key reaches a new replica rarely: each time is a cold prefill
+    assert statistics.mean(len(s) for s in served.values()) < 2
+
+
+def test_a_spill_prefers_a_replica_that_served_the_key():
+    p = pool(3)
+    k = b"a system prompt"
+    home = p.pick(k)[0]
+    # Home is over its share; the two others both fit: without memory, the ring's next replica takes it.
+    p._share.update({r: 10.0 for r in p.replicas})
+    p._share[home] = 30.0
+    first_spill, reason = p.pick(k)
+    assert reason == "spill" and first_spill is not home
+    other = next(r for r in p.replicas if r not in (home, first_spill))
+    p._served(k, other)  # the key was served on the third replica before
+    assert p.pick(k) == (other, "spill")
+
+
+def test_while_shares_are_small_every_request_still_finds_a_replica():
+    p = pool(3)
+    p._share.update({r: 0.1 for r in p.replicas})  # every replica over a bound of 1
+    r, reason = p.pick(b"k")
+    assert r in p.replicas and reason in ("prefix", "spill")
+
+
+def test_share_half_life_must_be_positive():
+    with pytest.raises(ResponseCacheError, match="share_half_life"):
+        pool(2, share_half_life=0)
+
+
+def test_a_returning_replica_is_detected_again():
+    p = pool(2)
+    a = p.replicas[0]
+    a.kind, a.detected, a.healing = "vllm", True, True
+    p.failed(a, "refused", refused=True)
+    p.recovered(a)
+    assert (a.detected, a.kind, a.healing) == (False, None, None)
+    b = Replica("http://10.0.0.9:8000", kind="sglang")
+    q = Pool([b])
+    b.detected = True
+    q.failed(b, "refused", refused=True)
+    q.recovered(b)
+    assert b.kind == "sglang" and not b.detected  # a configured kind is kept

@@ -4,8 +4,8 @@ Phases (`--phases`, all by default):
 - `routing`: a RAG workload (a few fixed system prompts x retrieved passages x questions, interleaved) through
   a gateway over `--replicas` fresh tokenseam servers, once per policy (prefix, round-robin, least-loaded),
   and once straight to a single replica whose prefix cache is as large as all of theirs together: it sees
-  every earlier prompt and so serves from its cache every token any router could (the oracle). The working
-  set is larger than one replica's cache and smaller than their sum, as in a fleet that needs routing. Reported per policy: the prompt tokens served from a prefix
+  every earlier prompt and so serves from its cache every token any router could (the oracle). Each replica
+  runs with the server's default prefix cache. Reported per policy: the prompt tokens served from a prefix
   cache (usage.prompt_tokens_details.cached_tokens) as a share of the oracle's, TTFT p50/p99, and the busiest
   replica's request count over the mean.
 - `overhead`: a fake upstream in its own process, called directly and through the gateway in alternating
@@ -60,8 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--replica-cache-tokens",
         type=int,
-        default=6144,
-        help="each replica's prefix cache (the oracle replica gets replicas x this: the pooled cache)",
+        default=16384,
+        help="each replica's prefix cache, the server's default (the oracle replica gets replicas x this: the "
+        "pooled cache); smaller values measure the replicas' eviction as much as the routing",
     )
     p.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, from {', '.join(PHASES)}")
     p.add_argument("--systems", type=int, default=2, help="fixed system prompts in the RAG workload")

@@ -4,15 +4,22 @@ A `Replica` is one OpenAI-compatible server. A `Pool` holds them and answers one
 replica takes this request? Three policies:
 
 - `prefix` (default): consistent hashing with bounded load. The request's routing key (its stable prefix, see
-  `routing.py`) picks a point on a ring of 64 virtual nodes per replica; the first replica clockwise whose
-  in-flight count is below `ceil(load_factor * (in flight + 1) / healthy replicas)` takes it. Requests sharing
-  a prefix land where its KV is; a hot prefix spills to the next replica on the ring instead of piling up.
+  `routing.py`) picks a point on a ring of 64 virtual nodes per replica; the first replica clockwise that is
+  not full takes it. Requests sharing a prefix land where its KV is; a hot prefix spills to the next replica
+  on the ring (always the same one, so the spilled requests find their KV there too) instead of piling up.
+  A replica is full when taking the request would lift its share of the recent assignments above
+  `load_factor` times the mean share (the assignments decay with a half-life of `share_half_life` requests;
+  no bound below `SHARE_FLOOR` of them),
+  or its requests in flight above twice that factor times the mean in flight (a slow replica whose requests
+  pile up). The bound is on the share, not on the momentary in-flight count: at low concurrency in-flight
+  counts are noise, and a bound on them moves keys back and forth between replicas, each move a cold
+  prefill, while the work each replica gets is what must stay even.
 - `least-loaded`: the replica with the fewest requests in flight.
 - `round-robin`: each replica in turn.
 
 A replica is ejected after `fail_threshold` consecutive failures (failed health probes, unreachable
 connections, 502/503/504 answers) or at once when its port refuses connections, and returns on its first
-successful probe. Each replica has a cap on requests in flight; when every healthy replica is at its cap, a
+successful probe; what kind of server it is (and whether it heals) is detected again then. Each replica has a cap on requests in flight; when every healthy replica is at its cap, a
 request waits up to `queue_timeout` seconds for a slot. `NoReplica` (503 with Retry-After) is raised only
 when no replica can serve.
 """
@@ -26,6 +33,7 @@ import logging
 import math
 import time
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +47,11 @@ log = logging.getLogger("tokenseam.gateway")
 
 ROUTING = ("prefix", "least-loaded", "round-robin")
 VIRTUAL_NODES = 64
+SHARE_HALF_LIFE = 256  # assignments
+# A replica's share is not bounded below this many (decayed) requests: a handful of requests says nothing about
+# balance, and spilling on them would scatter every key of a fresh gateway over the replicas.
+SHARE_FLOOR = 8
+WARM_KEYS = 32768  # routing keys whose replicas the pool remembers
 # What an upstream's /v1/models says in `owned_by`, mapped to the request dialects the gateway knows.
 KINDS = ("vllm", "sglang", "llama-server", "tokenseam", "openai")
 OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama-server", "tokenseam": "tokenseam"}
@@ -87,6 +100,7 @@ class Replica:
     query: str = field(init=False)
     basic: str | None = field(init=False)
     shown: str = field(init=False)  # the redacted URL
+    configured_kind: str | None = field(init=False)
     scheme: str = field(init=False)
     host: str = field(init=False)
     port: int = field(init=False)
@@ -109,6 +123,7 @@ class Replica:
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         if not self.name:
             self.name = urlsplit(self.target).netloc
+        self.configured_kind = self.kind
         if self.kind is not None and self.kind not in KINDS:
             raise ResponseCacheError(
                 f"upstream {self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}"
@@ -215,6 +230,7 @@ class Pool:
         fail_threshold: int = 2,
         health_interval: float = 5.0,
         queue_timeout: float = 10.0,
+        share_half_life: float = SHARE_HALF_LIFE,
         registry: Any = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -238,6 +254,13 @@ class Pool:
             (_point(f"{r.name}#{v}"), i) for i, r in enumerate(self.replicas) for v in range(VIRTUAL_NODES)
         )
         self._points = [p for p, _ in self._ring]
+        if not share_half_life > 0:
+            raise ResponseCacheError("share_half_life must be positive")
+        self._decay = 0.5 ** (1.0 / share_half_life)
+        self._share = {r: 0.0 for r in self.replicas}  # recent assignments, decayed
+        self._index = {r: i for i, r in enumerate(self.replicas)}
+        # Which replicas served each recent key (a bit per replica), so a spill goes where the KV is already.
+        self._warm: OrderedDict[int, int] = OrderedDict()
         self._turn = 0
         self._freed: asyncio.Event | None = None
         self.metrics = metrics_for(registry, _Metrics) if registry is not None else None
@@ -262,19 +285,35 @@ class Pool:
             return None
         retry = "panic" if panic else "retry" if tried else None
         if self.routing == "prefix" and key is not None:
-            total = sum(r.in_flight for r in eligible)
-            bound = math.ceil(self.load_factor * (total + 1) / len(eligible))
-            start = bisect_left(self._points, _point_bytes(key)) % len(self._ring)
-            home = None
+            n = len(eligible)
+            share_bound = max(
+                SHARE_FLOOR, math.ceil(self.load_factor * (sum(self._share[r] for r in eligible) + 1) / n)
+            )
+            flight_bound = math.ceil(2 * self.load_factor * (sum(r.in_flight for r in eligible) + 1) / n)
+            point = _point_bytes(key)
+            start = bisect_left(self._points, point) % len(self._ring)
+            warm = self._warm.get(point, 0)
+            home, order, fits = None, [], []
             for k in range(len(self._ring)):
                 r = self.replicas[self._ring[(start + k) % len(self._ring)][1]]
                 if r not in eligible:
                     continue
                 if home is None:
                     home = r
-                if r in open_ and r.in_flight < bound:
-                    return r, retry or ("prefix" if r is home else "spill")
-            # Every eligible replica is at the bound (only possible with caps): the least loaded open one.
+                if r in open_ and r not in order:
+                    order.append(r)
+                    if self._share[r] + 1 <= share_bound and r.in_flight < flight_bound:
+                        if r is home or warm >> self._index[r] & 1:
+                            return r, retry or ("prefix" if r is home else "spill")
+                        fits.append(r)
+                    if len(order) == len(open_):
+                        break
+            if fits:  # no replica that served this key recently has room: the next one on the ring
+                return fits[0], retry or "spill"
+            # Every open replica is at a bound (while the shares are small, or with caps): the one with the
+            # smallest share, ties in the key's ring order.
+            r = min(order, key=lambda r: (self._share[r], order.index(r)))
+            return r, retry or ("prefix" if r is home else "spill")
         if self.routing == "round-robin":
             for _ in range(len(self.replicas)):
                 r = self.replicas[self._turn % len(self.replicas)]
@@ -288,6 +327,12 @@ class Pool:
     def _tiebreak(self, r: Replica) -> int:
         # Rotate ties so an idle pool does not send everything to the first replica.
         return (self.replicas.index(r) - self._turn) % len(self.replicas)
+
+    def _served(self, key: bytes, replica: Replica) -> None:
+        point = _point_bytes(key)
+        self._warm[point] = self._warm.pop(point, 0) | 1 << self._index[replica]
+        if len(self._warm) > WARM_KEYS:
+            self._warm.popitem(last=False)
 
     async def acquire(self, key: bytes | None, tried: set[Replica]) -> tuple[Replica, str]:
         """Take a slot on a replica (wait for one up to `queue_timeout`); release it with `release`."""
@@ -304,6 +349,11 @@ class Pool:
             if choice is not None:
                 replica, reason = choice
                 replica.in_flight += 1
+                for r in self._share:
+                    self._share[r] *= self._decay
+                self._share[replica] += 1
+                if key is not None and self.routing == "prefix":
+                    self._served(key, replica)
                 self._gauge(replica)
                 if self.metrics:
                     self._m("routes", reason).inc()
@@ -379,6 +429,9 @@ class Pool:
         replica.failures = 0
         if not replica.healthy:
             replica.healthy = True
+            # What comes back on that address may be another build (a vLLM restarted without the healing
+            # processor, another server): it is asked again before its next request.
+            replica.detected, replica.kind, replica.healing = False, replica.configured_kind, None
             log.warning("upstream %s is back in rotation", replica.name)
             self._gauge(replica)
             if self._freed is not None:
