@@ -34,8 +34,9 @@ def test_no_constraint(compiler):
         constraint_from_request(compiler, {"response_format": {"type": "text"}}, "/v1/chat/completions")
         is None
     )
+    # tools belong to chat; elsewhere they are not a constraint
     assert (
-        constraint_from_request(compiler, {"tools": [WEATHER], "tool_choice": "auto"}, "/v1/chat/completions")
+        constraint_from_request(compiler, {"tools": [WEATHER], "tool_choice": "auto"}, "/v1/completions")
         is None
     )
     assert constraint_from_request(compiler, {"grammar": ""}, "/completion") is None
@@ -108,30 +109,94 @@ def test_guided_and_llama_server_fields(compiler, body, good, bad):
     assert not accepts_text(g, bad)
 
 
+def call(name: str, arguments: dict) -> str:
+    return (
+        "<tool_call>"
+        + json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"))
+        + "</tool_call>"
+    )
+
+
 def test_forced_tool_call_shape(compiler, smollm2_vocab):
     body = {
         "tools": [WEATHER, TIME],
         "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
     }
     g = constraint_from_request(compiler, body, "/v1/chat/completions")
-    assert accepts_text(g, '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}')
-    assert not accepts_text(g, '{"name": "get_time", "arguments": {}}')
-    assert not accepts_text(g, '{"name": "get_weather", "arguments": {"unit": "c"}}')
+    assert accepts_text(g, call("get_weather", {"city": "Oslo", "unit": "c"}))
+    assert accepts_text(
+        g, call("get_weather", {"city": "Oslo"}) + "\n" + call("get_weather", {"city": "Rome"})
+    )
+    assert not accepts_text(g, call("get_time", {}))
+    assert not accepts_text(g, call("get_weather", {"unit": "c"}))
+    assert not accepts_text(g, "Sure. " + call("get_weather", {"city": "Oslo"}))  # forced: calls only
     rng = np.random.default_rng(0)
     for mode in ("random", "close", "long"):
         out, done = sample(g, smollm2_vocab, rng, 300, mode)
         if done:
-            call = json.loads(out)
-            assert call["name"] == "get_weather" and "city" in call["arguments"]
+            text = out.decode()
+            for block in text.split("</tool_call>")[:-1]:
+                obj = json.loads(block.strip().removeprefix("<tool_call>"))
+                assert obj["name"] == "get_weather" and "city" in obj["arguments"]
 
 
 def test_required_tool_choice_any_function(compiler):
     g = constraint_from_request(
         compiler, {"tools": [WEATHER, TIME], "tool_choice": "required"}, "/v1/chat/completions"
     )
-    assert accepts_text(g, '{"name": "get_time", "arguments": {"tz": "UTC"}}')
-    assert accepts_text(g, '{"name": "get_weather", "arguments": {"city": "x"}}')
-    assert not accepts_text(g, '{"name": "other", "arguments": {}}')
+    assert accepts_text(g, call("get_time", {}))
+    assert not accepts_text(g, call("get_time", {"tz": "UTC"}))  # no parameters declared: none taken
+    assert accepts_text(g, "\n" + call("get_weather", {"city": "x"}))
+    assert not accepts_text(g, call("other", {}))
+    assert not accepts_text(g, "")
+    one = constraint_from_request(
+        compiler,
+        {"tools": [WEATHER, TIME], "tool_choice": "required", "parallel_tool_calls": False},
+        "/v1/chat/completions",
+    )
+    assert accepts_text(one, call("get_time", {}))
+    assert not accepts_text(one, call("get_time", {}) + call("get_time", {}))
+
+
+def test_auto_is_free_text_or_calls(compiler, smollm2_vocab):
+    g = constraint_from_request(
+        compiler, {"tools": [WEATHER, TIME]}, "/v1/chat/completions"
+    )  # auto by default
+    for text in ("", "Hello!", "a < b and <tool c", "I'll check.\n" + call("get_weather", {"city": "Oslo"})):
+        assert accepts_text(g, text), text
+    assert accepts_text(g, call("get_time", {}) + "\n" + call("get_weather", {"city": "x"}))
+    for text in (
+        "<tool_call>",  # a call that never closes
+        "<tool_call>hello</tool_call>",  # not a call
+        call("get_weather", {"city": "x", "extra": 1}),  # undeclared argument
+        call("get_weather", {"city": "x"}) + " and then text",  # nothing after the calls
+        '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>',  # not compact
+        call("nope", {}),
+    ):
+        assert not accepts_text(g, text), text
+    # sampled adversarially: whatever ends is text without a call marker, or text and then valid calls
+    rng = np.random.default_rng(1)
+    for mode in ("random", "close", "long", "random"):
+        out, done = sample(g, smollm2_vocab, rng, 200, mode)
+        text = out.decode("utf-8", errors="replace")
+        if done and "<tool_call>" in text:
+            tail = text[text.index("<tool_call>") :]
+            for block in tail.split("</tool_call>")[:-1]:
+                obj = json.loads(block.strip().removeprefix("<tool_call>"))
+                assert obj["name"] in ("get_weather", "get_time")
+
+
+def test_tool_choice_none_keeps_call_markers_out(compiler):
+    g = constraint_from_request(compiler, {"tools": [WEATHER], "tool_choice": "none"}, "/v1/chat/completions")
+    assert accepts_text(g, "Plain answer <tool")
+    assert not accepts_text(g, call("get_weather", {"city": "x"}))
+    # with another constraint, `none` adds nothing
+    other = constraint_from_request(
+        compiler,
+        {"tools": [WEATHER], "tool_choice": "none", "guided_regex": "a+"},
+        "/v1/chat/completions",
+    )
+    assert accepts_text(other, "aaa")
 
 
 @pytest.mark.parametrize(
@@ -165,6 +230,13 @@ def test_required_tool_choice_any_function(compiler):
         ),
         ({"tools": [{"type": "function"}], "tool_choice": "required"}, "tools[0]"),
         ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+        ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "conflicting"),  # auto + JSON
+        ({"tools": [WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+        ({"tools": [WEATHER, WEATHER]}, "given twice"),
+        ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools[0].function.name"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "strict": 1}}]}, "strict"),
+        ({"tools": "f"}, "non-empty array"),
+        ({"tools": [WEATHER], "json_schema_options": {"compact": True}}, "does not apply to tool calls"),
         ({"json_schema": {"type": "array", "uniqueItems": True}}, "uniqueItems"),
         ({"structured_outputs": "json"}, "must be an object"),
         ({"structured_outputs": {}}, "exactly one of"),

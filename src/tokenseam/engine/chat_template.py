@@ -11,6 +11,7 @@ from datetime import datetime
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from ..toolcalls import ToolFormatError, native_tools, render_messages
 from ..vocab import Tokenizer, Vocabulary
 from .errors import InvalidRequestError
 
@@ -21,6 +22,9 @@ CHATML = (
 )
 
 _MARK = "\x00tokenseam-content-{}\x00"
+_END = "\x00tokenseam-final-end\x00"  # marks where the final message's content ends (continue_final_message)
+# Template variables a request's chat_template_kwargs may not set: the ones the server renders with.
+RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
 
 
 class ChatTemplate:
@@ -53,6 +57,8 @@ class ChatTemplate:
         self._vars = {"bos_token": bos, "eos_token": vocab.token_text[eos_id] if eos_id is not None else ""}
         # Thinking models open a <think> block in the generation prompt.
         self.is_thinking = "<think>" in self.source
+        # Whether the template renders `tools` in tokenseam's call format itself (else: toolcalls' fallback).
+        self.native_tools = native_tools(self.source)
 
     def render(
         self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None, **extra
@@ -71,14 +77,38 @@ class ChatTemplate:
             ) from e
 
     def encode(
-        self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: list | None = None,
+        *,
+        continue_final: bool = False,
+        kwargs: dict | None = None,
     ) -> list[int]:
-        """Token ids of the rendered prompt. Template text may contain special tokens; message text may not."""
+        """Token ids of the rendered prompt. Template text may contain special tokens; message text may not.
+        Tools, earlier calls and tool results are rendered as `toolcalls.render_messages` says.
+        `continue_final`: the prompt ends right after the final message's content (no end of turn), so the
+        model continues that message. `kwargs`: extra template variables (chat_template_kwargs)."""
+        try:
+            messages, tools = render_messages(messages, tools, self.native_tools)
+        except ToolFormatError as e:
+            raise InvalidRequestError(str(e), e.param) from None
+        if continue_final:
+            if add_generation_prompt:
+                raise InvalidRequestError(
+                    "continue_final_message needs add_generation_prompt: false", "continue_final_message"
+                )
+            if not messages or messages[-1].get("role") != "assistant":
+                raise InvalidRequestError(
+                    "continue_final_message needs an assistant message last", "continue_final_message"
+                )
+            messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + _END}]
+        extra = dict(kwargs or {})
         guarded = [
             m for m in messages if isinstance(m.get("content"), str) and self._has_special(m["content"])
         ]
         if not guarded:
-            text = self.render(messages, add_generation_prompt, tools)
+            text = self._cut(self.render(messages, add_generation_prompt, tools, **extra), continue_final)
             return self._encode_template_text(text)
         # Render with placeholders for the risky contents, then tokenize those as plain text.
         subst = []
@@ -86,10 +116,12 @@ class ChatTemplate:
         for m in messages:
             if m in guarded:
                 k = len(subst)
-                subst.append(m["content"])
-                m = {**m, "content": _MARK.format(k)}
+                content = m["content"]
+                end = _END if content.endswith(_END) else ""  # the marker stays template text
+                subst.append(content[: len(content) - len(end)])
+                m = {**m, "content": _MARK.format(k) + end}
             msgs.append(m)
-        text = self.render(msgs, add_generation_prompt, tools)
+        text = self._cut(self.render(msgs, add_generation_prompt, tools, **extra), continue_final)
         ids: list[int] = []
         parts = re.split("\x00tokenseam-content-(\\d+)\x00", text)
         # parts alternate: template text, content index, template text, ...; plain runs are joined so the
@@ -110,6 +142,18 @@ class ChatTemplate:
                 del j
         ids += self.tokenizer.encode(run) if run else []
         return self._add_bos(ids)
+
+    @staticmethod
+    def _cut(text: str, continue_final: bool) -> str:
+        if not continue_final:
+            return text
+        at = text.rfind(_END)
+        if at < 0:
+            raise InvalidRequestError(
+                "the chat template does not render the final message's content, so it cannot be continued",
+                "continue_final_message",
+            )
+        return text[:at]
 
     def _encode_template_text(self, text: str) -> list[int]:
         return self._add_bos(self.tokenizer.encode(text, add_special=False, parse_special=True))

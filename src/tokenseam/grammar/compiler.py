@@ -115,6 +115,11 @@ class GrammarCompiler:
         compact (no whitespace), max_ws (longest run of spaces/tabs after a newline, default 40)."""
         return self._cached(*_plan_json_schema(schema, options))
 
+    def compile_tool_answer(self, call_schema: Any, mode: str, parallel: bool = True) -> CompiledGrammar:
+        """An answer that may call tools (see grammar/tools.py): `call_schema` is one call's JSON Schema
+        (`tool_call_schema`; None for mode `none`), `mode` auto, required or none."""
+        return self._cached(*_plan_tool_answer(call_schema, mode, parallel))
+
     def warm_up(self) -> None:
         """Load every numba function that masks and commits use, so that no request waits for it: numba loads
         each one from its on-disk cache (or compiles it, on a first run) at its first call, 10-40 ms apiece.
@@ -177,6 +182,24 @@ def _plan_gbnf(text: str, start: str = "root") -> _Plan:
         return parse_gbnf(text, start), "gbnf", text
 
     return ("gbnf", text, start), build
+
+
+def _plan_tool_answer(call_schema: Any, mode: str, parallel: bool) -> _Plan:
+    from .json_schema import schema_to_grammar
+    from .tools import tool_answer_grammar
+
+    try:
+        source = json.dumps(
+            {"call": call_schema, "mode": mode, "parallel": bool(parallel)}, ensure_ascii=False
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise GrammarError(f"the tools' schemas are not JSON-serialisable: {exc}") from exc
+
+    def build():
+        call = None if mode == "none" else schema_to_grammar(call_schema, strict=True, compact=True)
+        return tool_answer_grammar(call, mode, bool(parallel)), "tool_calls", source
+
+    return ("tool_calls", source), build
 
 
 def _plan_json_schema(schema: Any, options: dict[str, Any]) -> _Plan:

@@ -6,16 +6,19 @@ grammar/json_schema, tools+tool_choice.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from .compiled import CompiledGrammar
 from .compiler import GrammarCompiler, loads_schema
 from .errors import GrammarError
 from .json_schema import MAX_WS
 
-# A forced tool call is generated as exactly one JSON object of this shape:
+# A tool call is generated as one JSON object of this shape (inside the markers of `tokenseam.toolcalls`):
 #     {"name": "<function name>", "arguments": {...}}
 # "name" comes first and is one of the allowed function names; "arguments" follows the function's
-# `parameters` schema (any JSON object when the function declares none). The server turns it into
-# `tool_calls=[{"type": "function", "function": {"name": ..., "arguments": json.dumps(arguments)}}]`.
+# `parameters` schema (`{}` when the function declares none: OpenAI's empty parameter list). The server turns
+# it into `tool_calls=[{"type": "function", "function": {"name": ..., "arguments": "<the arguments' JSON>"}}]`.
 
 
 def tool_call_schema(functions: list[dict]) -> dict:
@@ -24,7 +27,7 @@ def tool_call_schema(functions: list[dict]) -> dict:
     for f in functions:
         params = f.get("parameters")
         if params is None:
-            params = {"type": "object"}
+            params = {"type": "object", "properties": {}, "additionalProperties": False}
         branches.append(
             {
                 "type": "object",
@@ -47,24 +50,52 @@ def _schema_arg(value, what: str):
 def _functions(body: dict) -> list[dict]:
     tools = body.get("tools")
     if not isinstance(tools, list) or not tools:
-        raise GrammarError("'tools' must be a non-empty array when tool_choice forces a call")
+        raise _at(GrammarError("'tools' must be a non-empty array of functions"), "tools")
     out = []
+    names = set()
     for i, t in enumerate(tools):
         if (
             not isinstance(t, dict)
             or t.get("type", "function") != "function"
             or not isinstance(t.get("function"), dict)
         ):
-            raise GrammarError(f'tools[{i}] must be {{"type": "function", "function": {{...}}}}')
+            raise _at(
+                GrammarError(f'tools[{i}] must be {{"type": "function", "function": {{...}}}}'), f"tools[{i}]"
+            )
         f = t["function"]
-        if not isinstance(f.get("name"), str) or not f["name"]:
-            raise GrammarError(f"tools[{i}].function.name must be a non-empty string")
+        name = f.get("name")
+        if not isinstance(name, str) or not FUNCTION_NAME.fullmatch(name):
+            raise _at(
+                GrammarError(
+                    f"tools[{i}].function.name must be 1-64 letters, digits, '_' or '-'; got {name!r}"
+                ),
+                f"tools[{i}].function.name",
+            )
+        if name in names:
+            raise _at(
+                GrammarError(f"tools[{i}].function.name {name!r} is given twice"), f"tools[{i}].function.name"
+            )
+        names.add(name)
+        if "description" in f and not isinstance(f["description"], str):
+            raise _at(
+                GrammarError(f"tools[{i}].function.description must be a string"),
+                f"tools[{i}].function.description",
+            )
         if "parameters" in f and not isinstance(f["parameters"], (dict, bool)):
-            raise GrammarError(f"tools[{i}].function.parameters must be a JSON Schema object")
+            raise _at(
+                GrammarError(f"tools[{i}].function.parameters must be a JSON Schema object"),
+                f"tools[{i}].function.parameters",
+            )
+        if "strict" in f and not isinstance(f["strict"], bool):
+            raise _at(
+                GrammarError(f"tools[{i}].function.strict must be true or false"),
+                f"tools[{i}].function.strict",
+            )
         out.append(f)
     return out
 
 
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 JSON_OPTION_TYPES = {"compact": bool, "max_ws": int, "lenient": bool}
 
 
@@ -218,28 +249,64 @@ def _collect(body: dict, route: str) -> list[tuple[str, tuple]]:
             found.append(("grammar", ("gbnf", body["grammar"], {})))
     if body.get("json_schema") is not None:
         found.append(("json_schema", ("json", _schema_arg(body["json_schema"], "json_schema"), {})))
-    tc = body.get("tool_choice")
-    if tc is not None and tc not in ("none", "auto"):
-        funcs = _functions(body)
-        if tc == "required":
-            chosen = funcs
-        elif (
-            isinstance(tc, dict)
-            and isinstance(tc.get("function"), dict)
-            and isinstance(tc["function"].get("name"), str)
-        ):
-            name = tc["function"]["name"]
-            chosen = [f for f in funcs if f["name"] == name]
-            if not chosen:
-                raise GrammarError(f"tool_choice names function {name!r}, which is not in 'tools'")
-        else:
-            raise GrammarError(
-                "tool_choice must be 'none', 'auto', 'required' or "
-                '{"type": "function", "function": {"name": ...}}'
-            )
-        strict = all(bool(f.get("strict", False)) for f in chosen)
-        found.append(("tool_choice", ("json", tool_call_schema(chosen), {"strict": strict})))
+    tools = tool_request(body, route)
+    if tools is not None and (tools.mode != "none" or not found):  # `none` gives way to another constraint
+        found.append(("tool_choice", ("tools", (tools.call_schema(), tools.mode, tools.parallel), {})))
     return found
+
+
+@dataclass
+class ToolRequest:
+    """What a chat request's `tools`, `tool_choice` and `parallel_tool_calls` ask for."""
+
+    tools: list[dict]  # the tools, each {"type": "function", "function": {...}} (checked)
+    mode: str  # auto, required or none (a named function is `required` with `callable` that one)
+    parallel: bool
+    callable: list[dict]  # the functions a call may name
+
+    def call_schema(self) -> dict | None:
+        return tool_call_schema(self.callable) if self.mode != "none" else None
+
+
+def tool_request(body: dict, route: str) -> ToolRequest | None:
+    """The tool request of a chat body with `tools`, else None. `tool_choice` defaults to `auto` when tools are
+    given (OpenAI's rule). Raises GrammarError naming the field."""
+    tc = body.get("tool_choice")
+    if not route.endswith("/chat/completions") or body.get("tools") in (None, []):
+        if tc not in (None, "none", "auto"):
+            _functions(body)  # raises: forcing a call needs tools
+        return None
+    funcs = _functions(body)
+    tools = [{"type": "function", "function": f} for f in funcs]
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
+        raise _at(GrammarError("parallel_tool_calls must be true or false"), "parallel_tool_calls")
+    if tc is None or tc in ("auto", "required", "none"):
+        return ToolRequest(tools, tc or "auto", parallel, funcs)
+    if (
+        isinstance(tc, dict)
+        and isinstance(tc.get("function"), dict)
+        and isinstance(tc["function"].get("name"), str)
+    ):
+        name = tc["function"]["name"]
+        chosen = [f for f in funcs if f["name"] == name]
+        if not chosen:
+            raise _at(
+                GrammarError(f"tool_choice names function {name!r}, which is not in 'tools'"), "tool_choice"
+            )
+        return ToolRequest(tools, "required", parallel, chosen)
+    raise _at(
+        GrammarError(
+            "tool_choice must be 'none', 'auto', 'required' or "
+            '{"type": "function", "function": {"name": ...}}'
+        ),
+        "tool_choice",
+    )
+
+
+def _at(e: GrammarError, param: str) -> GrammarError:
+    e.param = param
+    return e
 
 
 def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -> CompiledGrammar | None:
@@ -249,6 +316,10 @@ def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -
     found = _collect(body, route)
     try:
         json_opts = _json_options(body)
+        if json_opts and any(kind == "tools" for _, (kind, _, _) in found):
+            raise GrammarError(
+                "json_schema_options does not apply to tool calls (their arguments are always compact)"
+            )
         if json_opts and not any(kind == "json" for _, (kind, _, _) in found):
             raise GrammarError(
                 "json_schema_options needs a JSON Schema constraint (response_format, structured_outputs, guided_json, "
@@ -273,6 +344,8 @@ def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -
             return compiler.compile_regex(payload)
         if kind == "gbnf":
             return compiler.compile_gbnf(payload)
+        if kind == "tools":
+            return compiler.compile_tool_answer(*payload)
         return compiler.compile_choice(payload)
     except GrammarError as e:
         e.param = source  # the request field at fault (the server's error `param`)

@@ -7,13 +7,13 @@ carries `all_token_ids` (OpenAI routes, with return_token_ids) or `all_tokens` (
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from ..engine.sampling import TokenLogprob
 from ..engine.sequence import ChoiceEvent, RequestDone
+from ..toolcalls import held_back, split_output
 from ..vocab import Vocabulary
 from ..wire import sse
 
@@ -249,35 +249,68 @@ class ChatFormatter(OpenAIFormatter):
     object_name = "chat.completion"
     chunk_object_name = "chat.completion.chunk"
 
-    def _tool_calls(self, c: ChoiceState) -> list[dict] | None:
-        """The forced tool call as OpenAI `tool_calls`, or None (no tool mode, or the JSON is incomplete)."""
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._sent: dict[
+            int, list[int]
+        ] = {}  # per choice, for tool answers: [content characters, calls] sent
+
+    def _call(self, c: ChoiceState, k: int, name: str, arguments: str) -> dict:
+        return {
+            "id": f"call_{self.rid[-12:]}_{c.index}_{k}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+
+    def _tool_calls(self, c: ChoiceState) -> tuple[str | None, list[dict]] | None:
+        """(content, tool_calls) when the answer is complete calls (after its text, if any); else None (no
+        tools, no call, or the output ran out inside one: then the text is the answer, nothing is lost)."""
         if self.prep.tool_call is None or c.finish_reason != "stop":
             return None
-        try:
-            obj = json.loads(c.text)
-        except ValueError:
+        split = split_output(c.text)
+        if not split.is_tool_answer:
             return None
-        if not isinstance(obj, dict) or "name" not in obj:
-            return None
-        return [
-            {
-                "id": f"call_{self.rid[-12:]}_{c.index}",
-                "type": "function",
-                "function": {
-                    "name": obj["name"],
-                    "arguments": json.dumps(obj.get("arguments", {}), ensure_ascii=False),
-                },
-            }
-        ]
+        calls = [self._call(c, k, name, args) for k, (name, args, _) in enumerate(split.calls)]
+        return (split.content if split.content.strip() else None), calls
+
+    def _tool_delta(self, c: ChoiceState, last: bool) -> dict:
+        """The delta of a streamed answer that may hold calls: its text as content deltas, except what may be
+        the start of a call (held until the next text decides) and layout before a call; each call whole,
+        once it has closed. An answer that ends without being complete calls sends the rest of its text as
+        content: every character of the output reaches the client once."""
+        sent = self._sent.setdefault(c.index, [0, 0])  # [characters of c.text represented, calls sent]
+        split = split_output(c.text)
+        delta: dict = {}
+        content = []
+        if split.calls or split.rest:  # a call has started: the content before it is final
+            head = split.content
+        else:
+            head = c.text if last else c.text[: len(c.text) - held_back(c.text)]
+        if sent[0] < len(head) and (head.strip() or (last and not split.calls)):
+            content.append(head[sent[0] :])
+            sent[0] = len(head)
+        calls = []
+        for k, (name, args, end) in enumerate(split.calls):
+            if k >= sent[1]:
+                calls.append({"index": k, **self._call(c, k, name, args)})
+                sent[0], sent[1] = end, k + 1
+        if last and self._tool_calls(c) is None and sent[0] < len(c.text):
+            content.append(c.text[sent[0] :])
+            sent[0] = len(c.text)
+        if content:
+            delta["content"] = "".join(content)
+        if calls:
+            delta["tool_calls"] = calls
+        return delta
 
     def _logprobs(self, lps: list[TokenLogprob]) -> dict | None:
         return chat_logprobs(self.vocab, lps) if self.p.params.logprobs else None
 
     def _final_choice(self, c: ChoiceState) -> dict:
         ch: dict = {"index": c.index, "finish_reason": self._finish(c)}
-        calls = self._tool_calls(c)
-        if calls is not None:
-            ch["message"] = {"role": "assistant", "content": None, "tool_calls": calls}
+        found = self._tool_calls(c)
+        if found is not None:
+            ch["message"] = {"role": "assistant", "content": found[0], "tool_calls": found[1]}
             ch["finish_reason"] = "tool_calls"
         else:
             ch["message"] = {"role": "assistant", "content": c.text}
@@ -304,15 +337,9 @@ class ChatFormatter(OpenAIFormatter):
     def _stream_choice(self, e: ChoiceEvent, c: ChoiceState, prev: bytes, last: bool) -> dict:
         ch: dict = {"index": e.index, "finish_reason": self._finish(c) if last else None}
         if self.prep.tool_call is not None:
-            # the call is sent whole once its JSON is complete; every event still carries its ids
-            calls = self._tool_calls(c) if last else None
-            ch["delta"] = (
-                {"tool_calls": [{"index": k, **call} for k, call in enumerate(calls)]} if calls else {}
-            )
-            if calls:
+            ch["delta"] = self._tool_delta(c, last)
+            if last and self._tool_calls(c) is not None:
                 ch["finish_reason"] = "tool_calls"
-            elif last and c.text:
-                ch["delta"] = {"content": c.text}  # not a complete call (e.g. max_tokens): show the text
         else:
             ch["delta"] = {"content": e.text} if e.text or not last else {}
         ch["logprobs"] = self._logprobs(e.logprobs)

@@ -7,12 +7,16 @@ the event loop). `Prepared` carries what the response reports about how the requ
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..engine import GenerationRequest
 from ..healing import DEFAULT_MAX_ROLLBACK, heal_prompt, request_constraint
-from .errors import APIError
+from .errors import APIError, known_error
 from .protocol import ParsedRequest, bad, parse_llama_completion, parse_openai
 from .state import ServerState
+
+if TYPE_CHECKING:
+    from ..grammar.request import ToolRequest
 
 GRAMMAR_FIELDS = (
     "response_format",
@@ -35,7 +39,7 @@ class Prepared:
     gen: GenerationRequest
     prompt_tokens: int
     healed: dict | None = None  # {"removed_ids": [...], "removed_bytes": [...], "removed_text": ...}
-    tool_call: dict | None = None  # set when the output is constrained to a tool call
+    tool_call: ToolRequest | None = None  # set when the answer may hold tool calls
     grammar_warnings: list[str] = field(default_factory=list)  # what a lenient schema compile ignored
 
     def report(self) -> dict:
@@ -57,8 +61,15 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
             code="model_not_found",
             param="model",
         )
+    tools = _tool_request(body, parsed.route)
     if parsed.messages is not None:
-        ids = state.chat.encode(parsed.messages)
+        ids = state.chat.encode(
+            parsed.messages,
+            parsed.add_generation_prompt,
+            tools.tools if tools else None,
+            continue_final=parsed.continue_final_message,
+            kwargs=parsed.chat_template_kwargs,
+        )
     elif parsed.prompt_ids is not None:
         ids = parsed.prompt_ids
         if any(not 0 <= t < state.vocab.size for t in ids):
@@ -66,22 +77,12 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
     else:
         ids = state.tokenizer.encode(parsed.prompt_text or "", add_special=True, parse_special=False)
     # the hook sees the body as sent: the canonical one has no `_`-prefixed fields
+    # calls are parsed out of the answer in every mode but none (whose grammar keeps them out)
+    tool_call = tools if tools is not None and tools.mode != "none" else None
     hooked = state.constraint_hook(parsed, sent or body) if state.constraint_hook is not None else None
     if hooked is not None:  # an embedder's own constraint replaces grammar and healing
         gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, constraint_factory=hooked)
-        return Prepared(gen=gen, prompt_tokens=len(ids))
-    tool_call = None
-    if body.get("tools") and parsed.route == "/v1/chat/completions":
-        choice = body.get("tool_choice", "auto")
-        if choice == "auto":
-            raise bad(
-                "tool_choice 'auto' is not supported: this server does not parse free-form tool calls; "
-                "use tool_choice 'required' or name a function (the call is then generated under a grammar)",
-                "tool_choice",
-                code="unsupported_parameter",
-            )
-        if choice != "none":
-            tool_call = {"tool_choice": choice}
+        return Prepared(gen=gen, prompt_tokens=len(ids), tool_call=tool_call)
     compiled = state.compile_request_grammar(body, parsed.route)
     think = body.get("grammar_after_think", state.chat.is_thinking and parsed.messages is not None)
     if not isinstance(think, bool):
@@ -112,6 +113,17 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
         tool_call=tool_call,
         grammar_warnings=list(compiled.warnings) if compiled is not None else [],
     )
+
+
+def _tool_request(body: dict, route: str) -> ToolRequest | None:
+    from ..grammar.request import tool_request
+
+    try:
+        return tool_request(body, route)
+    except Exception as e:
+        if (err := known_error(e)) is None:
+            raise
+        raise err from e
 
 
 def wants_grammar(body: dict) -> bool:
