@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # A third-party module -> the extra of tokenseam that installs it (pyproject.toml).
@@ -44,6 +45,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tokenseam", description="LLM serving that gets the text/token seam right."
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"tokenseam {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
         if only is not None and name != only:
@@ -76,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader left (`tokenseam ... --json | head`): no traceback, and no second one when Python
+        # flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except ModuleNotFoundError as e:
         extra = EXTRA_OF_MODULE.get((e.name or "").split(".")[0])
         if extra is None:

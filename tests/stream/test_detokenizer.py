@@ -64,3 +64,14 @@ def test_invalid_bytes_are_not_held_forever():
 def test_special_tokens_produce_no_text(smollm2_vocab):
     d, deltas = run(smollm2_vocab, [2])  # <|im_end|>
     assert d.text == ""
+
+
+def test_stop_strings_wait_for_min_tokens(smollm2_vocab, tokenizers):
+    ids = tokenizers["smollm2"].encode("a. b. c")
+    stop_at = next(k for k in range(1, len(ids) + 1) if "." in smollm2_vocab.decode_bytes(ids[:k]).decode())
+    early = IncrementalDetokenizer(smollm2_vocab, ["."])
+    text = "".join(early.push(i) for i in ids) + early.finish()
+    assert text == "a" and early.stop_reason == "."
+    late = IncrementalDetokenizer(smollm2_vocab, ["."], min_tokens=stop_at + 1)
+    text = "".join(late.push(i) for i in ids) + late.finish()
+    assert text == "a. b" and late.stopped  # the first "." came before min_tokens, the second stops

@@ -289,6 +289,18 @@ class Engine:
         out.setdefault(st.id, []).append(ev)
         return True
 
+    def _without_ends(self, allowed: np.ndarray | None, p) -> np.ndarray | None:
+        """`allowed` minus end-of-generation and stop ids (before `min_tokens`). When a constraint allows
+        nothing else (a grammar that is complete), its end wins: the mask is left as it is."""
+        ends = [t for t in (*self.backend.eog_ids, *p.stop_token_ids) if 0 <= t < self.backend.n_vocab]
+        if p.ignore_eos:
+            ends = [t for t in p.stop_token_ids if 0 <= t < self.backend.n_vocab]
+        if not ends:
+            return allowed
+        out = np.ones(self.backend.n_vocab, dtype=bool) if allowed is None else allowed.copy()
+        out[ends] = False
+        return out if out.any() else allowed
+
     def _sample(self, s: Sequence, logits: np.ndarray) -> ChoiceEvent:
         allowed = None
         c = s.constraint
@@ -296,6 +308,9 @@ class Engine:
             self._mask.fill(0)
             c.fill_mask(self._mask)
             allowed = bitmask_to_bool(self._mask, self.backend.n_vocab)
+        p = s.req.request.params
+        if len(s.generated) < p.min_tokens:
+            allowed = self._without_ends(allowed, p)
         tok, lp = s.sampler.sample(logits, allowed)
         if c is not None:
             if not c.accept(tok):
@@ -303,7 +318,6 @@ class Engine:
             if not c.is_active():
                 s.constraint = c = None  # it restricts nothing any more: no cost for later tokens
         s.generated.append(tok)
-        p = s.req.request.params
         text = s.detok.push(tok)
         reason = None
         if tok in self.backend.eog_ids and not p.ignore_eos:

@@ -63,8 +63,8 @@ class Sequence:
         self.index = index
         self.seq_id = seq_id
         self.generated: list[int] = []
-        self.sampler = Sampler(p, vocab_size, seed_offset=index)
-        self.detok = IncrementalDetokenizer(vocab, p.stop, req.request.text_skip_bytes)
+        self.sampler = Sampler(p, vocab_size, seed_offset=index, prompt_ids=req.request.prompt_ids)
+        self.detok = IncrementalDetokenizer(vocab, p.stop, req.request.text_skip_bytes, p.min_tokens)
         factory = req.request.constraint_factory
         self.constraint: Constraint | None = factory() if factory else None
         self.finish_reason: str | None = None

@@ -9,6 +9,7 @@ client sees.
 from __future__ import annotations
 
 import logging
+import re
 import traceback
 import uuid
 from collections.abc import Callable
@@ -18,6 +19,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import HTTPError
 
 REQUEST_ID_HEADER = "x-request-id"
+
+
+_CLIENT_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+
+
+def request_id(scope: Scope) -> str:
+    """The client's `x-request-id` when it is a plain token (letters, digits, `._:-`, at most 128), else a new
+    one: every response carries it, and a 500's log line names it."""
+    for k, v in scope.get("headers") or []:
+        if k.lower() == b"x-request-id" and _CLIENT_ID.fullmatch(v):
+            return v.decode()
+    return uuid.uuid4().hex[:16]
 
 
 class CatchErrors:
@@ -39,17 +52,19 @@ class CatchErrors:
             await self.app(scope, receive, send)
             return
         started = False
+        rid = request_id(scope)
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                message = {**message, "headers": [*headers, (b"x-request-id", rid.encode())]}
             await send(message)
 
         try:
             await self.app(scope, receive, tracking_send)
         except Exception:
-            rid = uuid.uuid4().hex[:16]
             self.log.error(
                 "%s internal error %s on %s %s:\n%s",
                 self.what,

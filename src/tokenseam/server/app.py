@@ -25,7 +25,7 @@ from ..wire import sse
 from .errors import APIError, known_error
 from .formatting import FORMATTERS, Formatter
 from .prepare import parse_request, prepare, wants_grammar
-from .protocol import bad, bool_field
+from .protocol import IGNORED_HEADER, bad, bool_field, ignored_fields
 from .relay import request_events
 from .state import ServerState
 
@@ -173,7 +173,11 @@ def create_app(
             # exception into a JSON 500 without re-raising, so the keep-alive connection survives and the log line
             # is redacted.
             Middleware(
-                Guard, allowed_hosts=allowed_hosts, cors_origins=cors_origins, api_keys=secrets or None
+                Guard,
+                allowed_hosts=allowed_hosts,
+                cors_origins=cors_origins,
+                api_keys=secrets or None,
+                expose_headers=("x-request-id", IGNORED_HEADER, "x-tokenseam-cache"),
             ),
             Middleware(
                 CatchErrors, logger=log, redact=lambda text: redact_text(text, secrets), what="server"
@@ -212,6 +216,8 @@ async def _generate(request: Request, state: ServerState, kind: type[Formatter])
     body = await read_json_body(request, state.max_body_bytes)
     # One validation step before the cache: a malformed request gets the same 4xx with the cache on or off.
     parsed = parse_request(route, body)
+    ignored = ignored_fields(body)
+    extra = {IGNORED_HEADER: ", ".join(ignored)[:1024]} if ignored else {}
     from ..respcache import CacheRequestError, normalize_request, tenant_from_api_key
 
     cache = state.response_cache
@@ -224,8 +230,8 @@ async def _generate(request: Request, state: ServerState, kind: type[Formatter])
             stream = _stream_body(request, state, kind, body, t0)
             # Take the first chunk now: a bad request fails here, before a 200 status line is sent.
             first = await anext(stream, b"")  # b"": the client left before anything was generated
-            return sse_response(_prepend(first, stream))
-        return JSONResponse(await _collect_body(request, state, kind, body, t0))
+            return sse_response(_prepend(first, stream), extra)
+        return JSONResponse(await _collect_body(request, state, kind, body, t0), headers=extra)
 
     try:
         plan = cache.plan(
@@ -237,9 +243,9 @@ async def _generate(request: Request, state: ServerState, kind: type[Formatter])
     # Generation always runs on the canonical request, so a hit returns what a miss would have computed.
     if plan.stream:
         r = await cache.respond_stream(plan, lambda req: _stream_body(request, state, kind, req, t0, body))
-        return sse_response(r.events, r.headers)
+        return sse_response(r.events, {**r.headers, **extra})
     r = await cache.respond(plan, lambda req: _collect_body(request, state, kind, req, t0, body))
-    return JSONResponse(r.body, headers=r.headers)
+    return JSONResponse(r.body, headers={**r.headers, **extra})
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

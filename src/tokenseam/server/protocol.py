@@ -6,14 +6,17 @@ OpenAI `/v1/completions`, `/v1/chat/completions` and llama-server's `/completion
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.sampling import SamplingParams
+from ..engine.chat_template import RESERVED
+from ..engine.sampling import LLAMA_SAMPLERS, SAMPLERS, SamplingParams
 from ..wire import DEFAULTS, ROUTE_CHAT, ROUTE_LLAMA, TOKEN_HEALING_ERROR, check_token_healing, field_default
 from .errors import APIError
 
-# Fields we know and refuse rather than silently ignore.
+# Fields a peer server (OpenAI, vLLM, llama-server) honours and this one does not: refused when set to
+# anything but their no-op value, never silently ignored.
 _UNSUPPORTED = {
     "echo": lambda v: bool(v),
     "suffix": lambda v: v not in (None, ""),
@@ -24,7 +27,122 @@ _UNSUPPORTED = {
     "modalities": lambda v: v not in (None, ["text"]),
     "prediction": lambda v: v is not None,
     "web_search_options": lambda v: v is not None,
+    # vLLM
+    "use_beam_search": lambda v: bool(v),
+    "length_penalty": lambda v: v not in (None, 1, 1.0),
+    "prompt_logprobs": lambda v: v is not None,
+    "bad_words": lambda v: bool(v),
+    "allowed_token_ids": lambda v: v is not None,
+    "truncate_prompt_tokens": lambda v: v is not None,
+    "include_stop_str_in_output": lambda v: bool(v),
+    "skip_special_tokens": lambda v: v is False,
+    "logits_processors": lambda v: bool(v),
+    # llama-server
+    "mirostat": lambda v: v not in (None, 0),
+    "typical_p": lambda v: v not in (None, 1, 1.0),
+    "typ_p": lambda v: v not in (None, 1, 1.0),
+    "dry_multiplier": lambda v: v not in (None, 0, 0.0),
+    "xtc_probability": lambda v: v not in (None, 0, 0.0),
+    "top_n_sigma": lambda v: v is not None and v > 0 if isinstance(v, int | float) else v is not None,
+    "dynatemp_range": lambda v: v not in (None, 0, 0.0),
+    "post_sampling_probs": lambda v: bool(v),
+    "lora": lambda v: bool(v),
 }
+
+# Fields every route reads or knowingly accepts (OpenAI fields with no effect on a local model: `user`,
+# `metadata`, `store`, `service_tier`; llama-server's slot and cache controls). Anything else in a body is
+# ignored and named in the `x-tokenseam-ignored-fields` response header, so a typo is visible.
+_ACCEPTED = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "max_completion_tokens",
+        "n_predict",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "stop",
+        "stop_token_ids",
+        "ignore_eos",
+        "logit_bias",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "repeat_penalty",
+        "repeat_last_n",
+        "min_tokens",
+        "min_keep",
+        "samplers",
+        "n",
+        "logprobs",
+        "top_logprobs",
+        "n_probs",
+        "return_token_ids",
+        "return_tokens",
+        "token_healing",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "structured_outputs",
+        "guided_json",
+        "guided_regex",
+        "guided_grammar",
+        "guided_choice",
+        "guided_decoding_backend",
+        "grammar",
+        "json_schema",
+        "json_schema_options",
+        "grammar_after_think",
+        "chat_template_kwargs",
+        "add_generation_prompt",
+        "continue_final_message",
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "cache_prompt",
+        "id_slot",
+        "n_keep",
+        "n_indent",
+        "mirostat_tau",
+        "mirostat_eta",
+        "dry_base",
+        "dry_allowed_length",
+        "dry_penalty_last_n",
+        "dry_sequence_breakers",
+        "xtc_threshold",
+        "dynatemp_exponent",
+        "penalize_nl",
+        "spaces_between_special_tokens",
+        "vllm_xargs",
+        "priority",
+        "request_id",
+    }
+    | set(_UNSUPPORTED)
+)
+
+
+IGNORED_HEADER = "x-tokenseam-ignored-fields"
+
+
+_SHOWN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def ignored_fields(body: dict) -> list[str]:
+    """Top-level fields of `body` that nothing reads (sorted); `_`-prefixed test fields are not listed. A name
+    that cannot be shown in a header as it is (control characters, commas, very long) is counted instead."""
+    names = [k for k in body if k not in _ACCEPTED and not k.startswith("_")]
+    shown = sorted(k for k in names if _SHOWN_NAME.fullmatch(k))
+    if len(shown) < len(names):
+        shown.append(f"({len(names) - len(shown)} more with names not shown)")
+    return shown
 
 
 def bad(msg: str, param: str | None = None, status: int = 400, code: str | None = None) -> APIError:
@@ -43,6 +161,9 @@ class ParsedRequest:
     messages: list[dict] | None = None
     model: str | None = None
     token_healing: bool | int = False
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -120,8 +241,13 @@ def _logit_bias(body: dict) -> dict[int, float]:
 
 def _check_unsupported(body: dict) -> None:
     for name, is_set in _UNSUPPORTED.items():
-        if name in body and is_set(body[name]):
-            raise bad(f"{name} is not supported by this server", name, code="unsupported_parameter")
+        if name in body:
+            try:
+                on = is_set(body[name])
+            except TypeError:
+                on = True
+            if on:
+                raise bad(f"{name} is not supported by this server", name, code="unsupported_parameter")
 
 
 def parse_openai(body: dict, route: str) -> ParsedRequest:
@@ -161,6 +287,7 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
         n=_num(body, "n", field_default(route, "n"), 1, 16, integer=True),
         logprobs=want_lp,
         top_logprobs=top_logprobs,
+        **_llama_style(body, route),
     )
     if params.top_k == -1:
         params.top_k = 0
@@ -169,6 +296,8 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
     so = body.get("stream_options")
     if so is not None and not isinstance(so, dict):
         raise bad("stream_options must be an object", "stream_options")
+    if so is not None and so.get("include_usage") is not None and not isinstance(so["include_usage"], bool):
+        raise bad("stream_options.include_usage must be true or false", "stream_options.include_usage")
     req = ParsedRequest(
         route=route,
         params=params,
@@ -180,6 +309,11 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
     req.token_healing = _healing(body, route)
     if chat:
         req.messages = _messages(body)
+        req.add_generation_prompt = bool_field(body, "add_generation_prompt", True)
+        req.continue_final_message = bool_field(body, "continue_final_message", False)
+        if req.continue_final_message and "add_generation_prompt" not in body:
+            req.add_generation_prompt = False  # vLLM's rule: continuing implies no new turn
+        req.chat_template_kwargs = _template_kwargs(body)
     else:
         req.prompt_text, req.prompt_ids = _prompt(body.get("prompt"), "prompt")
     return req
@@ -187,6 +321,7 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
 
 def parse_llama_completion(body: dict) -> ParsedRequest:
     """llama-server's `/completion`, with llama-server's defaults (`wire.DEFAULTS`)."""
+    _check_unsupported(body)
     route = ROUTE_LLAMA
     n_predict = _num(body, "n_predict", field_default(route, "n_predict"), integer=True)
     if n_predict == 0 or n_predict < -1:
@@ -207,6 +342,7 @@ def parse_llama_completion(body: dict) -> ParsedRequest:
         frequency_penalty=_num(body, "frequency_penalty", _float(route, "frequency_penalty"), -2, 2),
         logprobs=n_probs > 0,
         top_logprobs=n_probs,
+        **_llama_style(body, route),
     )
     req = ParsedRequest(
         route=route,
@@ -218,6 +354,83 @@ def parse_llama_completion(body: dict) -> ParsedRequest:
     req.token_healing = _healing(body, route)
     req.prompt_text, req.prompt_ids = _prompt(body.get("prompt"), "prompt")
     return req
+
+
+def _llama_style(body: dict, route: str) -> dict[str, Any]:
+    """min_tokens, the repetition penalty (vLLM's `repetition_penalty`: every prompt and output token;
+    llama-server's `repeat_penalty`: the last `repeat_last_n`, 64 by default), min_keep and the sampler order."""
+    llama = route == ROUTE_LLAMA
+    out: dict[str, Any] = {"min_tokens": _num(body, "min_tokens", 0, 0, integer=True)}
+    rp = _num(body, "repetition_penalty", None, 0, 10)
+    lp = _num(body, "repeat_penalty", None, 0, 10)
+    if rp is not None and lp is not None and rp != lp:
+        raise bad("repetition_penalty and repeat_penalty disagree (send one)", "repeat_penalty")
+    penalty = rp if rp is not None else lp
+    if penalty is not None:
+        if penalty == 0:
+            raise bad(
+                "the repetition penalty must be greater than 0 (1 is off)",
+                "repetition_penalty" if rp is not None else "repeat_penalty",
+            )
+        out["repetition_penalty"] = float(penalty)
+    window = 64 if llama or lp is not None else -1
+    out["repeat_last_n"] = _num(body, "repeat_last_n", window, -1, 1 << 20, integer=True)
+    out["min_keep"] = _num(body, "min_keep", 0, 0, 1 << 20, integer=True)
+    order = body.get("samplers")
+    if order is None:
+        out["samplers"] = LLAMA_SAMPLERS if llama else SamplingParams.samplers
+    else:
+        out["samplers"] = _samplers(
+            order,
+            penalty not in (None, 1)
+            or bool(body.get("presence_penalty"))
+            or bool(body.get("frequency_penalty")),
+        )
+    return out
+
+
+# llama-server sampler names that are no-ops unless their own fields are set (and those fields are refused
+# above when set), so a chain that names them is honoured as the chain without them.
+_NOOP_SAMPLERS = frozenset({"dry", "typ_p", "xtc", "top_n_sigma"})
+
+
+def _samplers(order: Any, penalties: bool) -> tuple[str, ...]:
+    if not isinstance(order, list) or not all(isinstance(x, str) for x in order):
+        raise bad(
+            'samplers must be a list of sampler names, such as ["top_k", "top_p", "temperature"]', "samplers"
+        )
+    known = set(SAMPLERS) | _NOOP_SAMPLERS | {"penalties"}
+    for name in order:
+        if name not in known:
+            raise bad(
+                f"samplers: {name!r} is not supported (supported: penalties, {', '.join(SAMPLERS)}; "
+                f"{', '.join(sorted(_NOOP_SAMPLERS))} only at their defaults)",
+                "samplers",
+            )
+    if len(set(order)) != len(order):
+        raise bad("samplers names a sampler twice", "samplers")
+    if penalties and (not order or order[0] != "penalties"):
+        raise bad(
+            'with a penalty set, samplers must start with "penalties" (penalties apply first)', "samplers"
+        )
+    return tuple(x for x in order if x in SAMPLERS)
+
+
+def _template_kwargs(body: dict) -> dict[str, Any]:
+    v = body.get("chat_template_kwargs")
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise bad("chat_template_kwargs must be an object of template variables", "chat_template_kwargs")
+    for k in v:
+        if not k.isidentifier():
+            raise bad(f"chat_template_kwargs.{k} is not a template variable name", "chat_template_kwargs")
+        if k in RESERVED:
+            raise bad(
+                f"chat_template_kwargs.{k} is set by the server (use the request field)",
+                "chat_template_kwargs",
+            )
+    return dict(v)
 
 
 def _seed(v):
