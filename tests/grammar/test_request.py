@@ -337,3 +337,20 @@ def test_json_schema_options_need_a_json_constraint(compiler):
     ):
         with pytest.raises(GrammarError, match="needs a JSON Schema constraint"):
             constraint_from_request(compiler, body, "/v1/completions")
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "function": {"name": "bad"}}])
+def test_a_bad_parameter_schema_is_named_by_its_request_field(compiler, choice):
+    bad_fn = {
+        "type": "function",
+        "function": {
+            "name": "bad",
+            "parameters": {"type": "object", "properties": {"x": {"type": "strnig"}}},
+        },
+    }
+    with pytest.raises(GrammarError) as ei:
+        constraint_from_request(
+            compiler, {"tools": [WEATHER, bad_fn], "tool_choice": choice}, "/v1/chat/completions"
+        )
+    assert ei.value.param == "tools[1].function.parameters.properties.x", str(ei.value)
+    assert "tools[1].function.parameters.properties.x" in str(ei.value) and "anyOf" not in str(ei.value)

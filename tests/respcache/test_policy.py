@@ -346,7 +346,7 @@ def test_policy_modes_and_bypass_headers(registry, tmp_path):
 def test_truncated_and_empty_answers_are_not_stored_unless_configured(registry, finish, content, flag):
     from prometheus_client import CollectorRegistry
 
-    for configured in (False, True):
+    for configured in (False, True):  # the request names no limit: `auto` would not store a length answer
         cache = ResponseCache(MemoryStore(), registry=CollectorRegistry(), **{flag: configured})
         gen = FakeGen(finish=finish, content=content)
 
@@ -357,6 +357,38 @@ def test_truncated_and_empty_answers_are_not_stored_unless_configured(registry, 
         second = asyncio.run(go())
         assert second.status == ("hit" if configured else "miss")
         assert gen.calls == (1 if configured else 2)
+
+
+@pytest.mark.parametrize(
+    "route,extra,stored",
+    [
+        (ROUTE_CHAT, {"max_tokens": 5}, True),  # the limit is in the key: the answer is the exact one
+        (ROUTE_CHAT, {"max_completion_tokens": 5}, True),
+        (ROUTE_CHAT, {}, False),  # cut by the upstream's context or default: not the request's own answer
+    ],
+)
+def test_by_default_a_length_answer_is_stored_when_the_request_names_its_limit(route, extra, stored):
+    from prometheus_client import CollectorRegistry
+
+    cache = ResponseCache(MemoryStore(), registry=CollectorRegistry())
+    gen = FakeGen(finish="length", content="abc")
+
+    async def go():
+        await cache.respond(cache.plan(route, body("t", **extra)), gen.generate)
+        return await cache.respond(cache.plan(route, body("t", **extra)), gen.generate)
+
+    assert asyncio.run(go()).status == ("hit" if stored else "miss")
+
+
+def test_stated_limit():
+    from tokenseam.respcache.policy import stated_limit
+
+    assert stated_limit("/completion", {"n_predict": 8}) and not stated_limit(
+        "/completion", {"n_predict": -1}
+    )
+    assert stated_limit("/v1/completions", {"max_tokens": 16}) and not stated_limit(
+        ROUTE_CHAT, {"max_tokens": True}
+    )
 
 
 def test_corrupt_stored_entry_is_a_miss(cache, registry):

@@ -111,7 +111,12 @@ BAD = [
     ("/v1/completions", b'{"prompt": "x", "temperature": "hot"}', 400, None),
     ("/v1/completions", b'{"prompt": "x", "n": 0}', 400, None),
     ("/v1/completions", b'{"prompt": "x", "top_p": 1.5}', 400, None),
-    ("/v1/completions", b'{"prompt": "x", "echo": true}', 400, "unsupported_parameter"),
+    (
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": "x"}], "echo": true}',
+        400,
+        "unsupported_parameter",
+    ),
     ("/v1/completions", b'{"prompt": "x", "logit_bias": {"99999999": 5}}', 400, None),
     ("/v1/completions", b'{"prompt": "x", "stop": 5}', 400, None),
     ("/v1/completions", b'{"prompt": 12}', 400, None),

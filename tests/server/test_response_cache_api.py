@@ -78,3 +78,23 @@ def test_bad_body_for_cache_is_400(cached_server):
         cached_server.url + "/v1/chat/completions", json={"messages": "nope", "temperature": 0}, timeout=30
     )
     assert r.status_code == 400 and r.json()["error"]["message"]
+
+
+def test_an_answer_cut_by_its_stated_limit_is_cached(cached_server):
+    """Classification-style calls (max_tokens 1, temperature 0) end on `length`: the limit is in the key, so
+    the answer is the exact one for that request and the second call hits."""
+    url = cached_server.url + "/v1/chat/completions"
+    body = {
+        "messages": [{"role": "user", "content": "Positive or negative: 'great film'"}],
+        "max_tokens": 1,
+        "temperature": 0,
+        "_force_ids": cached_server.state.tokenizer.encode("Positive"),
+    }
+    first = httpx.post(url, json=body, timeout=60)
+    assert (
+        first.json()["choices"][0]["finish_reason"] == "length"
+        and first.headers["x-tokenseam-cache"] == "miss"
+    )
+    second = httpx.post(url, json=body, timeout=60)
+    assert second.headers["x-tokenseam-cache"] == "hit"
+    assert second.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]

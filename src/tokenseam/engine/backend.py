@@ -110,27 +110,32 @@ class LlamaCppBackend:
             self._model = None
 
     # ---------------------------------------------------------------- decode
-    def decode(self, items: list[tuple[int, list[int], int, bool]]) -> list[np.ndarray | None]:
+    def decode(self, items: list[tuple[int, list[int], int, bool | str]]) -> list:
         """Decode several sequences in one llama_decode call.
 
-        items: (seq_id, tokens, first position, want logits of the last token). The total token count must
-        not exceed n_batch. Returns, per item, a view of the last token's logits (valid until the next
-        decode) or None.
+        items: (seq_id, tokens, first position, want): want True for the last token's logits, "all" for every
+        token's. The total token count must not exceed n_batch. Returns, per item, a view of the last token's
+        logits, a list of views (one per token) for "all", or None. Views are valid until the next decode.
         """
         import time
 
         b = self._batch
         n = 0
         out_idx: list[int] = []
+        all_rows: dict[int, range] = {}
         for seq_id, tokens, pos0, want in items:
+            first = n
             for k, t in enumerate(tokens):
                 b.token[n] = t
                 b.pos[n] = pos0 + k
                 b.n_seq_id[n] = 1
                 b.seq_id[n][0] = seq_id
-                b.logits[n] = 0
+                b.logits[n] = 1 if want == "all" else 0
                 n += 1
-            if want:
+            if want == "all":
+                all_rows[len(out_idx)] = range(first, n)
+                out_idx.append(n - 1)
+            elif want:
                 b.logits[n - 1] = 1
                 out_idx.append(n - 1)
             else:
@@ -149,14 +154,19 @@ class LlamaCppBackend:
                 f"llama_decode failed with code {rc}"
                 + (" (no free KV cells: the context is full)" if rc == 1 else "")
             )
-        res: list[np.ndarray | None] = []
-        for i in out_idx:
+        res: list = []
+        for k, i in enumerate(out_idx):
             if i < 0:
                 res.append(None)
-                continue
-            ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
-            res.append(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)))
+            elif k in all_rows:
+                res.append([self._logits_row(j) for j in all_rows[k]])
+            else:
+                res.append(self._logits_row(i))
         return res
+
+    def _logits_row(self, i: int) -> np.ndarray:
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
 
     # ---------------------------------------------------------------- KV sequence operations
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:

@@ -45,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
     from .chat_template import ChatTemplate
     from .llm_engine import run_sync
 
+    if args.max_tokens < 1:
+        print("error: --max-tokens must be at least 1", file=sys.stderr)
+        return 2
     params = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,

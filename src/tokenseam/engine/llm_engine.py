@@ -16,9 +16,21 @@ from ..constraint import bitmask_to_bool
 from .backend import LlamaCppBackend
 from .errors import BackendError, ContextLengthError, InvalidRequestError, QueueFullError
 from .prefix_cache import HostKV, PrefixCache
-from .sequence import ChoiceEvent, Emit, GenerationRequest, RequestDone, RequestState, Sequence
+from .sampling import token_logprob
+from .sequence import (
+    ChoiceEvent,
+    Emit,
+    GenerationRequest,
+    PromptLogprobs,
+    RequestDone,
+    RequestState,
+    Sequence,
+)
 
 log = logging.getLogger("tokenseam.engine")
+# Prompt tokens per decode when every position's logits are wanted (prompt logprobs): llama.cpp keeps a row of
+# vocabulary-size floats per such token (64 x 262k x 4 bytes = 64 MiB for Gemma 3).
+PROMPT_LOGPROB_CHUNK = 64
 
 
 class Engine:
@@ -190,8 +202,11 @@ class Engine:
                 self._free.discard(s)
                 self.backend.seq_rm(s)
                 self._slot_tokens[s] = []
-            # decode at least one prompt token, to get logits
-            reuse = self.prefix_cache.load(prompt, slots[0], limit=len(prompt) - 1)
+            # decode at least one prompt token, to get logits; all of them when their logprobs are wanted
+            wants_lps = st.request.prompt_logprobs is not None
+            reuse = 0 if wants_lps else self.prefix_cache.load(prompt, slots[0], limit=len(prompt) - 1)
+            if wants_lps:
+                st.prompt_lps = [None]
             self._slot_tokens[slots[0]] = list(prompt[:reuse])
             st.prefill_pos = reuse
             st.cached_tokens = reuse
@@ -226,9 +241,17 @@ class Engine:
             # The last prompt token is always decoded on its own, so its logits do not depend on how much of
             # the prompt came from the prefix cache (llama.cpp's numerics vary with batch shape).
             end = len(st.prompt) if st.prefill_pos == len(st.prompt) - 1 else len(st.prompt) - 1
-            chunk = st.prompt[st.prefill_pos : min(end, st.prefill_pos + budget)]
+            size = budget if st.prompt_lps is None else min(budget, PROMPT_LOGPROB_CHUNK)
+            chunk = st.prompt[st.prefill_pos : min(end, st.prefill_pos + size)]
             last = st.prefill_pos + len(chunk) == len(st.prompt)
-            items.append((s0.seq_id, chunk, st.prefill_pos, last))
+            items.append(
+                (
+                    s0.seq_id,
+                    chunk,
+                    st.prefill_pos,
+                    True if last else "all" if st.prompt_lps is not None else False,
+                )
+            )
             owners.append((st, None))
             budget -= len(chunk)
         logits = self.backend.decode(items)
@@ -238,6 +261,11 @@ class Engine:
             if st.done:  # aborted earlier in this step (its constraint failed)
                 continue
             if s is None:  # a prefill chunk
+                if isinstance(lg, list):  # every position's logits: the logprob of the prompt token after it
+                    k = st.request.prompt_logprobs or 0
+                    for j, row in enumerate(lg):
+                        st.prompt_lps.append(token_logprob(row, st.prompt[st.prefill_pos + j + 1], k))
+                    lg = None
                 st.prefill_pos += len(toks)
                 st.seqs[0].n_past = st.prefill_pos
                 self._slot_tokens[st.seqs[0].seq_id].extend(toks)
@@ -248,6 +276,13 @@ class Engine:
                     self.backend.seq_cp(st.seqs[0].seq_id, sib.seq_id)
                     sib.n_past = st.prefill_pos
                     self._slot_tokens[sib.seq_id] = list(st.prompt)
+                if st.prompt_lps is not None:
+                    out.setdefault(st.id, []).append(PromptLogprobs(st.prompt_lps))
+                if st.request.params.max_tokens == 0:  # the prompt was all that was asked for
+                    for seq in st.seqs:
+                        seq.finish_reason = "length"
+                        out.setdefault(st.id, []).append(ChoiceEvent(seq.index, [], "", [], "length"))
+                    continue
                 for seq in st.seqs:
                     if not self._sample_into(out, st, seq, lg):
                         break

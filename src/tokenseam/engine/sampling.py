@@ -45,8 +45,9 @@ class SamplingParams:
         def bad(msg: str, param: str) -> None:
             raise InvalidRequestError(msg, param)
 
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
-            bad(f"max_tokens must be a positive integer, got {self.max_tokens!r}", "max_tokens")
+        # 0: read the prompt only (echo with prompt logprobs, as scoring harnesses ask)
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 0):
+            bad(f"max_tokens must be a non-negative integer, got {self.max_tokens!r}", "max_tokens")
         if not _finite(self.temperature) or self.temperature < 0 or self.temperature > 100:
             bad(f"temperature must be between 0 and 100, got {self.temperature!r}", "temperature")
         if not _finite(self.top_p) or not 0 < self.top_p <= 1:
@@ -254,12 +255,16 @@ class Sampler:
 
     def _logprob(self, x: np.ndarray, tok: int) -> TokenLogprob:
         # Logprobs of the model's distribution after bias and penalties, before the mask and temperature.
-        m = float(np.max(x))
-        lse = m + math.log(float(np.sum(np.exp(x - m, dtype=np.float64))))
-        top: list[tuple[int, float]] = []
-        if self.p.top_logprobs:
-            k = self.p.top_logprobs
-            idx = np.argpartition(x, -k)[-k:]
-            idx = idx[np.argsort(-x[idx], kind="stable")]
-            top = [(int(i), float(x[i]) - lse) for i in idx]
-        return TokenLogprob(tok, float(x[tok]) - lse, top)
+        return token_logprob(x, tok, self.p.top_logprobs)
+
+
+def token_logprob(x: np.ndarray, tok: int, top_k: int = 0) -> TokenLogprob:
+    """`tok`'s logprob under the logits `x` and the `top_k` most likely tokens with theirs."""
+    m = float(np.max(x))
+    lse = m + math.log(float(np.sum(np.exp(x - m, dtype=np.float64))))
+    top: list[tuple[int, float]] = []
+    if top_k:
+        idx = np.argpartition(x, -top_k)[-top_k:]
+        idx = idx[np.argsort(-x[idx], kind="stable")]
+        top = [(int(i), float(x[i]) - lse) for i in idx]
+    return TokenLogprob(tok, float(x[tok]) - lse, top)

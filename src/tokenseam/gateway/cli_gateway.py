@@ -16,7 +16,7 @@ import tomllib
 from typing import Any
 
 from ..httpkit.cli import add_guard_arguments, allowed_hosts, check_guard_arguments, client_keys
-from ..respcache.cli import add_cache_arguments
+from ..respcache.cli import TRUNCATED, add_cache_arguments
 
 POOL_DEFAULTS: dict[str, Any] = {
     "routing": "prefix",
@@ -193,7 +193,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "redacted upstream URL, or the sorted URLs of several)",
     )
     p.add_argument("--cache-max-entries", type=int, default=None, metavar="N", help="evict beyond N entries")
-    p.add_argument("--cache-truncated", action="store_true", help="also cache finish_reason=length answers")
     p.add_argument("--timeout", type=float, default=120.0, help="upstream read timeout in seconds (-> 504)")
     p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
     p.add_argument(
@@ -273,7 +272,7 @@ def build_app(args: argparse.Namespace):
         store,
         mode=args.cache,
         ttl_seconds=args.cache_ttl,
-        cache_truncated=args.cache_truncated,
+        cache_truncated=TRUNCATED[args.cache_truncated],
         namespace=args.cache_namespace or "",
     )
     key = os.environ.get(args.upstream_key_env) if args.upstream_key_env else None

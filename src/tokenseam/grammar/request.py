@@ -251,7 +251,7 @@ def _collect(body: dict, route: str) -> list[tuple[str, tuple]]:
         found.append(("json_schema", ("json", _schema_arg(body["json_schema"], "json_schema"), {})))
     tools = tool_request(body, route)
     if tools is not None and (tools.mode != "none" or not found):  # `none` gives way to another constraint
-        found.append(("tool_choice", ("tools", (tools.call_schema(), tools.mode, tools.parallel), {})))
+        found.append(("tool_choice", ("tools", tools, {})))
     return found
 
 
@@ -304,6 +304,28 @@ def tool_request(body: dict, route: str) -> ToolRequest | None:
     )
 
 
+_CALL_PTR = re.compile(r"#(?:/anyOf/(\d+))?/properties/arguments((?:/[^\s/,;:)'\"]+)*)")
+
+
+def _in_tools(e: GrammarError, tools: ToolRequest) -> GrammarError:
+    """A compile error of the tool-call schema, its JSON pointers rewritten from the call wrapper
+    (`#/anyOf/i/properties/arguments/...`) to the request's field (`tools[k].function.parameters.properties.x`),
+    which also becomes the error's `param`."""
+    index = {f["name"]: k for k, t in enumerate(tools.tools) for f in [t["function"]]}
+    first: list[str] = []
+
+    def field(m: re.Match) -> str:
+        branch = int(m.group(1) or 0)
+        k = index[tools.callable[branch]["name"]] if branch < len(tools.callable) else 0
+        path = f"tools[{k}].function.parameters" + m.group(2).replace("/", ".")
+        first.append(path)
+        return path
+
+    out = GrammarError(_CALL_PTR.sub(field, str(e)))
+    out.param = first[0] if first else "tools"
+    return out
+
+
 def _at(e: GrammarError, param: str) -> GrammarError:
     e.param = param
     return e
@@ -337,6 +359,11 @@ def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -
             + " (use only one)"
         )
     source, (kind, payload, options) = found[0]
+    if kind == "tools":
+        try:
+            return compiler.compile_tool_answer(payload.call_schema(), payload.mode, payload.parallel)
+        except GrammarError as e:
+            raise _in_tools(e, payload) from e
     try:
         if kind == "json":
             return compiler.compile_json_schema(payload, **{**json_opts, **options})
@@ -344,8 +371,6 @@ def constraint_from_request(compiler: GrammarCompiler, body: dict, route: str) -
             return compiler.compile_regex(payload)
         if kind == "gbnf":
             return compiler.compile_gbnf(payload)
-        if kind == "tools":
-            return compiler.compile_tool_answer(*payload)
         return compiler.compile_choice(payload)
     except GrammarError as e:
         e.param = source  # the request field at fault (the server's error `param`)

@@ -16,8 +16,15 @@ def _positive_seconds(text: str) -> float:
     return v
 
 
+TRUNCATED = {
+    "auto": None,
+    "always": True,
+    "never": False,
+}  # --cache-truncated -> ResponseCache(cache_truncated=)
+
+
 def add_cache_arguments(p: argparse.ArgumentParser) -> None:
-    """`--cache` (which requests are cached), `--cache-store` and `--cache-ttl`."""
+    """`--cache` (which requests are cached), `--cache-store`, `--cache-truncated` and `--cache-ttl`."""
     p.add_argument(
         "--cache",
         default="deterministic",
@@ -29,6 +36,15 @@ def add_cache_arguments(p: argparse.ArgumentParser) -> None:
         default="sqlite",
         metavar="SPEC",
         help="sqlite (default file) | sqlite:PATH | redis://HOST:PORT/DB | memory",
+    )
+    p.add_argument(
+        "--cache-truncated",
+        nargs="?",
+        const="always",
+        default="auto",
+        choices=list(TRUNCATED),
+        help="store answers cut by their output limit: auto (default: when the request names its limit, "
+        "which is part of the key), always (the bare flag), never",
     )
     p.add_argument(
         "--cache-ttl",

@@ -602,7 +602,8 @@ def validate_entry(entry: Any, route: str | None = None) -> bool:
 def uncacheable_reason(
     entry: Mapping[str, Any], *, cache_empty: bool = False, cache_truncated: bool = False
 ) -> str | None:
-    """Why an answer must not be stored ("aborted", "length", "empty", "error"), or None if it may be."""
+    """Why an answer must not be stored ("aborted", "length", "empty", "error"), or None if it may be.
+    `cache_truncated`: an answer cut by its output limit may be stored (the policy decides it per request)."""
     resp = entry.get("response") or {}
     if "error" in resp:
         return "error"

@@ -85,6 +85,17 @@ class LeaderAbortedError(ResponseCacheError):
     `asyncio.CancelledError` through) rather than an HTTP error, so waiters retry instead of inheriting it."""
 
 
+def stated_limit(route: str, request: Mapping[str, Any]) -> bool:
+    """Whether a (normalized) request names its own output limit."""
+    if route == ROUTE_LLAMA:
+        n = request.get("n_predict")
+        return isinstance(n, int) and not isinstance(n, bool) and n >= 1
+    return any(
+        isinstance(request.get(k), int) and not isinstance(request.get(k), bool)
+        for k in ("max_tokens", "max_completion_tokens")
+    )
+
+
 @dataclass
 class CachePlan:
     """What the cache decided for one request, before any generation."""
@@ -233,7 +244,7 @@ class ResponseCache:
         ttl_seconds: float | None = None,
         namespace: str = "",
         cache_empty: bool = False,
-        cache_truncated: bool = False,
+        cache_truncated: bool | None = None,
         registry: Any = None,
         store_retry_seconds: float = 5.0,
         replay_event_delay: float = 0.0,
@@ -529,12 +540,21 @@ class ResponseCache:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    def _truncated_ok(self, plan: CachePlan) -> bool:
+        """Whether an answer cut by its output limit may be stored. `cache_truncated` None (the default): when
+        the request states its limit (`max_tokens`, `max_completion_tokens`, `n_predict` >= 1), which is part
+        of the key, so a deterministic answer that ran to it is the exact answer to that request. Without one,
+        the limit was the upstream's context or its own default, which the key does not hold."""
+        if self.cache_truncated is not None:
+            return self.cache_truncated
+        return stated_limit(plan.route, plan.normalized)
+
     async def _finish(self, plan: CachePlan, flight: _Flight, entry: dict[str, Any]) -> None:
         fp = plan.fingerprint
         try:
             try:
                 reason = uncacheable_reason(
-                    entry, cache_empty=self.cache_empty, cache_truncated=self.cache_truncated
+                    entry, cache_empty=self.cache_empty, cache_truncated=self._truncated_ok(plan)
                 )
             except (AttributeError, TypeError, ValueError):
                 reason = "malformed"  # e.g. `choices` that are not objects: nothing to check it by

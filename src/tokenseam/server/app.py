@@ -21,11 +21,11 @@ from starlette.routing import Route
 
 from ..engine.sequence import RequestState
 from ..httpkit import CatchErrors, Guard, HTTPError, read_json_body, redact_text, sse_response
-from ..wire import sse
+from ..wire import ROUTE_COMPLETIONS, sse
 from .errors import APIError, known_error
-from .formatting import FORMATTERS, Formatter
+from .formatting import FORMATTERS, Formatter, usage
 from .prepare import parse_request, prepare, wants_grammar
-from .protocol import IGNORED_HEADER, bad, bool_field, ignored_fields
+from .protocol import IGNORED_HEADER, bad, batch_prompts, bool_field, ignored_fields
 from .relay import request_events
 from .state import ServerState
 
@@ -254,8 +254,16 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
         yield chunk
 
 
+def _sub_bodies(kind: type[Formatter], body: dict) -> list[dict] | None:
+    """The one-prompt bodies of a batched /v1/completions request, or None."""
+    if kind.route != ROUTE_COMPLETIONS:
+        return None
+    prompts = batch_prompts(body.get("prompt"))
+    return None if prompts is None else [{**body, "prompt": p} for p in prompts]
+
+
 async def _start(
-    state: ServerState, kind: type[Formatter], body: dict, sent: dict | None = None
+    state: ServerState, kind: type[Formatter], body: dict, sent: dict | None = None, index_base: int = 0
 ) -> tuple[RequestState, asyncio.Queue, Formatter]:
     """Parse, prepare and submit one request; returns (handle, queue, formatter). Raises APIError.
 
@@ -284,7 +292,9 @@ async def _start(
         if (err := known_error(e)) is None:
             raise
         raise err from e
-    return handle, queue, kind(state, parsed, prep, kind.id_prefix + uuid.uuid4().hex[:24])
+    f = kind(state, parsed, prep, kind.id_prefix + uuid.uuid4().hex[:24])
+    f.index_base = index_base
+    return handle, queue, f
 
 
 def _record_metrics(state: ServerState, route: str, f: Formatter, t0: float) -> None:
@@ -306,7 +316,67 @@ async def _collect_body(
     t0: float,
     sent: dict | None = None,
 ) -> dict:
-    handle, queue, f = await _start(state, kind, body, sent)
+    subs = _sub_bodies(kind, body)
+    if subs is None:
+        return await _collect_one(request, state, kind, body, t0, sent)
+    # A batch: one sub-request per prompt, run together; prompt i's choices are indices i*n .. i*n+n-1.
+    started = await _start_batch(state, kind, body, subs, sent)
+    tasks = [asyncio.create_task(_drain(request, state, kind, t0, *s)) for s in started]
+    try:
+        parts = await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()  # one failed: the others stop too (their engine requests are cancelled)
+    merged = dict(parts[0])
+    merged["choices"] = [c for p in parts for c in p["choices"]]
+    merged["usage"] = _sum_usage([p["usage"] for p in parts])
+    return merged
+
+
+async def _start_batch(
+    state: ServerState, kind: type[Formatter], body: dict, subs: list[dict], sent: dict | None
+) -> list[tuple[RequestState, asyncio.Queue, Formatter]]:
+    """Parse, prepare and submit every prompt of a batch before anything is answered: a bad prompt is a 400
+    and none of the others runs."""
+    n = parse_request(kind.route, body).params.n
+    sent_subs = _sub_bodies(kind, sent) if sent is not None else None
+    started: list[tuple[RequestState, asyncio.Queue, Formatter]] = []
+    try:
+        for i, sub in enumerate(subs):
+            started.append(await _start(state, kind, sub, sent_subs[i] if sent_subs else None, i * n))
+    except BaseException:
+        for handle, _, _ in started:
+            state.engine.cancel(handle)
+        raise
+    return started
+
+
+def _sum_usage(usages: list[dict]) -> dict:
+    cached = sum((u.get("prompt_tokens_details") or {}).get("cached_tokens", 0) for u in usages)
+    return usage(sum(u["prompt_tokens"] for u in usages), sum(u["completion_tokens"] for u in usages), cached)
+
+
+async def _collect_one(
+    request: Request,
+    state: ServerState,
+    kind: type[Formatter],
+    body: dict,
+    t0: float,
+    sent: dict | None = None,
+) -> dict:
+    return await _drain(request, state, kind, t0, *await _start(state, kind, body, sent))
+
+
+async def _drain(
+    request: Request,
+    state: ServerState,
+    kind: type[Formatter],
+    t0: float,
+    handle: RequestState,
+    queue: asyncio.Queue,
+    f: Formatter,
+) -> dict:
+    """Collect one submitted request's events into its non-streamed body."""
     first = True
     async for evs in request_events(request, state.engine, handle, queue, watch=True):
         if first:
@@ -331,6 +401,11 @@ async def _stream_body(
     t0: float,
     sent: dict | None = None,
 ) -> AsyncIterator[bytes]:
+    subs = _sub_bodies(kind, body)
+    if subs is not None:
+        async for chunk in _stream_batch(request, state, kind, body, subs, t0, sent):
+            yield chunk
+        return
     handle, queue, f = await _start(state, kind, body, sent)
     first = True
     for chunk in f.opening_chunks():
@@ -353,3 +428,59 @@ async def _stream_body(
         _record_metrics(state, kind.route, f, t0)
         for chunk in f.closing_chunks():
             yield chunk
+
+
+async def _stream_batch(
+    request: Request,
+    state: ServerState,
+    kind: type[Formatter],
+    body: dict,
+    subs: list[dict],
+    t0: float,
+    sent: dict | None,
+) -> AsyncIterator[bytes]:
+    """A batch streamed: the sub-requests' chunks as they come (each choice's index says its prompt), then one
+    usage chunk for all of them and one [DONE]. Every sub-request is submitted before the first byte, so a
+    bad prompt is a 400 and nothing else runs."""
+    started = await _start_batch(state, kind, body, subs, sent)
+    merged: asyncio.Queue = asyncio.Queue()
+
+    async def pump(handle: RequestState, queue: asyncio.Queue, f: Formatter) -> None:
+        try:
+            async for evs in request_events(request, state.engine, handle, queue):
+                chunks = f.stream_chunks(evs)
+                if chunks:
+                    await merged.put(b"".join(chunks))
+        finally:
+            await merged.put(None)
+
+    tasks = [asyncio.create_task(pump(*s)) for s in started]
+    try:
+        left, first = len(tasks), True
+        while left:
+            chunk = await merged.get()
+            if chunk is None:
+                left -= 1
+                continue
+            if first:
+                state.metrics.ttft.labels(kind.route).observe(time.perf_counter() - t0)
+                first = False
+            yield chunk
+    finally:
+        for t in tasks:
+            t.cancel()
+    formatters = [f for _, _, f in started]
+    failed = next((f.done.error for f in formatters if f.done is not None and f.done.error), None)
+    if failed or any(f.done is None for f in formatters):
+        if failed:
+            yield sse(
+                APIError(503, f"generation failed: {failed}", "server_error", code="generation_failed").body()
+            )
+        return
+    for f in formatters:
+        _record_metrics(state, kind.route, f, t0)
+    if formatters[0].p.include_usage:
+        u = formatters[0]._chunk([])
+        u["usage"] = _sum_usage([f._usage() for f in formatters])
+        yield sse(u)
+    yield sse("[DONE]")

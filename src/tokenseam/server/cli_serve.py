@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..httpkit.cli import add_guard_arguments, allowed_hosts, check_guard_arguments, client_keys
-from ..respcache.cli import add_cache_arguments
+from ..respcache.cli import TRUNCATED, add_cache_arguments
 
 
 def _positive(name: str, lo: int = 1, hi: int = 1 << 20):
@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             cache_mode=args.cache,
             cache_store=args.cache_store,
             cache_ttl=args.cache_ttl,
+            cache_truncated=TRUNCATED[args.cache_truncated],
             api_keys=keys or None,
             allowed_hosts=hosts,
             cors_origins=args.cors_origin,

@@ -81,7 +81,12 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
     tool_call = tools if tools is not None and tools.mode != "none" else None
     hooked = state.constraint_hook(parsed, sent or body) if state.constraint_hook is not None else None
     if hooked is not None:  # an embedder's own constraint replaces grammar and healing
-        gen = GenerationRequest(prompt_ids=list(ids), params=parsed.params, constraint_factory=hooked)
+        gen = GenerationRequest(
+            prompt_ids=list(ids),
+            params=parsed.params,
+            constraint_factory=hooked,
+            prompt_logprobs=parsed.params.top_logprobs if parsed.echo and parsed.params.logprobs else None,
+        )
         return Prepared(gen=gen, prompt_tokens=len(ids), tool_call=tool_call)
     compiled = state.compile_request_grammar(body, parsed.route)
     think = body.get("grammar_after_think", state.chat.is_thinking and parsed.messages is not None)
@@ -104,7 +109,11 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
         state.vocab, compiled, removed, reasoning_end=state.reasoning_end if think else None
     )
     gen = GenerationRequest(
-        prompt_ids=list(ids), params=parsed.params, constraint_factory=factory, text_skip_bytes=len(removed)
+        prompt_ids=list(ids),
+        params=parsed.params,
+        constraint_factory=factory,
+        text_skip_bytes=len(removed),
+        prompt_logprobs=parsed.params.top_logprobs if parsed.echo and parsed.params.logprobs else None,
     )
     return Prepared(
         gen=gen,

@@ -18,7 +18,6 @@ from .errors import APIError
 # Fields a peer server (OpenAI, vLLM, llama-server) honours and this one does not: refused when set to
 # anything but their no-op value, never silently ignored.
 _UNSUPPORTED = {
-    "echo": lambda v: bool(v),
     "suffix": lambda v: v not in (None, ""),
     "best_of": lambda v: v not in (None, 1),
     "functions": lambda v: bool(v),
@@ -103,6 +102,7 @@ _ACCEPTED = frozenset(
         "chat_template_kwargs",
         "add_generation_prompt",
         "continue_final_message",
+        "echo",
         "user",
         "metadata",
         "store",
@@ -161,6 +161,8 @@ class ParsedRequest:
     messages: list[dict] | None = None
     model: str | None = None
     token_healing: bool | int = False
+    echo: bool = False  # /v1/completions: the prompt (and its logprobs) lead each choice
+    batch: bool = False  # /v1/completions with several prompts (answered one sub-request each)
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -254,9 +256,17 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
     """`/v1/completions` or `/v1/chat/completions`."""
     _check_unsupported(body)
     chat = route == ROUTE_CHAT
+    echo = bool_field(body, "echo")
+    if echo and chat:
+        raise bad(
+            "echo is not supported on chat completions (it is on /v1/completions)",
+            "echo",
+            code="unsupported_parameter",
+        )
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None:
-        max_tokens = _num({"max_tokens": max_tokens}, "max_tokens", None, lo=1, integer=True)
+        # 0 with echo: score the prompt only (lm-eval-harness's log-likelihood calls)
+        max_tokens = _num({"max_tokens": max_tokens}, "max_tokens", None, lo=0 if echo else 1, integer=True)
     elif not chat:
         max_tokens = field_default(route, "max_tokens")
     logprobs = body.get("logprobs")
@@ -307,6 +317,15 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
         model=_model(body),
     )
     req.token_healing = _healing(body, route)
+    if echo:
+        # The echoed prompt is the prompt as sent: healing would change what its tokens and logprobs are.
+        if body.get("token_healing") not in (None, False, 0):
+            raise bad(
+                "token_healing cannot be combined with echo (echo returns the prompt as sent)",
+                "token_healing",
+            )
+        req.token_healing = False
+        req.echo = True
     if chat:
         req.messages = _messages(body)
         req.add_generation_prompt = bool_field(body, "add_generation_prompt", True)
@@ -315,7 +334,9 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
             req.add_generation_prompt = False  # vLLM's rule: continuing implies no new turn
         req.chat_template_kwargs = _template_kwargs(body)
     else:
-        req.prompt_text, req.prompt_ids = _prompt(body.get("prompt"), "prompt")
+        batch = batch_prompts(body.get("prompt"))
+        req.batch = batch is not None
+        req.prompt_text, req.prompt_ids = _prompt(batch[0] if batch else body.get("prompt"), "prompt")
     return req
 
 
@@ -468,17 +489,42 @@ def _int_list(body: dict, name: str) -> list[int]:
     return v
 
 
+MAX_BATCH = 32  # prompts in one /v1/completions request
+
+
+def _ids(p) -> bool:
+    return isinstance(p, list) and bool(p) and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
+
+
+def batch_prompts(p) -> list | None:
+    """The prompts of a batched `/v1/completions` prompt (a list of strings or of token-id lists, OpenAI's
+    form), each to be answered as its own choice(s); None for a single prompt. Raises APIError."""
+    if not isinstance(p, list) or not p or _ids(p):
+        return None
+    if all(isinstance(x, str) for x in p) or all(_ids(x) for x in p):
+        if len(p) == 1:
+            return None  # one prompt in a list
+        if len(p) > MAX_BATCH:
+            raise bad(f"prompt holds {len(p)} prompts; at most {MAX_BATCH} in one request", "prompt")
+        return list(p)
+    for k, x in enumerate(p):
+        if not isinstance(x, str) and not _ids(x):
+            raise bad(
+                f"prompt[{k}] must be a string or a non-empty list of token ids (and all prompts of one kind)",
+                f"prompt[{k}]",
+            )
+    raise bad("a batch of prompts must be all strings or all token-id lists", "prompt")
+
+
 def _prompt(p, name: str) -> tuple[str | None, list[int] | None]:
     if isinstance(p, str):
         return p, None
-    if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+    if _ids(p):
         return None, list(p)
-    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
-        return p[0], None
-    if isinstance(p, list) and len(p) > 1:
-        raise bad(
-            "batched prompts (a list of several prompts) are not supported; send one request each", name
-        )
+    if isinstance(p, list) and len(p) == 1 and (isinstance(p[0], str) or _ids(p[0])):
+        return _prompt(p[0], name)
+    if isinstance(p, list) and len(p) > 1 and batch_prompts(p) is not None:
+        raise bad("several prompts in one request are taken on /v1/completions; send one prompt here", name)
     if p is None:
         raise bad(f"{name} is required", name)
     raise bad(f"{name} must be a string or a list of token ids", name)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator
 
@@ -40,6 +41,8 @@ class EventRelay:
         for queue, events in batch:
             queue.put_nowait(events)
 
+
+log = logging.getLogger("tokenseam.server")
 
 _GONE: list = []  # put on a request's queue when its client disconnects (compared by identity)
 
@@ -92,3 +95,4 @@ async def request_events(
             watcher.cancel()
         if not done:
             engine.cancel(handle)
+            log.info("request %d: the client closed the connection; its generation is cancelled", handle.id)

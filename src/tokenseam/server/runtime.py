@@ -21,6 +21,7 @@ def build_server(
     prefix_cache_tokens: int = 16384,
     prefix_block: int = 16,
     cache_mode: str = "off",
+    cache_truncated: bool | None = None,
     cache_store: str = "sqlite",
     cache_ttl: float | None = None,
     api_keys: list[str] | None = None,
@@ -64,6 +65,7 @@ def build_server(
             open_store(cache_store),
             mode=cache_mode,
             ttl_seconds=cache_ttl,
+            cache_truncated=cache_truncated,
             namespace=f"{model_id}:{backend.vocab.fingerprint}",
             registry=state.metrics.registry,
         )
