@@ -276,3 +276,18 @@ def test_client_chosen_paths_do_not_grow_the_metrics(smollm2_server):
     text = httpx.get(smollm2_server.url + "/metrics").text
     assert "no-such-model" not in text
     assert 'route="/v1/models/{name}",status="404"' in text
+
+
+def test_serve_keys_from_flags_env_and_default_variable(monkeypatch):
+    import argparse
+
+    from tokenseam.server.cli_serve import serve_keys
+
+    monkeypatch.setenv("TOKENSEAM_API_KEY", "k3, k1")
+    monkeypatch.setenv("TS_KEYS", "k4")
+    flags = argparse.Namespace(api_key=["k1", " k2 "], api_key_env=None)
+    assert serve_keys(flags) == ["k1", "k2", "k3"]
+    # --api-key-env names the variable: TOKENSEAM_API_KEY is then not read
+    assert serve_keys(argparse.Namespace(api_key=None, api_key_env="TS_KEYS")) == ["k4"]
+    monkeypatch.delenv("TOKENSEAM_API_KEY")
+    assert serve_keys(argparse.Namespace(api_key=None, api_key_env=None)) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..httpkit.cli import add_guard_arguments, allowed_hosts, check_guard_arguments, client_keys
 from ..respcache.cli import TRUNCATED, add_cache_arguments
@@ -12,6 +13,15 @@ def _positive(name: str, lo: int = 1, hi: int = 1 << 20):
     from ..argtypes import int_in_range
 
     return int_in_range(name, lo, hi)
+
+
+def serve_keys(args) -> list[str]:
+    """The client keys: --api-key flags, the --api-key-env variable's, else TOKENSEAM_API_KEY's
+    (comma-separated, blanks ignored). Several keys are all valid."""
+    keys = [k.strip() for k in args.api_key or [] if k.strip()] + client_keys(args)
+    if not args.api_key_env:
+        keys += [k.strip() for k in os.environ.get("TOKENSEAM_API_KEY", "").split(",") if k.strip()]
+    return list(dict.fromkeys(keys))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +65,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="prefix cache granularity in tokens",
     )
     add_cache_arguments(p)
+    p.add_argument(
+        "--api-key",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="a client API key (repeatable), as vLLM takes it; visible to local users in `ps`, so prefer "
+        "TOKENSEAM_API_KEY or --api-key-env",
+    )
     p.add_argument(
         "--max-memory-mb",
         type=_positive("--max-memory-mb", 64, 1 << 22),
@@ -107,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    keys, hosts = client_keys(args), allowed_hosts(args)
+    keys, hosts = serve_keys(args), allowed_hosts(args)
     try:
         app, state = build_server(
             args.model,
@@ -143,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if not keys and not hosts:
         print(
-            "tokenseam: warning: bound to a non-loopback address without --api-key-env: anyone who can reach "
+            "tokenseam: warning: bound to a non-loopback address without an API key: anyone who can reach "
             "this port can use it",
             file=sys.stderr,
             flush=True,
