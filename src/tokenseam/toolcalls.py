@@ -25,11 +25,31 @@ RESULT_OPEN = "<tool_response>"
 RESULT_CLOSE = "</tool_response>"
 
 FALLBACK_PROMPT = (
-    'You can call functions. To call one, write {open}{{"name": <function name>, "arguments": '
-    "<arguments as a JSON object>}}{close}; you may write several calls one after the other. A function's "
-    "result comes back to you in a {result} block. When no call is needed, answer in plain text.\n"
-    "The functions:\n{functions}"
+    "You can call functions. To call one, reply with the call alone, written "
+    '{open}{{"name": <function name>, "arguments": <arguments as a JSON object>}}{close}, for example\n'
+    "{example}\nYou may write several calls one after the other. A function's result comes back to you in a "
+    "{result} block. When no call is needed, answer in plain text.\nThe functions:\n{functions}"
 )
+
+
+def _example_value(schema: Any) -> Any:
+    t = schema.get("type") if isinstance(schema, dict) else None
+    if isinstance(schema, dict) and isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    return {"string": "...", "integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}.get(
+        t, "..."
+    )
+
+
+def example_call(tool: dict) -> str:
+    """A call to `tool` with its required arguments filled with placeholders (the fallback prompt's example)."""
+    params = tool["function"].get("parameters") or {}
+    props = params.get("properties") if isinstance(params, dict) else None
+    required = params.get("required") if isinstance(params, dict) else None
+    args = {}
+    if isinstance(props, dict) and isinstance(required, list):
+        args = {k: _example_value(props.get(k)) for k in required if isinstance(k, str) and k in props}
+    return call_text(tool["function"]["name"], args)
 
 
 class ToolFormatError(ValueError):
@@ -142,7 +162,11 @@ def render_messages(
     out = [{k: v for k, v in m.items() if k != "_results"} for m in out]
     if tools:
         prompt = FALLBACK_PROMPT.format(
-            open=OPEN, close=CLOSE, result=RESULT_OPEN, functions=describe_tools(tools)
+            open=OPEN,
+            close=CLOSE,
+            result=RESULT_OPEN,
+            example=example_call(tools[0]),
+            functions=describe_tools(tools),
         )
         if out and out[0]["role"] == "system":
             out[0] = {**out[0], "content": out[0]["content"] + "\n\n" + prompt}

@@ -95,6 +95,9 @@ def test_chat_template_kwargs_reach_the_template(smollm2_server):
         ({"prompt_logprobs": 1}, "prompt_logprobs"),
         ({"include_stop_str_in_output": True}, "include_stop_str_in_output"),
         ({"skip_special_tokens": False}, "skip_special_tokens"),
+        ({"skip_special_tokens": "no"}, "skip_special_tokens"),
+        ({"cache_prompt": "yes"}, "cache_prompt"),
+        ({"store": 1}, "store"),
     ],
 )
 def test_refused_with_the_field_named(smollm2_server, body, param):

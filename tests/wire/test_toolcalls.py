@@ -139,3 +139,23 @@ def test_malformed_history_names_the_field(calls, param):
     with pytest.raises(ToolFormatError) as ei:
         render_messages([{"role": "assistant", "content": None, "tool_calls": calls}], None, native=False)
     assert ei.value.param == param
+
+
+def test_the_fallback_prompt_shows_an_example_call():
+    from tokenseam.toolcalls import example_call
+
+    assert example_call(WEATHER) == call_text("get_weather", {})  # no required parameters
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {
+                "type": "object",
+                "properties": {"n": {"type": "integer"}, "u": {"enum": ["c", "f"]}},
+                "required": ["n", "u"],
+            },
+        },
+    }
+    assert example_call(tool) == call_text("f", {"n": 1, "u": "c"})
+    out, _ = render_messages([{"role": "user", "content": "hi"}], [tool], native=False)
+    assert call_text("f", {"n": 1, "u": "c"}) in out[0]["content"]

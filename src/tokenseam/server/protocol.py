@@ -241,7 +241,22 @@ def _logit_bias(body: dict) -> dict[int, float]:
     return out
 
 
+# Booleans read nowhere else (accepted without effect, or refused when true): a wrong type is still a 400.
+_BOOLEANS = (
+    "cache_prompt",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "penalize_nl",
+    "include_stop_str_in_output",
+    "use_beam_search",
+    "post_sampling_probs",
+    "store",
+)
+
+
 def _check_unsupported(body: dict) -> None:
+    for name in _BOOLEANS:
+        bool_field(body, name)
     for name, is_set in _UNSUPPORTED.items():
         if name in body:
             try:
