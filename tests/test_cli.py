@@ -76,3 +76,11 @@ def test_serve_and_gateway_share_the_cache_flags(command, extra):
 
     args = build_parser(command).parse_args([command, *extra, "--cache", "always", "--cache-ttl", "2.5"])
     assert (args.cache, args.cache_store, args.cache_ttl) == ("always", "sqlite", 2.5)
+
+
+def test_json_output_into_a_closed_pipe_prints_no_traceback():
+    text = "hello world " * 2000
+    cmd = f"{sys.executable} -m tokenseam.cli tokenize --json '{text}' | head -c 20"
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert len(r.stdout) == 20
+    assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
