@@ -137,3 +137,40 @@ def test_request_id_is_echoed_or_generated(smollm2_server):
     assert len(generated) == 16
     odd = httpx.get(smollm2_server.url + "/health", headers={"x-request-id": "a b;c"}).headers["x-request-id"]
     assert odd != "a b;c" and len(odd) == 16  # not a plain token: replaced
+
+
+@pytest.mark.parametrize(
+    "route,body,field",
+    [
+        (
+            "/v1/chat/completions",
+            {"messages": HI, "max_tokens": 1, "logprobs": True, "top_logprobs": 5},
+            "repetition_penalty",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": "Say say say say", "max_tokens": 1, "logprobs": 5},
+            "repetition_penalty",
+        ),
+        ("/completion", {"prompt": "Say say say say", "n_predict": 1, "n_probs": 5}, "repeat_penalty"),
+    ],
+)
+def test_the_repetition_penalty_reaches_the_distribution(smollm2_server, route, body, field):
+    """Logprobs are reported after penalties: a penalty that was dropped would leave them unchanged."""
+
+    def dist(extra):
+        r = httpx.post(
+            smollm2_server.url + route, json={**body, "temperature": 0, **extra}, timeout=60
+        ).json()
+        if route == "/completion":
+            return [
+                (t["token"], round(t["logprob"], 4)) for t in r["completion_probabilities"][0]["top_logprobs"]
+            ]
+        if route == "/v1/completions":
+            return sorted((k, round(v, 4)) for k, v in r["choices"][0]["logprobs"]["top_logprobs"][0].items())
+        return [
+            (t["token"], round(t["logprob"], 4))
+            for t in r["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        ]
+
+    assert dist({field: 3.0}) != dist({})

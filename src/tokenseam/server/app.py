@@ -318,7 +318,7 @@ async def _collect_body(
 ) -> dict:
     subs = _sub_bodies(kind, body)
     if subs is None:
-        return await _collect_one(request, state, kind, body, t0, sent)
+        return await _drain(request, state, kind, t0, *await _start(state, kind, body, sent))
     # A batch: one sub-request per prompt, run together; prompt i's choices are indices i*n .. i*n+n-1.
     started = await _start_batch(state, kind, body, subs, sent)
     tasks = [asyncio.create_task(_drain(request, state, kind, t0, *s)) for s in started]
@@ -354,17 +354,6 @@ async def _start_batch(
 def _sum_usage(usages: list[dict]) -> dict:
     cached = sum((u.get("prompt_tokens_details") or {}).get("cached_tokens", 0) for u in usages)
     return usage(sum(u["prompt_tokens"] for u in usages), sum(u["completion_tokens"] for u in usages), cached)
-
-
-async def _collect_one(
-    request: Request,
-    state: ServerState,
-    kind: type[Formatter],
-    body: dict,
-    t0: float,
-    sent: dict | None = None,
-) -> dict:
-    return await _drain(request, state, kind, t0, *await _start(state, kind, body, sent))
 
 
 async def _drain(

@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 
 def token_str(vocab: Vocabulary, tid: int) -> str:
     """A token's text, or `bytes:\\xNN...` when its bytes are not valid UTF-8 on their own (as OpenAI does)."""
-    b = vocab.token_bytes[tid]
+    return bytes_str(vocab.token_bytes[tid])
+
+
+def bytes_str(b: bytes) -> str:
+    """Bytes as text, or `bytes:\\xNN...` when they are not valid UTF-8."""
     try:
         return b.decode("utf-8")
     except UnicodeDecodeError:
@@ -73,7 +77,7 @@ def completion_logprobs(
         k = min(skip, len(b))
         skip -= k
         acc += b[k:]
-        toks.append(token_str(vocab, lp.token_id) if not k else _bytes_str(b[k:]))
+        toks.append(token_str(vocab, lp.token_id) if not k else bytes_str(b[k:]))
         lpv.append(lp.logprob)
         tops.append({token_str(vocab, t): v for t, v in lp.top})
         raw.append(list(vocab.token_bytes[lp.token_id]))
@@ -84,13 +88,6 @@ def completion_logprobs(
         "text_offset": offs,
         "token_bytes": raw,
     }
-
-
-def _bytes_str(b: bytes) -> str:
-    try:
-        return b.decode("utf-8")
-    except UnicodeDecodeError:
-        return "bytes:" + "".join(f"\\x{x:02x}" for x in b)
 
 
 def llama_probs(vocab: Vocabulary, lps: list[TokenLogprob]) -> list[dict]:
@@ -272,9 +269,8 @@ class ChatFormatter(OpenAIFormatter):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._sent: dict[
-            int, list[int]
-        ] = {}  # per choice, for tool answers: [content characters, calls] sent
+        # per choice, for answers that may hold calls: [characters of its text represented, calls sent]
+        self._sent: dict[int, list[int]] = {}
 
     def _call(self, c: ChoiceState, k: int, name: str, arguments: str) -> dict:
         return {
@@ -299,7 +295,7 @@ class ChatFormatter(OpenAIFormatter):
         the start of a call (held until the next text decides) and layout before a call; each call whole,
         once it has closed. An answer that ends without being complete calls sends the rest of its text as
         content: every character of the output reaches the client once."""
-        sent = self._sent.setdefault(c.index, [0, 0])  # [characters of c.text represented, calls sent]
+        sent = self._sent.setdefault(c.index, [0, 0])
         split = split_output(c.text)
         delta: dict = {}
         content = []
