@@ -718,3 +718,26 @@ def test_enum_checking_dependency_is_installed_with_the_server():
 
     reqs = importlib.metadata.requires("tokenseam") or []
     assert any(re.split(r"[<>=!~;\s]", r)[0] == "jsonschema" and "extra ==" not in r for r in reqs), reqs
+
+
+def test_an_unsatisfiable_branch_drops_out_of_an_any_of(compiler):
+    """allOf of disjoint types is empty; under an enum it used to reach the validator as type '__none__'."""
+    import jsonschema
+
+    schema = {
+        "anyOf": [
+            {"type": "integer"},
+            {"allOf": [{"type": "boolean"}, {"type": "integer"}, {"enum": [True]}]},
+        ]
+    }
+    g = compiler.compile_json_schema(schema)
+    for text, ok in (("7", True), ("-2", True), ("true", False), ("false", False), ('"x"', False)):
+        assert accepts_text(g, text) == ok, text
+        assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)) == ok
+    # the same empty intersection under a const, and alone (nothing at all is accepted: an error, as always)
+    g2 = compiler.compile_json_schema(
+        {"anyOf": [{"type": "null"}, {"allOf": [{"type": "string"}, {"type": "integer"}, {"const": 1}]}]}
+    )
+    assert accepts_text(g2, "null") and not accepts_text(g2, "1")
+    with pytest.raises(GrammarError, match="accepts no"):
+        compiler.compile_json_schema({"allOf": [{"type": "boolean"}, {"type": "integer"}, {"enum": [True]}]})

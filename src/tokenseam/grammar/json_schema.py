@@ -340,6 +340,14 @@ class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
         excluded = rest.pop("_not_strings", None)
         if excluded:
             vals = [v for v in vals if not (isinstance(v, str) and v in excluded)]
+        t = rest.get("type")
+        if t == "__none__" or (isinstance(t, list) and "__none__" in t):
+            # the marker of an empty type intersection (allOf of disjoint types, `not` of every type): no value
+            # satisfies it; the validator must not see it
+            keep = [x for x in t if x != "__none__"] if isinstance(t, list) else []
+            if not keep:
+                return NOTHING
+            rest["type"] = keep
         if rest:
             vals = self.valid_values(vals, rest, ptr)
         alts = []
