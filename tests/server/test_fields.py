@@ -174,3 +174,18 @@ def test_the_repetition_penalty_reaches_the_distribution(smollm2_server, route, 
         ]
 
     assert dist({field: 3.0}) != dist({})
+
+
+@pytest.mark.parametrize(
+    "route,body,listed",
+    [
+        ("/v1/completions", {"prompt": "x", "max_tokens": 1, "n_predict": 5}, "n_predict"),
+        ("/completion", {"prompt": "x", "n_predict": 1, "return_token_ids": True}, "return_token_ids"),
+        ("/v1/chat/completions", {"messages": HI, "max_tokens": 1, "vllm_xargs": {"a": 1}}, "vllm_xargs"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 1, "tools": []}, "tools"),
+    ],
+)
+def test_another_dialects_field_is_named_not_dropped(smollm2_server, route, body, listed):
+    r = httpx.post(smollm2_server.url + route, json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.headers.get("x-tokenseam-ignored-fields") == listed

@@ -216,7 +216,7 @@ async def _generate(request: Request, state: ServerState, kind: type[Formatter])
     body = await read_json_body(request, state.max_body_bytes)
     # One validation step before the cache: a malformed request gets the same 4xx with the cache on or off.
     parsed = parse_request(route, body)
-    ignored = ignored_fields(body)
+    ignored = ignored_fields(route, body)
     extra = {IGNORED_HEADER: ", ".join(ignored)[:1024]} if ignored else {}
     from ..respcache import CacheRequestError, normalize_request, tenant_from_api_key
 

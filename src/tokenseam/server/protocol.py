@@ -12,7 +12,15 @@ from typing import Any
 
 from ..engine.chat_template import RESERVED
 from ..engine.sampling import LLAMA_SAMPLERS, SAMPLERS, SamplingParams
-from ..wire import DEFAULTS, ROUTE_CHAT, ROUTE_LLAMA, TOKEN_HEALING_ERROR, check_token_healing, field_default
+from ..wire import (
+    DEFAULTS,
+    ROUTE_CHAT,
+    ROUTE_COMPLETIONS,
+    ROUTE_LLAMA,
+    TOKEN_HEALING_ERROR,
+    check_token_healing,
+    field_default,
+)
 from .errors import APIError
 
 # Fields a peer server (OpenAI, vLLM, llama-server) honours and this one does not: refused when set to
@@ -48,85 +56,46 @@ _UNSUPPORTED = {
     "lora": lambda v: bool(v),
 }
 
-# Fields every route reads or knowingly accepts (OpenAI fields with no effect on a local model: `user`,
-# `metadata`, `store`, `service_tier`; llama-server's slot and cache controls). Anything else in a body is
-# ignored and named in the `x-tokenseam-ignored-fields` response header, so a typo is visible.
-_ACCEPTED = frozenset(
+# Fields each route reads or knowingly accepts (OpenAI fields with no effect on a local model: `user`,
+# `metadata`, `store`, `service_tier`; llama-server's slot and cache controls, and the parameters of samplers
+# that are off). Anything else in a body, a field of another route's dialect included (`n_predict` on
+# /v1/completions, `return_token_ids` on /completion), is ignored and named in the
+# `x-tokenseam-ignored-fields` response header, so a typo is visible.
+_COMMON = frozenset(
     {
-        "model",
+        "model", "stream", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
+        "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "repeat_penalty",
+        "repeat_last_n", "min_tokens", "min_keep", "samplers", "token_healing", "response_format",
+        "structured_outputs", "guided_json", "guided_regex", "guided_grammar", "guided_choice",
+        "guided_decoding_backend", "grammar", "json_schema", "json_schema_options", "grammar_after_think",
+        "cache_prompt", "mirostat_tau", "mirostat_eta", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+        "dry_sequence_breakers", "xtc_threshold", "dynatemp_exponent", "penalize_nl",
+        "spaces_between_special_tokens", "priority", "request_id",
+    }
+    | set(_UNSUPPORTED)
+)  # fmt: skip
+_OPENAI = frozenset(
+    {
+        "max_tokens", "max_completion_tokens", "stream_options", "logprobs", "top_logprobs", "n",
+        "return_token_ids", "stop_token_ids", "echo", "user", "metadata", "store", "service_tier",
+    }
+)  # fmt: skip
+_ACCEPTED = {
+    ROUTE_CHAT: _COMMON
+    | _OPENAI
+    | {
         "messages",
-        "prompt",
-        "stream",
-        "stream_options",
-        "max_tokens",
-        "max_completion_tokens",
-        "n_predict",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "seed",
-        "stop",
-        "stop_token_ids",
-        "ignore_eos",
-        "logit_bias",
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-        "repeat_penalty",
-        "repeat_last_n",
-        "min_tokens",
-        "min_keep",
-        "samplers",
-        "n",
-        "logprobs",
-        "top_logprobs",
-        "n_probs",
-        "return_token_ids",
-        "return_tokens",
-        "token_healing",
         "tools",
         "tool_choice",
         "parallel_tool_calls",
-        "response_format",
-        "structured_outputs",
-        "guided_json",
-        "guided_regex",
-        "guided_grammar",
-        "guided_choice",
-        "guided_decoding_backend",
-        "grammar",
-        "json_schema",
-        "json_schema_options",
-        "grammar_after_think",
         "chat_template_kwargs",
         "add_generation_prompt",
         "continue_final_message",
-        "echo",
-        "user",
-        "metadata",
-        "store",
-        "service_tier",
-        "cache_prompt",
-        "id_slot",
-        "n_keep",
-        "n_indent",
-        "mirostat_tau",
-        "mirostat_eta",
-        "dry_base",
-        "dry_allowed_length",
-        "dry_penalty_last_n",
-        "dry_sequence_breakers",
-        "xtc_threshold",
-        "dynatemp_exponent",
-        "penalize_nl",
-        "spaces_between_special_tokens",
-        "vllm_xargs",
-        "priority",
-        "request_id",
-    }
-    | set(_UNSUPPORTED)
-)
+    },
+    ROUTE_COMPLETIONS: _COMMON | _OPENAI | {"prompt"},
+    ROUTE_LLAMA: _COMMON
+    | {"prompt", "n_predict", "n_probs", "return_tokens", "id_slot", "n_keep", "n_indent"},
+}
 
 
 IGNORED_HEADER = "x-tokenseam-ignored-fields"
@@ -135,10 +104,12 @@ IGNORED_HEADER = "x-tokenseam-ignored-fields"
 _SHOWN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
-def ignored_fields(body: dict) -> list[str]:
-    """Top-level fields of `body` that nothing reads (sorted); `_`-prefixed test fields are not listed. A name
-    that cannot be shown in a header as it is (control characters, commas, very long) is counted instead."""
-    names = [k for k in body if k not in _ACCEPTED and not k.startswith("_")]
+def ignored_fields(route: str, body: dict) -> list[str]:
+    """Top-level fields of `body` that nothing on `route` reads (sorted); `_`-prefixed test fields are not
+    listed. A name that cannot be shown in a header as it is (control characters, commas, very long) is counted
+    instead."""
+    accepted = _ACCEPTED[route]
+    names = [k for k in body if k not in accepted and not k.startswith("_")]
     shown = sorted(k for k in names if _SHOWN_NAME.fullmatch(k))
     if len(shown) < len(names):
         shown.append(f"({len(names) - len(shown)} more with names not shown)")
