@@ -36,7 +36,7 @@ def test_a_client_leaving_mid_stream_leaves_no_traceback(smollm2_server, caplog)
 
 def test_a_client_leaving_a_non_streamed_request_leaves_no_traceback(smollm2_server, caplog):
     caplog.set_level(logging.INFO)
-    body = {"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True, "temperature": 0}
+    body = {"prompt": "Once upon a time", "max_tokens": 900, "ignore_eos": True, "temperature": 0}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(smollm2_server.url + "/v1/completions", json=body, timeout=httpx.Timeout(5, read=0.5))
     deadline = time.monotonic() + 20
