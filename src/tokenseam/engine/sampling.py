@@ -222,10 +222,17 @@ class Sampler:
 
     def _sample_random(self, x: np.ndarray) -> int:
         p = self.p
-        cand = np.flatnonzero(np.isfinite(x))
+        steps = p.samplers
+        if steps and steps[0] == "top_k" and 0 < p.top_k < len(x):
+            # top_k first (both default orders): cut on the float32 logits, no copy of the whole vocabulary
+            cand = np.argpartition(x, -p.top_k)[-p.top_k :]
+            cand = cand[np.isfinite(x[cand])]
+            steps = steps[1:]
+        else:
+            cand = np.flatnonzero(np.isfinite(x))
         z = x[cand].astype(np.float64)
         keep_at_least = max(1, p.min_keep)
-        for step in p.samplers:
+        for step in steps:
             if step == "top_k":
                 if 0 < p.top_k < len(z):
                     top = np.argpartition(z, -p.top_k)[-p.top_k :]
