@@ -294,6 +294,14 @@ def test_json_schema_options(compiler):
     }
     g = constraint_from_request(compiler, body, "/v1/chat/completions")
     assert accepts_text(g, '{"a":1}') and not accepts_text(g, '{"a":1,"b":2}')
+    two = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+    for order, swapped in (("schema", False), ("any", True)):
+        g = constraint_from_request(
+            compiler,
+            {"guided_json": two, "json_schema_options": {"property_order": order}},
+            "/v1/completions",
+        )
+        assert accepts_text(g, '{"a": 1, "b": 2}') and accepts_text(g, '{"b": 2, "a": 1}') == swapped
 
 
 @pytest.mark.parametrize(
@@ -304,6 +312,9 @@ def test_json_schema_options(compiler):
         ({"max_ws": 5000}, "max_ws must be an integer between"),
         ({"max_ws": -1}, "max_ws must be an integer between"),
         ({"indent": 2}, "not an option"),
+        ({"property_order": "sorted"}, 'property_order must be "schema" or "any"'),
+        ({"property_order": ["any"]}, 'property_order must be "schema" or "any"'),
+        ({"property_order": None}, 'property_order must be "schema" or "any"'),
         ([1], "must be an object"),
         ("compact", "must be an object"),
     ],

@@ -225,6 +225,19 @@ def test_json_schema_options_over_http(client, smollm2_server):
     text = r.choices[0].message.content
     jsonschema.validate(json.loads(text), schema)
     assert json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False) == text
+    for seed in range(3):
+        r = client.chat.completions.create(
+            model="smollm2",
+            messages=[{"role": "user", "content": "Give me JSON with b and a."}],
+            max_tokens=60,
+            temperature=1.0,
+            seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+            extra_body={"json_schema_options": {"property_order": "any"}},
+        )
+        pairs = json.loads(r.choices[0].message.content, object_pairs_hook=lambda kv: kv)
+        assert len({k for k, _ in pairs}) == len(pairs) == 2
+        jsonschema.validate(dict(pairs), schema)
     # lenient: the ignored keyword is reported once, on the response and on the first streamed chunk
     body = {
         "prompt": "A list:",
@@ -242,5 +255,7 @@ def test_json_schema_options_over_http(client, smollm2_server):
     bad = httpx.post(url, json={**body, "json_schema_options": {"max_ws": "wide"}}, timeout=60)
     assert bad.status_code == 400 and "max_ws" in bad.json()["error"]["message"]
     assert bad.json()["error"]["param"] == "json_schema_options"
+    bad = httpx.post(url, json={**body, "json_schema_options": {"property_order": "az"}}, timeout=60)
+    assert bad.status_code == 400 and "property_order" in bad.json()["error"]["message"]
     bad = httpx.post(url, json={"prompt": "x", "json_schema_options": {"compact": True}}, timeout=60)
     assert bad.status_code == 400 and "needs a JSON Schema constraint" in bad.json()["error"]["message"]

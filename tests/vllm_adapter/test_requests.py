@@ -8,7 +8,14 @@ import pytest
 
 from tokenseam.grammar import GrammarCompiler, GrammarError, check_grammar
 from tokenseam.vllm.requests import PARAM, Checker, compile_plan, plan
-from tokenseam.vllm.xargs import HEALING_KEY, MAX_HEALING_BYTES, healing_bytes
+from tokenseam.vllm.xargs import (
+    HEALING_KEY,
+    MAX_HEALING_BYTES,
+    PROPERTY_ORDER_ENV,
+    PROPERTY_ORDER_KEY,
+    healing_bytes,
+    property_order,
+)
 
 
 def test_plans():
@@ -139,3 +146,30 @@ def test_bad_healing_args(args, needle):
     with pytest.raises(ValueError) as e:
         healing_bytes(args)
     assert needle in str(e.value)
+
+
+def test_property_order_args(monkeypatch):
+    monkeypatch.delenv(PROPERTY_ORDER_ENV, raising=False)
+    assert property_order(None) == "schema"
+    assert property_order({PROPERTY_ORDER_KEY: "any", HEALING_KEY: "3a"}) == "any"
+    monkeypatch.setenv(PROPERTY_ORDER_ENV, "any")
+    assert property_order({}) == "any"
+    assert property_order({PROPERTY_ORDER_KEY: "schema"}) == "schema"
+    assert healing_bytes({PROPERTY_ORDER_KEY: "any"}) == b""  # each reader knows the other's key
+    for bad in ("random", 1, ["any"], ""):
+        with pytest.raises(ValueError, match=PROPERTY_ORDER_KEY):
+            property_order({PROPERTY_ORDER_KEY: bad})
+    monkeypatch.setenv(PROPERTY_ORDER_ENV, "sorted")
+    with pytest.raises(ValueError, match=PROPERTY_ORDER_ENV):
+        property_order({})
+
+
+def test_property_order_reaches_json_plans_only():
+    p = plan("JSON", '{"type": "object"}', property_order="any")
+    assert p.options == {"property_order": "any"}
+    assert plan("JSON_OBJECT", "", strict=True, property_order="any").options == {
+        "strict": True,
+        "property_order": "any",
+    }
+    assert plan("REGEX", "a+", property_order="any").options == {}  # no objects: nothing to order
+    assert plan("JSON", "{}").options == {}

@@ -249,3 +249,39 @@ def test_streamed_token_ids_are_exact(client, hf_vocab):
         ids += delta_ids
     assert hf_vocab.decode_bytes(ids).decode() == text
     jsonschema.validate(json.loads(text), schema)
+
+
+def test_property_order_any_through_vllm_xargs(client):
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    for seed in range(4):
+        r = client.completions.create(
+            model=MODEL,
+            prompt='A person as JSON: {"age": 31, "name": "Ann"}\nAnother person as JSON:',
+            max_tokens=60,
+            temperature=1.0,
+            seed=seed,
+            extra_body={
+                "structured_outputs": {"json": schema},
+                "vllm_xargs": {"tokenseam_property_order": "any"},
+            },
+        )
+        text = r.choices[0].text
+        pairs = json.loads(text, object_pairs_hook=lambda kv: kv)
+        assert r.choices[0].finish_reason == "stop" and len({k for k, _ in pairs}) == len(pairs), text
+        jsonschema.validate(dict(pairs), schema)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(
+            model=MODEL,
+            prompt="x",
+            max_tokens=5,
+            extra_body={
+                "structured_outputs": {"json": schema},
+                "vllm_xargs": {"tokenseam_property_order": "random"},
+            },
+        )
+    assert "tokenseam_property_order" in str(e.value)

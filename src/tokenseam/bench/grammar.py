@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-ENGINES = ("tokenseam", "xgrammar", "llguidance")
+ENGINES = ("tokenseam", "tokenseam-any", "xgrammar", "llguidance")
 
 
 class _Timeout(Exception):
@@ -28,7 +28,10 @@ def _alarm(_signum, _frame):
 
 # -- engine adapters --------------------------------------------------------------------------------------
 class TokenseamEngine:
+    """tokenseam's default: declared properties in schema order (what OpenAI's strict mode emits)."""
+
     name = "tokenseam"
+    property_order = "schema"
 
     def __init__(self, vocab) -> None:
         from tokenseam.grammar import GrammarCompiler, GrammarError, GrammarMatcher
@@ -41,7 +44,9 @@ class TokenseamEngine:
         self.mask = np.zeros(vocab.mask_words, dtype=np.int32)
 
     def compile(self, schema):
-        return self._matcher_cls(self.compiler.compile_json_schema(schema))
+        return self._matcher_cls(
+            self.compiler.compile_json_schema(schema, property_order=self.property_order)
+        )
 
     def fill(self, m) -> np.ndarray:
         m.fill_next_token_bitmask(self.mask)
@@ -52,6 +57,13 @@ class TokenseamEngine:
 
     def accepting(self, m) -> bool:
         return m.is_accepting()
+
+
+class TokenseamAnyOrderEngine(TokenseamEngine):
+    """tokenseam with `property_order="any"`: declared properties in any order, each at most once."""
+
+    name = "tokenseam-any"
+    property_order = "any"
 
 
 class XGrammarEngine:
@@ -142,7 +154,12 @@ class _TokWrap:
         return self._tok.encode(s)
 
 
-ADAPTERS = {"tokenseam": TokenseamEngine, "xgrammar": XGrammarEngine, "llguidance": LLGuidanceEngine}
+ADAPTERS = {
+    "tokenseam": TokenseamEngine,
+    "tokenseam-any": TokenseamAnyOrderEngine,
+    "xgrammar": XGrammarEngine,
+    "llguidance": LLGuidanceEngine,
+}
 
 
 # -- the benchmark ----------------------------------------------------------------------------------------
@@ -412,7 +429,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="directory of MaskBench JSON files")
     parser.add_argument("--tokenizer", default="smollm2", help="smollm2, gemma3 or a GGUF path")
     parser.add_argument(
-        "--engines", default="tokenseam,xgrammar,llguidance", help="comma-separated: " + ",".join(ENGINES)
+        "--engines",
+        default=",".join(ENGINES),
+        help="comma-separated: " + ",".join(ENGINES) + " (tokenseam-any: property_order any)",
     )
     parser.add_argument("--limit", type=int, default=None, help="use a deterministic sample of N files")
     parser.add_argument("--timeout", type=float, default=60.0, help="per-file time limit in seconds")

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import anyorder
+from .anyorder import SET_REACH
 from .budget import compile_budget, current
 from .errors import GrammarError
 from .localbuild import (
@@ -76,7 +78,10 @@ class Automaton:
         self._pending: dict[int, tuple[list, list]] = {}
         self.has_counters = bool(nfa.loops)
         maxlen = table.maxlen
-        self._loop_reach = [1 + (maxlen - 1) // nfa.loop_step.get(lid, 1) for lid in range(len(nfa.loops))]
+        self._loop_reach = [
+            SET_REACH if lid in nfa.sets else 1 + (maxlen - 1) // nfa.loop_step.get(lid, 1)
+            for lid in range(len(nfa.loops))
+        ]
         self._clamp_memo: dict[int, int] = {}  # state -> its clamped state
         self.closure_memo: dict[tuple[int, int], tuple[tuple, bool, tuple]] = {}
         self._closing: set[tuple[int, int]] = set()
@@ -110,7 +115,9 @@ class Automaton:
         # (position, bytes) -> position after them: requests revisit positions (every item of an array, every
         # request of a schema), and a commit is then one lookup instead of a run over the bytes.
         self._step_memo: dict[tuple[int, bytes], int] = {}
-        self._special = set().union(nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard)
+        self._special = set().union(
+            nfa.call, nfa.end_rule, nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard, nfa.cset
+        )
         # Successors built inside the walk (localbuild).
         current().spend(nfa.size)  # its arrays: about 60 bytes per NFA state
         max_states = 0 if python_builder else MAX_DFA_STATES
@@ -197,9 +204,22 @@ class Automaton:
                 if cp is not None:
                     nxt.append((cp[0], self._stacks.push(-1 - cp[1], st, 0)))
                 if st == BOT:
-                    if q in nfa.cinc or q in nfa.cguard or q in nfa.cexit:
+                    if q in nfa.cinc or q in nfa.cguard or q in nfa.cexit or q in nfa.cset:
                         esc.add(q)
                 else:
+                    cs = nfa.cset.get(q)
+                    if cs is not None:
+                        _, parent, v = self.stacks[st]
+                        code = nfa.cset_op[q]
+                        v2 = anyorder.step(nfa.sets[cs[1]], v, code)
+                        if v2 < 0:
+                            pass
+                        elif code == anyorder.EXIT:
+                            pops.append((cs[0], parent))
+                        elif code == anyorder.SEP:
+                            nxt.append((cs[0], st))
+                        else:
+                            nxt.append((cs[0], self._stacks.push(-1 - cs[1], parent, v2)))
                     ci = nfa.cinc.get(q)
                     if ci is not None:
                         _, parent, v = self.stacks[st]

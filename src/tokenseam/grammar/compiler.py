@@ -112,7 +112,9 @@ class GrammarCompiler:
 
     def compile_json_schema(self, schema: Any, **options: Any) -> CompiledGrammar:
         """Options: strict (no extra properties), lenient (ignore unsupported keywords with a warning),
-        compact (no whitespace), max_ws (longest run of spaces/tabs after a newline, default 40)."""
+        compact (no whitespace), max_ws (longest run of spaces/tabs after a newline, default 40),
+        property_order ("schema": declared properties in schema order, the default; "any": in any order,
+        each at most once)."""
         return self._cached(*_plan_json_schema(schema, options))
 
     def compile_tool_answer(self, call_schema: Any, mode: str, parallel: bool = True) -> CompiledGrammar:
@@ -202,6 +204,15 @@ def _plan_tool_answer(call_schema: Any, mode: str, parallel: bool) -> _Plan:
     return ("tool_calls", source), build
 
 
+_JSON_DEFAULTS = {
+    "strict": False,
+    "lenient": False,
+    "compact": False,
+    "max_ws": 40,
+    "property_order": "schema",
+}
+
+
 def _plan_json_schema(schema: Any, options: dict[str, Any]) -> _Plan:
     from .json_schema import schema_to_grammar
 
@@ -213,7 +224,9 @@ def _plan_json_schema(schema: Any, options: dict[str, Any]) -> _Plan:
         raise GrammarError("JSON schema is nested too deeply") from exc
     except (TypeError, ValueError) as exc:
         raise GrammarError(f"JSON schema is not JSON-serialisable: {exc}") from exc
-    okey = json.dumps(options, sort_keys=True, default=str)
+    # An option spelled out at its default is the same grammar: one cache entry.
+    keyed = {k: v for k, v in options.items() if not (k in _JSON_DEFAULTS and v == _JSON_DEFAULTS[k])}
+    okey = json.dumps(keyed, sort_keys=True, default=str)
 
     def build():
         return schema_to_grammar(schema, **options), "json_schema", source

@@ -243,7 +243,7 @@ def covers_safe(ranges) -> bool:
 @dataclass(frozen=True, slots=True, eq=False)
 class Members(Node):
     """A separated list: `items` in order (optional ones may be skipped), then any number of `extra`,
-    with the total count within [min, max]. Lowered to a graph (not a tree) so optional members do not
+    with the total count within [min, max]; with `any_order`, items and extras interleave in any order. Lowered to a graph (not a tree) so optional members do not
     multiply the automaton size."""
 
     items: tuple[tuple[Node, bool], ...]
@@ -251,6 +251,7 @@ class Members(Node):
     sep: Node
     min: int = 0
     max: int | None = None
+    any_order: bool = False  # items in any order, each at most once (grammar/anyorder.py)
 
 
 # JSON layout whitespace between tokens: up to two spaces or tabs, or a line break and then an indentation run

@@ -43,9 +43,12 @@ LENIENT_HINT = "; pass lenient=True to ignore it"  # ends the message of an unsu
 class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
     """One schema lowered to IR rules: `compile` per sub-schema; the state below is shared with the mixins."""
 
-    def __init__(self, root, strict: bool, lenient: bool, compact: bool, max_ws: int) -> None:
+    def __init__(
+        self, root, strict: bool, lenient: bool, compact: bool, max_ws: int, any_order: bool = False
+    ) -> None:
         self.root = root
         self.strict = strict
+        self.any_order = any_order
         self.lenient = lenient
         self.warnings: list[str] = []
         self.rules: dict[str, Node] = {}
@@ -374,19 +377,29 @@ class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
         return alt(lit("true"), lit("false"))
 
 
+PROPERTY_ORDERS = ("schema", "any")
+
+
 def schema_to_grammar(
-    schema: dict | bool, strict: bool = False, lenient: bool = False, compact: bool = False, max_ws: int = 40
+    schema: dict | bool,
+    strict: bool = False,
+    lenient: bool = False,
+    compact: bool = False,
+    max_ws: int = 40,
+    property_order: str = "schema",
 ) -> Grammar:
     """Lower a JSON Schema to a grammar IR. See GrammarCompiler.compile_json_schema for the options."""
     if not isinstance(schema, (dict, bool)):
         raise GrammarError(f"JSON schema must be an object or boolean, got {type(schema).__name__}")
     if not isinstance(max_ws, int) or isinstance(max_ws, bool) or not 0 <= max_ws <= MAX_WS:
         raise GrammarError(f"max_ws must be an integer between 0 and {MAX_WS}")
+    if property_order not in PROPERTY_ORDERS:
+        raise GrammarError(f'property_order must be "schema" or "any", got {property_order!r}')
     with compile_budget() as b:
         b.stage = "checking the JSON schema's keywords"
         check_keywords(schema)
         b.stage = "lowering the JSON schema"
-        c = _Compiler(schema, bool(strict), bool(lenient), bool(compact), max_ws)
+        c = _Compiler(schema, bool(strict), bool(lenient), bool(compact), max_ws, property_order == "any")
         root = c.compile(schema, "")
         if root == NOTHING:
             raise GrammarError("the JSON schema accepts no value")
@@ -398,4 +411,4 @@ def schema_to_grammar(
         return g
 
 
-__all__ = ["schema_to_grammar"]
+__all__ = ["PROPERTY_ORDERS", "schema_to_grammar"]

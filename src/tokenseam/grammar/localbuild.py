@@ -989,6 +989,9 @@ class LocalBuilder:
                 qinfo[at[(qinfo[at, 0] & Q_CTR) != 0], 0] |= Q_COUNTER  # two operations on one state
                 qinfo[at, 0] |= flag
                 qinfo[at, 5:7] = np.asarray(list(ops.values()), dtype=np.int32)
+        if nfa.cset:
+            # Any-order objects' set operations (anyorder.py) are built by the Python twin only.
+            qinfo[ids(nfa.cset), 0] |= Q_COUNTER
         qinfo[ids(nfa.universal), 0] |= Q_UNIV
         if nfa.call:
             qinfo[ids(nfa.call), 1:3] = np.asarray(list(nfa.call.values()), dtype=np.int32)

@@ -7,7 +7,7 @@ rulegraph.py, code points as UTF-8 bytes in utf8.py, the final rows' flat storag
 
 from __future__ import annotations
 
-from . import cpauto
+from . import anyorder, cpauto
 from .budget import compile_budget, current
 from .cpauto import CPNFA
 from .errors import GrammarError
@@ -61,6 +61,11 @@ class ByteNFA:
         self.cinc: dict[int, tuple[int, int]] = {}
         self.cexit: dict[int, tuple[int, int]] = {}
         self.cguard: dict[int, tuple[int, int]] = {}  # enter the body only while the counter is < max
+        # Any-order objects (anyorder.py): a set frame pushed by `cpush`, then operations on it: state ->
+        # (target, loop id) in `cset`, the operation's code in `cset_op`; loop id -> anyorder.SetSpec in `sets`.
+        self.cset: dict[int, tuple[int, int]] = {}
+        self.cset_op: dict[int, int] = {}
+        self.sets: dict[int, anyorder.SetSpec] = {}
         self.loop_slack: dict[int, int] = {}  # loop id -> how far below its max its guards' bounds may lie
         self.loop_step: dict[
             int, int
@@ -415,6 +420,8 @@ class _Builder:
         if isinstance(node, Ref):  # not on a cycle: inlined
             return (yield self._emit(self.g.rules[node.name], s, esc, end))
         if isinstance(node, Members):
+            if node.any_order:
+                return (yield anyorder.lower(self, node, s, esc, end))
             return (yield self._members(node, s, esc, end))
         raise GrammarError(f"internal: unknown IR node {type(node).__name__}")
 

@@ -81,7 +81,7 @@ def _eps_reach(nfa: ByteNFA, s: int, nullable: set[int], calls: list | None) -> 
     while stack:
         q = stack.pop()
         nxt = list(nfa.eps[q])
-        for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
+        for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard, nfa.cset):
             if q in d:
                 nxt.append(d[q][0])
         if q in nfa.call:
@@ -128,7 +128,7 @@ def _trim(nfa: ByteNFA) -> None:
             rev[t].append(q)
         for t in nfa.eps[q]:
             rev[t].append(q)
-    for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
+    for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard, nfa.cset):
         for q, (t, _) in d.items():
             rev[t].append(q)
     sites_by_ret: dict[int, list[tuple[int, int]]] = {}
@@ -171,9 +171,10 @@ def _trim(nfa: ByteNFA) -> None:
             nfa.edges[q] = []
             nfa.eps[q] = []
             nfa.call.pop(q, None)
-    for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard):
+    for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard, nfa.cset):
         for q in [q for q, (t, _) in d.items() if not (live[q] and live[t])]:
             del d[q]
+    nfa.cset_op = {q: code for q, code in nfa.cset_op.items() if q in nfa.cset}
     # A live universal state keeps its paths: they lead to where it finishes, which is live with it.
     nfa.universal = {q for q in nfa.universal if live[q]}
     nfa.may_dead_end = False

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .compiled import CompiledGrammar
 from .compiler import GrammarCompiler, loads_schema
 from .errors import GrammarError
-from .json_schema import MAX_WS
+from .json_schema import MAX_WS, PROPERTY_ORDERS
 
 # A tool call is generated as one JSON object of this shape (inside the markers of `tokenseam.toolcalls`):
 #     {"name": "<function name>", "arguments": {...}}
@@ -96,7 +96,7 @@ def _functions(body: dict) -> list[dict]:
 
 
 FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
-JSON_OPTION_TYPES = {"compact": bool, "max_ws": int, "lenient": bool}
+JSON_OPTION_TYPES = {"compact": bool, "max_ws": int, "lenient": bool, "property_order": str}
 
 
 def _json_options(body: dict) -> dict:
@@ -113,7 +113,10 @@ def _json_options(body: dict) -> dict:
             raise GrammarError(
                 f"json_schema_options.{k} is not an option (use {', '.join(JSON_OPTION_TYPES)})"
             )
-        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+        if k == "property_order":
+            if v not in PROPERTY_ORDERS:
+                raise GrammarError('json_schema_options.property_order must be "schema" or "any"')
+        elif not isinstance(v, want) or (want is int and isinstance(v, bool)):
             raise GrammarError(
                 f"json_schema_options.{k} must be {'true or false' if want is bool else 'an integer'}"
             )

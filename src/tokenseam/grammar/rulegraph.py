@@ -238,7 +238,7 @@ def prune_unproductive(g: Grammar, ok: dict[str, bool]) -> Grammar:
                     extra = None
                 # A separator that derives nothing is not something a front end builds: left as it is.
                 if sep is not NOTHING:
-                    r = Members(tuple(items), extra, sep, node.min, node.max)
+                    r = Members(tuple(items), extra, sep, node.min, node.max, node.any_order)
         memo[id(node)] = r
         return r
 

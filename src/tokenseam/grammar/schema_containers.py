@@ -171,5 +171,5 @@ class ContainerLowering:
             return NOTHING
         if extra is None and mn > len(items):
             return NOTHING
-        members = Members(tuple(items), extra, self.sep, mn, mx)
+        members = Members(tuple(items), extra, self.sep, mn, mx, self.any_order)
         return seq(lit("{"), self.ws, members, self.ws, lit("}"))

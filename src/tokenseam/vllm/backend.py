@@ -21,6 +21,7 @@ from ..grammar import GrammarCompiler
 from .requests import compile_plan, plan
 from .session import GrammarSession
 from .vocabulary import vocabulary_of
+from .xargs import default_property_order
 
 log = logging.getLogger("tokenseam.vllm")
 
@@ -35,6 +36,7 @@ class TokenseamBackend(StructuredOutputBackend):
         self.compiler.warm_up()
         cfg = self.vllm_config.structured_outputs_config
         self.compact_default = bool(getattr(cfg, "disable_any_whitespace", False))
+        default_property_order()  # a bad $TOKENSEAM_PROPERTY_ORDER stops the server at start, not a request
         log.info(
             "tokenseam backend ready: %d tokens, end ids %s",
             self.vocab.size,
@@ -49,12 +51,14 @@ class TokenseamBackend(StructuredOutputBackend):
         strict: bool = False,
         compact: bool | None = None,
         healing: bytes = b"",
+        property_order: str = "schema",
     ) -> StructuredOutputGrammar:
         p = plan(
             request_type.name,
             grammar_spec,
             strict=strict,
             compact=self.compact_default if compact is None else compact,
+            property_order=property_order,
         )
         compiled = compile_plan(self.compiler, p)
         ends = stop_token_ids or self.vocab.eos_token_ids

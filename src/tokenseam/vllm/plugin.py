@@ -26,7 +26,7 @@ import os
 import sys
 import typing
 
-from .xargs import HEALING_KEY, healing_bytes
+from .xargs import HEALING_KEY, healing_bytes, property_order
 
 log = logging.getLogger("tokenseam.vllm")
 
@@ -115,6 +115,7 @@ def _check(params) -> None:
             spec,
             strict=bool(so.disable_additional_properties),
             compact=bool(so.disable_any_whitespace),
+            property_order=property_order(params.extra_args),
         )
         if _checker is None:
             _checker = Checker()
@@ -236,6 +237,7 @@ def _patch_manager() -> None:
                 strict=bool(so.disable_additional_properties),
                 compact=True if so.disable_any_whitespace else None,
                 healing=healing_bytes(params.extra_args),
+                property_order=property_order(params.extra_args),
             )
         except Exception:
             log.exception("tokenseam: failed to compile the grammar of request %s", request.request_id)

@@ -45,25 +45,29 @@ class Plan:
         return json.dumps([self.kind, self.payload, self.options], sort_keys=True, ensure_ascii=False)
 
 
-def plan(kind: str, spec: Any, strict: bool = False, compact: bool = False) -> Plan:
+def plan(
+    kind: str, spec: Any, strict: bool = False, compact: bool = False, property_order: str = "schema"
+) -> Plan:
     """The grammar a vLLM request of `kind` with text `spec` asks for.
 
     `strict`: objects take no properties beyond those the schema lists (OpenAI's `strict: true`, vLLM's
     per-request `disable_additional_properties`); `compact`: no whitespace in JSON (vLLM's
-    `disable_any_whitespace`). Raises GrammarError for a kind or text the backend does not take."""
+    `disable_any_whitespace`); `property_order` "any": declared properties in any order (the request's
+    `vllm_xargs.tokenseam_property_order`; other kinds have no objects and ignore it). Raises GrammarError for a kind or text the backend does not take."""
     options: dict[str, Any] = {}
     if strict:
         options["strict"] = True
     if compact:
         options["compact"] = True
+    json_options = {**options, "property_order": property_order} if property_order != "schema" else options
     if kind == "JSON":
         if isinstance(spec, str):
             spec = loads_schema(spec, "the JSON schema")
         if not isinstance(spec, (dict, bool)):
             raise GrammarError("a JSON schema must be an object or a boolean")
-        return Plan("json_schema", spec, options)
+        return Plan("json_schema", spec, json_options)
     if kind == "JSON_OBJECT":
-        return Plan("json_schema", {"type": "object"}, options)
+        return Plan("json_schema", {"type": "object"}, json_options)
     if options:
         raise GrammarError(f"strict and compact apply to JSON only, not to {kind.lower()}")
     if kind == "REGEX":

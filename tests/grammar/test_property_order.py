@@ -1,0 +1,171 @@
+"""property_order "any": declared properties in any order, each at most once, every other keyword still exact."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import time
+
+import jsonschema
+import numpy as np
+import pytest
+
+from tokenseam.grammar import GrammarError, GrammarMatcher
+from tokenseam.grammar.anyorder import EXIT, SEP, SetSpec, step
+
+from .conftest import accepts_text, sample
+
+FOUR = {
+    "type": "object",
+    "properties": {
+        "a": {"type": "integer"},
+        "b": {"type": "string", "maxLength": 3},
+        "ab": {"type": "boolean"},
+        "c": {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
+    },
+    "required": ["a", "c"],
+}
+VALUES = {"a": [1, "x"], "b": ["xy", "long!"], "ab": [True, 0], "c": [[1, 2], [1, 2, 3]], "zz": [None]}
+
+
+def _docs(names):
+    """Every object over subsets of `names` in every order, with each member's good and bad value."""
+    for k in range(len(names) + 1):
+        for combo in itertools.permutations(names, k):
+            for values in itertools.product(*(VALUES[n] for n in combo)):
+                yield dict(zip(combo, values, strict=True)), list(zip(combo, values, strict=True))
+
+
+def _agree(compiled, schema, pairs) -> None:
+    text = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs) + "}"
+    valid = jsonschema.Draft202012Validator(schema).is_valid(dict(pairs))
+    assert accepts_text(compiled, text) == valid, text
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_any_order_agrees_with_jsonschema_on_every_order(compiler, strict):
+    schema = dict(FOUR, additionalProperties=not strict)
+    g = compiler.compile_json_schema(schema, property_order="any")
+    n = 0
+    for _, pairs in _docs(["a", "b", "ab", "c", "zz"]):
+        _agree(g, schema, pairs)
+        n += 1
+    assert n > 1000
+
+
+def test_counts_patterns_and_additional_properties_stay_exact(compiler):
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "ab": {"type": "integer"}},
+        "patternProperties": {"^x": {"type": "string"}},
+        "additionalProperties": False,
+        "minProperties": 2,
+        "maxProperties": 3,
+        "required": ["b"],
+    }
+    g = compiler.compile_json_schema(schema, property_order="any")
+    keys = ["a", "b", "ab", "x1", "x2"]
+    vals = {"a": [1], "b": [2, "s"], "ab": [3], "x1": ["s", 4], "x2": ["t"]}
+    for k in range(5):
+        for combo in itertools.permutations(keys, k):
+            for values in itertools.product(*(vals[n] for n in combo)):
+                _agree(g, schema, list(zip(combo, values, strict=True)))
+
+
+def test_each_property_at_most_once(compiler):
+    g = compiler.compile_json_schema(FOUR, property_order="any")
+    assert accepts_text(g, '{"c": [], "a": 1}')
+    assert not accepts_text(g, '{"c": [], "a": 1, "a": 2}')
+    assert not accepts_text(g, '{"a": 1, "c": [], "c": []}')
+    assert not accepts_text(g, '{"a": 1, "ab": true, "c": [], "ab": false}')
+
+
+def test_schema_order_stays_the_default(compiler):
+    g = compiler.compile_json_schema(FOUR)
+    assert accepts_text(g, '{"a": 1, "c": []}')
+    assert not accepts_text(g, '{"c": [], "a": 1}')
+    ordered = compiler.compile_json_schema(FOUR, property_order="schema")
+    assert ordered is g  # one cache entry: "schema" is the default spelled out
+
+
+def test_nested_and_recursive_objects(compiler):
+    schema = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                },
+                "required": ["name"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
+    g = compiler.compile_json_schema(schema, property_order="any")
+    assert accepts_text(g, '{"kids": [{"kids": [], "name": "b"}, {"name": "c"}], "name": "a"}')
+    assert not accepts_text(g, '{"kids": [{"kids": []}], "name": "a"}')
+    assert not accepts_text(g, '{"name": "a", "kids": [{"name": "b", "name": "c"}]}')
+
+
+@pytest.mark.parametrize("mode", ["random", "close", "eos_last", "long"])
+def test_sampling_under_the_mask_gives_valid_objects_without_duplicates(compiler, smollm2_vocab, mode):
+    schema = dict(FOUR, additionalProperties=False, minProperties=3)
+    g = compiler.compile_json_schema(schema, property_order="any", compact=True)
+    rng = np.random.default_rng(7)
+    orders = set()
+    for _ in range(40):
+        out, done = sample(g, smollm2_vocab, rng, 200, mode)
+        assert done, out
+        pairs = json.loads(out, object_pairs_hook=lambda kv: kv)
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), out
+        jsonschema.validate(dict(pairs), schema)
+        orders.add(tuple(keys))
+    assert len(orders) > 3  # the mask really offers other orders
+
+
+def test_many_optional_properties_do_not_blow_up(compiler, smollm2_vocab):
+    names = [f"p{i}" for i in range(48)]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}}
+    schema["additionalProperties"] = False
+    t0 = time.perf_counter()
+    g = compiler.compile_json_schema(schema, property_order="any", compact=True)
+    m = GrammarMatcher(g)
+    out = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
+    m.fill_next_token_bitmask(out)
+    took = time.perf_counter() - t0
+    order = names[:]
+    random.Random(3).shuffle(order)
+    doc = "{" + ",".join(f'"{n}":{i}' for i, n in enumerate(order)) + "}"
+    assert accepts_text(g, doc)
+    assert not accepts_text(g, doc[:-1] + ',"p0":1}')
+    assert took < 60  # not a timing target: an automaton of 2^48 states would never get here
+
+
+def test_too_many_properties_for_the_set_frame_is_a_clear_error(compiler):
+    schema = {"type": "object", "properties": {f"p{i}": {} for i in range(70)}}
+    with pytest.raises(GrammarError, match='property_order "any" supports objects of up to'):
+        compiler.compile_json_schema(schema, property_order="any")
+    compiler.compile_json_schema(schema)  # schema order has no such limit
+
+
+@pytest.mark.parametrize("bad", ["random", "", None, 1, True])
+def test_bad_property_order_is_refused(compiler, bad):
+    with pytest.raises(GrammarError, match="property_order"):
+        compiler.compile_json_schema(FOUR, property_order=bad)
+
+
+def test_set_operations():
+    spec = SetSpec(nbits=3, required=0b001, lo=2, hi=2, extras=False)
+    assert step(spec, 0, EXIT) == -1  # required property 0 missing
+    v = step(spec, 0, 1)  # property 1 first
+    assert v == 0b010 | (1 << 3)
+    assert step(spec, v, 1) == -1  # not twice
+    assert step(spec, v, 2) == -1  # it would leave no room for the required property 0
+    assert step(spec, v, SEP) == v  # property 0 can still follow
+    v = step(spec, v, 0)
+    assert step(spec, v, EXIT) == v
+    assert step(spec, v, SEP) == -1  # maxProperties reached: no separator
