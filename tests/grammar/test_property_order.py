@@ -169,3 +169,42 @@ def test_set_operations():
     v = step(spec, v, 0)
     assert step(spec, v, EXIT) == v
     assert step(spec, v, SEP) == -1  # maxProperties reached: no separator
+
+
+def test_numba_set_operations_match_the_reference():
+    from tokenseam.grammar.anyorder import ADD_EXTRA
+    from tokenseam.grammar.localbuild import _set_step
+
+    rng = random.Random(5)
+    for _ in range(300):
+        nbits = rng.randint(1, 6)
+        hi = rng.choice([None, rng.randint(0, 8)])
+        spec = SetSpec(nbits, rng.getrandbits(nbits), rng.randint(0, 5), hi, rng.random() < 0.5)
+        sets = np.array([(nbits, spec.required, spec.lo, -1 if hi is None else hi, spec.extras)], np.int64)
+        for _ in range(20):
+            value = rng.getrandbits(nbits) | (rng.randint(0, spec.cap) << nbits)
+            for code in (*range(nbits), ADD_EXTRA, SEP, EXIT):
+                assert _set_step(sets, 0, value, code) == step(spec, value, code), (spec, value, code)
+
+
+def test_numba_and_python_builders_give_the_same_masks(smollm2_vocab):
+    from tokenseam.grammar import GrammarCompiler
+
+    schema = dict(FOUR, patternProperties={"^x": {"type": "integer"}}, maxProperties=4)
+    doc = '{"c": [1], "x1": 2, "ab": true, "a": 3}'
+    fast, slow = (
+        GrammarCompiler(smollm2_vocab, python_builder=p).compile_json_schema(schema, property_order="any")
+        for p in (False, True)
+    )
+    ma, mb = GrammarMatcher(fast), GrammarMatcher(slow)
+    oa = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
+    ob = oa.copy()
+    data = doc.encode()
+    for cut in range(len(data) + 1):
+        if cut:
+            assert ma.accept_bytes(data[cut - 1 : cut]) and mb.accept_bytes(data[cut - 1 : cut])
+        ma.fill_next_token_bitmask(oa)
+        mb.fill_next_token_bitmask(ob)
+        assert np.array_equal(oa, ob), data[:cut]
+    assert ma.is_accepting() and mb.is_accepting()
+    assert fast.automaton._numba_states and not slow.automaton._numba_states

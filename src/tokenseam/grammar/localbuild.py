@@ -35,9 +35,12 @@ meta[M_GROW]):
 - nfa_e (edges, 3): first byte class, last byte class, target; e_off[q] .. e_off[q + 1] are q's edges;
 - eps_off / eps_t: plain epsilon edges;
 - qinfo[q] = (flags, called rule, return state, ended rule, counted loop of the body q is in, counter operation's
-  target, its loop), -1 for none; flags: Q_STACK any stack operation, Q_UNIV universal (ByteNFA.universal), the
-  counter operation (Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT), Q_COUNTER more than one (left to Python);
+  target, its loop, set operation code), -1 for none; flags: Q_STACK any stack operation, Q_UNIV universal
+  (ByteNFA.universal), the counter operation (Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT, Q_SET), Q_COUNTER more than
+  one (left to Python);
 - loops[loop] = (min, max or -1 for none, reach T, slack): what `Automaton.clamped` clamps by;
+- sets[loop] = (declared properties, required mask, min, max or -1, extras allowed) of an any-order object's
+  set frame (anyorder.SetSpec; zeros for other loops), whose operation code is qinfo[q, 7];
 - loc[q] = (start, length) of q's local closure (no stack operation) in loc_pool; start LOC_TODO not computed,
   NOT_LOCAL not local;
 - cfg (pool, 2): (NFA state, stack) configurations; escp: escape NFA states;
@@ -54,6 +57,8 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from .anyorder import EXIT, SEP
+
 M_STATES = 0  # states made so far (Python and numba)
 M_INDEXED = 1  # states below this are in ht
 M_LOC_USED = 2
@@ -67,7 +72,7 @@ M_ESC_USED = 9
 N_META = 10
 START_ROWS = 256  # first sizes of the arrays (a power of two); they double when full
 G_STATES, G_CFG, G_LOC, G_HT, G_STACKS, G_ESC = 1, 2, 3, 4, 5, 6
-Q_STACK, Q_UNIV, Q_COUNTER, Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT = 1, 2, 4, 8, 16, 32, 64
+Q_STACK, Q_UNIV, Q_COUNTER, Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT, Q_SET = 1, 2, 4, 8, 16, 32, 64, 128
 Q_CTR = Q_CPUSH | Q_CINC | Q_CGUARD | Q_CEXIT
 CLOSED, COUNTED = 0, 1  # from _closure: done; done, and a counter operation ran
 LOCAL_LIMIT = 256  # Automaton._local's limit on a local closure's size
@@ -109,6 +114,7 @@ class BuilderArrays(NamedTuple):
     qinfo: np.ndarray
     rule_start: np.ndarray
     loops: np.ndarray
+    sets: np.ndarray
     loc: np.ndarray
     loc_pool: np.ndarray
     mark: np.ndarray
@@ -324,6 +330,62 @@ def _local(q0, ar):
     return used
 
 
+@numba.njit(cache=True, inline="always")
+def _popcount(x):
+    n = 0
+    while x:
+        x &= x - 1
+        n += 1
+    return n
+
+
+@numba.njit(cache=True)
+def _set_viable(row, seen, count):
+    """anyorder.viable on a `sets` row (nbits, required, min, max or -1, extras)."""
+    if row[3] >= 0 and count + _popcount(row[1] & ~seen) > row[3]:
+        return False
+    return row[4] != 0 or count + row[0] - _popcount(seen) >= row[2]
+
+
+@numba.njit(cache=True)
+def _set_added(row, count):
+    return count + 1 if row[3] >= 0 else min(count + 1, row[2])
+
+
+@numba.njit(cache=True)
+def _set_step(sets, lid, value, code):
+    """anyorder.step: the set frame's value after operation `code`, -1 when it is not allowed."""
+    row = sets[lid]
+    nbits = row[0]
+    seen = value & ((np.int64(1) << nbits) - 1)
+    count = value >> nbits
+    if code == EXIT:
+        return value if (seen & row[1]) == row[1] and count >= row[2] else -1
+    full = row[3] >= 0 and count >= row[3]
+    if code == SEP:
+        if full:
+            return -1
+        c2 = _set_added(row, count)
+        if row[4] != 0 and _set_viable(row, seen, c2):
+            return value
+        for i in range(nbits):
+            b = np.int64(1) << i
+            if not seen & b and _set_viable(row, seen | b, c2):
+                return value
+        return -1
+    if code >= 0:
+        b = np.int64(1) << code
+        if seen & b:
+            return -1
+        seen |= b
+    elif row[4] == 0:
+        return -1
+    if full:
+        return -1
+    count = _set_added(row, count)
+    return seen | (count << nbits) if _set_viable(row, seen, count) else -1
+
+
 @numba.njit(cache=True)
 def _closure(t0, st0, keys, nk, escs, ne, ar):
     """Append the closure of (t0, st0) to keys (configurations with byte edges) and escs (escape states), as
@@ -401,6 +463,32 @@ def _closure(t0, st0, keys, nk, escs, ne, ar):
                 if x not in seen:
                     seen.add(x)
                     work.append((nq, ns))
+        if f & Q_SET:
+            counted = True
+            if st == BOT:
+                if ne == escs.shape[0]:
+                    return NEED_PYTHON, nk, ne, acc
+                escs[ne] = q
+                ne += 1
+            elif st == ROOT:
+                return NEED_PYTHON, nk, ne, acc
+            else:
+                lid = qinfo[q, 6]
+                code = qinfo[q, 7]
+                v2 = _set_step(ar.sets, lid, stk[st, 2], code)
+                if v2 >= 0:
+                    if code == EXIT:
+                        ns = np.int64(stk[st, 1])
+                    elif code == SEP:
+                        ns = st
+                    else:
+                        ns = _push(-1 - lid, stk[st, 1], v2, ar)
+                        if ns < 0:
+                            return NO_ROOM, nk, ne, acc
+                    x = _key(qinfo[q, 5], ns)
+                    if x not in seen:
+                        seen.add(x)
+                        work.append((np.int64(qinfo[q, 5]), ns))
         r = qinfo[q, 3]
         if r >= 0:
             if st == ROOT:
@@ -971,7 +1059,7 @@ class LocalBuilder:
         self.ht = np.zeros(4 * k, dtype=np.int32)
         self.stk = np.zeros((k, 3), dtype=np.int64)
         self.sht = np.zeros(4 * k, dtype=np.int32)
-        qinfo = np.full((n, 7), -1, dtype=np.int32)
+        qinfo = np.full((n, 8), -1, dtype=np.int32)
         qinfo[:, 0] = 0
 
         def ids(keys) -> np.ndarray:
@@ -990,8 +1078,20 @@ class LocalBuilder:
                 qinfo[at, 0] |= flag
                 qinfo[at, 5:7] = np.asarray(list(ops.values()), dtype=np.int32)
         if nfa.cset:
-            # Any-order objects' set operations (anyorder.py) are built by the Python twin only.
-            qinfo[ids(nfa.cset), 0] |= Q_COUNTER
+            at = ids(nfa.cset)
+            qinfo[at[(qinfo[at, 0] & Q_CTR) != 0], 0] |= Q_COUNTER
+            qinfo[at, 0] |= Q_SET
+            qinfo[at, 5:7] = np.asarray(list(nfa.cset.values()), dtype=np.int32)
+            qinfo[at, 7] = np.asarray([nfa.cset_op[q] for q in nfa.cset], dtype=np.int32)
+        self.sets = np.zeros((max(1, len(nfa.loops)), 5), dtype=np.int64)
+        for lid, spec in nfa.sets.items():
+            self.sets[lid] = (
+                spec.nbits,
+                spec.required,
+                spec.lo,
+                -1 if spec.hi is None else spec.hi,
+                spec.extras,
+            )
         qinfo[ids(nfa.universal), 0] |= Q_UNIV
         if nfa.call:
             qinfo[ids(nfa.call), 1:3] = np.asarray(list(nfa.call.values()), dtype=np.int32)
@@ -1037,6 +1137,7 @@ class LocalBuilder:
             self.qinfo,
             self.rule_start,
             self.loops,
+            self.sets,
             self.loc,
             self.loc_pool,
             self.mark,
