@@ -30,6 +30,7 @@ class FakeState:
         self.seen: set[str] = set()
         self.reject = False  # 400 on everything
         self.garbage = False  # 200 with a body that is not a completion
+        self.bodies: list[dict] = []  # every request body received
 
     def respond(self, prompt: str) -> tuple[int, str]:
         with self.lock:
@@ -72,8 +73,12 @@ def make_handler(state: FakeState):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
             assert body.get("temperature") == 0
+            with state.lock:
+                state.bodies.append(body)
             if self.path == "/v1/chat/completions":
-                prompt = body["messages"][-1]["content"]
+                content = body["messages"][-1]["content"]
+                # Content parts (a request fragment's prefix, then the task) read as their joined text.
+                prompt = content if isinstance(content, str) else "".join(p["text"] for p in content)
             elif self.path == "/v1/completions":
                 prompt = body["prompt"]
             else:

@@ -355,3 +355,109 @@ def test_eval_against_real_local_server(tmp_path, capsys):
     assert s["pairs"] == 4 and o["both_right"] + o["both_wrong"] + o["a_only"] + o["b_only"] == 4
     recs = read_results(tmp_path / "out" / "results.jsonl")
     assert len(recs) == 8 and all(isinstance(r["output"], str) for r in recs.values())
+
+
+def test_eval_with_an_emitted_fragment(setup, capsys):
+    """Variant B is the request fragment `pad --emit openai` wrote: every B request carries its prefix and
+    breakpoint with the task appended, and each result records the fragment's cache fields."""
+    from tokenseam.planner.fragments import make_fragment, prefix_text
+    from tokenseam.planner.profiles import load_profiles
+
+    tmp_path, tasks, state, url = setup
+    frag = make_fragment("openai", VAR_B, load_profiles().get("gpt-5.6"))
+    (tmp_path / "B.json").write_text(json.dumps(frag))
+    rc = main(
+        [
+            "eval",
+            "--tasks",
+            str(tmp_path / "tasks.jsonl"),
+            "--variant",
+            str(tmp_path / "A.txt"),
+            "--variant",
+            str(tmp_path / "B.json"),
+            "--upstream",
+            url,
+            "--model",
+            "gpt-5.6",
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+            "--json",
+        ]
+    )
+    assert rc == 0, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out)
+    a, b = _expected(tasks)
+    assert summary["overall"] == pytest.approx(paired_summary(a, b).to_dict())
+    frag_bodies = [x for x in state.bodies if isinstance(x["messages"][-1]["content"], list)]
+    assert len(frag_bodies) == 40 and len(state.bodies) == 80
+    for body in frag_bodies:
+        assert (
+            body["prompt_cache_options"] == {"mode": "explicit", "ttl": "30m"} and body["model"] == "gpt-5.6"
+        )
+        first, second = body["messages"][-1]["content"]
+        assert first == {"type": "text", "text": VAR_B, "prompt_cache_breakpoint": {"mode": "explicit"}}
+        assert second["text"].startswith("\n\n") and "prompt_cache_breakpoint" not in second
+    recs = read_results(tmp_path / "out" / "results.jsonl")
+    b_recs = [r for r in recs.values() if r["variant"] == "B.json"]
+    assert len(b_recs) == 40
+    for r in b_recs:
+        assert r["fragment"]["breakpoints"] == 1
+        assert r["fragment"]["request"] == {"prompt_cache_options": {"mode": "explicit", "ttl": "30m"}}
+        assert r["fragment"]["markers"] == [{"prompt_cache_breakpoint": {"mode": "explicit"}}]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert prefix_text(run["fragments"]["B.json"]) == VAR_B
+    # A rerun asks nothing; an edited fragment is a new variant and is asked again.
+    before = len(state.bodies)
+    assert _eval_frag(tmp_path, url) == 0 and len(state.bodies) == before
+    frag["prompt_cache_options"]["mode"] = "implicit"
+    (tmp_path / "B.json").write_text(json.dumps(frag))
+    assert _eval_frag(tmp_path, url) == 0 and len(state.bodies) == before + 40
+
+
+def _eval_frag(tmp_path, url, *extra):
+    return main(
+        [
+            "eval",
+            "--tasks",
+            str(tmp_path / "tasks.jsonl"),
+            "--variant",
+            str(tmp_path / "A.txt"),
+            "--variant",
+            str(tmp_path / "B.json"),
+            "--upstream",
+            url,
+            "--model",
+            "gpt-5.6",
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+            "--json",
+            *extra,
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "content, extra, needle",
+    [
+        (None, [], "anthropic request fragment"),
+        (
+            '{"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]}',
+            ["--endpoint", "completions"],
+            "need --endpoint chat",
+        ),
+        ("{oops", [], "not valid JSON"),
+        ('{"model": "x"}', [], "not a request fragment"),
+    ],
+)
+def test_eval_refuses_fragments_it_cannot_send(setup, capsys, content, extra, needle):
+    from tokenseam.planner.fragments import make_fragment
+    from tokenseam.planner.profiles import load_profiles
+
+    tmp_path, tasks, state, url = setup
+    if content is None:
+        content = json.dumps(make_fragment("anthropic", VAR_B, load_profiles().get("claude-opus-5")))
+    (tmp_path / "B.json").write_text(content)
+    assert _eval_frag(tmp_path, url, *extra) == 2
+    assert needle in capsys.readouterr().err and state.requests == 0

@@ -33,7 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         metavar="FILE",
         default=[],
-        help="prompt variant text file; give exactly two (A then B)",
+        help="prompt variant: a text file, or a request fragment (.json) written by `tokenseam pad/plan "
+        "--emit openai`, whose prefix and breakpoint are merged into each request with the task appended; "
+        "give exactly two (A then B)",
     )
     p.add_argument(
         "--upstream", metavar="URL", help="OpenAI-compatible base URL (http://host:port or .../v1)"
@@ -185,10 +187,27 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         tasks = load_tasks(args.tasks)[: args.limit]
-        variants = [
-            (Path(f).name, read_text_file(f, "variant file", max_bytes=1024 * 1024, allow_empty=True))
-            for f in args.variant
-        ]
+        variants, fragments, fragment_meta = [], {}, {}
+        for f in args.variant:
+            if str(f).endswith(".json"):
+                from .fragments import canonical, load_fragment, prefix_text
+
+                frag, dialect = load_fragment(f)
+                if dialect != "openai":
+                    return fail(
+                        f"{f} is a {dialect} request fragment; eval talks to an OpenAI-compatible chat API, "
+                        "so it can send only --emit openai fragments"
+                    )
+                key = canonical(frag)
+                fragments[key] = frag
+                fragment_meta[Path(f).name] = {"file": str(f), "prefix_chars": len(prefix_text(frag)), **frag}
+                variants.append((Path(f).name, key))
+            else:
+                variants.append(
+                    (Path(f).name, read_text_file(f, "variant file", max_bytes=1024 * 1024, allow_empty=True))
+                )
+        if fragments and args.endpoint != "chat":
+            return fail("request-fragment variants need --endpoint chat")
         if variants[0][1] == variants[1][1]:
             return fail("the two variants are identical: there is nothing to compare")
         if args.upstream:
@@ -205,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
             "tasks_file": str(args.tasks),
             "variants": {lbl: f for (lbl, _), f in zip(variants, args.variant, strict=True)},
         }
+        if fragment_meta:
+            meta["fragments"] = fragment_meta
         check_run_meta(out, meta)
     except PlannerError as e:
         return fail(str(e))
@@ -232,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
                 args.endpoint,
                 args.concurrency,
                 progress=not args.no_progress,
+                fragments=fragments,
             )
         finally:
             client.close()

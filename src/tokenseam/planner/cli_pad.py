@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .cli_plan import add_common
+from .cli_plan import add_common, add_emit
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="accept a padded prompt whose last tokens re-tokenize when text is appended",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_emit(p)
     p.set_defaults(func=run)
 
 
@@ -72,6 +73,13 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True, soft_wrap=True)
     try:
         profile = load_profiles(args.profiles).get(args.profile)
+        if args.emit is not None:  # refuse a bad --emit before any work
+            from .fragments import check_dialect
+
+            check_dialect(args.emit, profile, args.role)
+            profile.write(args.write)
+        elif args.emit_out or args.write:
+            raise PlannerError("--emit-out and --write need --emit openai|anthropic|gemini")
         prompt = read_text_file(args.prompt_file, "prompt file")
         examples = load_examples(args.examples)
         counter = make_counter(args.tokenizer, profile.tokenizer, args.leading_tokens)
@@ -95,9 +103,17 @@ def run(args: argparse.Namespace) -> int:
     res.report.update(
         prompt_file=str(src), examples_file=str(args.examples), out=str(out), report_file=str(report_path)
     )
+    from .cli_plan import emit_fragment
+
     try:
         out.write_text(res.text, encoding="utf-8")
+        emitted = emit_fragment(args, profile, res.text, out)
+        if emitted is not None:
+            res.report["emitted"] = {k: v for k, v in emitted.items() if k != "fragment"}
         report_path.write_text(json.dumps(res.report, indent=2), encoding="utf-8")
+    except PlannerError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        return 2
     except OSError as e:
         err.print(f"[red]error:[/red] cannot write {out}: {e}", highlight=False)
         return 2
@@ -126,6 +142,12 @@ def run(args: argparse.Namespace) -> int:
         con.print(
             f"[yellow]count:[/yellow] {r['count']['error_note']} The floor was raised to "
             f"{r['effective_floor']:,} to absorb that error; block alignment is nominal."
+        )
+    if r.get("emitted"):
+        em = r["emitted"]
+        con.print(
+            f"wrote the {em['dialect']} request fragment ({em['breakpoints']} breakpoint(s)) to {em['file']}",
+            highlight=False,
         )
     con.print(f"wrote {out} and {report_path}", highlight=False)
     return 0

@@ -28,6 +28,18 @@ class TokenCounter:
     leading_tokens: int = 0
     tokenizer: object | None = None
     error_note: str = ""
+    path: str | None = None  # the .gguf the tokenizer came from (for its vocabulary)
+    _vocab: object | None = None
+
+    def vocabulary(self):
+        """The tokenizer's vocabulary (loaded on first use), or None for the approximation."""
+        if self.path is None:
+            return None
+        if self._vocab is None:
+            from ..vocab import Vocabulary
+
+            self._vocab = Vocabulary.from_gguf(self.path)
+        return self._vocab
 
     def count(self, text: str) -> int:
         """Tokens of the cached prefix made of `text`: leading tokens + the text's own tokens."""
@@ -146,4 +158,6 @@ def make_counter(
         lead = chat_leading_tokens(name)
     else:
         lead = leading_tokens if leading_tokens is not None else (1 if tok.add_bos else 0)
-    return TokenCounter(name=f"{Path(path).name} (llama.cpp)", exact=True, leading_tokens=lead, tokenizer=tok)
+    return TokenCounter(
+        name=f"{Path(path).name} (llama.cpp)", exact=True, leading_tokens=lead, tokenizer=tok, path=str(path)
+    )

@@ -18,6 +18,17 @@ The model (all of it, so a reader can check every figure by hand):
 * Planned length: T = block * ceil(max(p, floor) / block), the shortest prefix >= p that is fully cacheable.
   Padding wins iff c(T, q) < c(p, q). In steady state with p < floor that is read * T < p: the worked example
   (floor 1,024, read 0.1) gives 102.4 < p, so prefixes of 103..1,023 tokens pay less once padded.
+* Hit probability 1 - q: with an idle timeout, the chance that a call comes within the TTL of the previous one.
+* Caching as is vs not at all (explicit caches can be left without a breakpoint): caching pays iff
+  c(p, q) < p, i.e. q * w + (1 - q) * r < 1 on the cached part. With w > 1 that needs q < (1 - r) / (w - r):
+  Anthropic's 5-minute write (w = 1.25, r = 0.1) needs q < 0.7826, i.e. lam > 12 * ln(1 / 0.7826) = 2.94 calls/hour.
+* Break-even prefix at a rate: a prefix p under the floor pays less padded to T iff T * (q w + (1 - q) r) < p. In
+  steady state (q = 0) that is the floor(F * r) + 1 rule; a write premium raises it: at q = e^-1 (12 calls/hour
+  on a 5-minute idle TTL) with F = 1,024, r = 0.1, w = 1.25 the prefix must exceed 535.6 tokens, with w = 1.0
+  only 441.4.
+* Approximate counts (no local tokenizer): with a relative error bound e the true length can be as low as
+  p / (1 + e). The plan then counts the prefix as cached only if even that clears the floor, and plans the padded
+  length against the raised floor ceil(F * (1 + e)), so the padded prefix clears the floor in the worst case.
 * Per month = calls per hour * 730 (hours in an average month) * cost per call.
 """
 
@@ -86,7 +97,13 @@ def break_even_calls_per_hour(
         q = miss_probability(rate, ttl_seconds, refresh_on_hit)
         return cost_per_call(p, floor, block, read, write, q) - cost_per_call(t, floor, block, read, write, q)
 
-    if t == p or gain(None) <= 0:
+    return None if t == p else _rate_break_even(gain, ttl_seconds)
+
+
+def _rate_break_even(gain, ttl_seconds: float) -> float | None:
+    """Smallest call rate where gain(rate) > 0, given gain grows with the rate: 0.0 if it is positive at any
+    rate, None if never (not even in steady state). Bisection on log(rate)."""
+    if gain(None) <= 0:
         return None
     if math.isinf(ttl_seconds) or gain(1e-9) > 0:
         return 0.0
@@ -106,22 +123,58 @@ def break_even_calls_per_hour(
     return hi
 
 
+def caching_break_even_calls_per_hour(
+    read: float, write: float, ttl_seconds: float, refresh_on_hit: bool = True
+) -> float | None:
+    """The call rate above which caching a prefix (paying writes on misses, reads on hits) beats not caching it
+    at all. 0.0 when writes cost no more than a normal input token; None when reads cost as much as input."""
+    if read >= 1.0:
+        return None
+    if write <= 1.0:
+        return 0.0
+
+    def gain(rate: float | None) -> float:
+        q = miss_probability(rate, ttl_seconds, refresh_on_hit)
+        return 1.0 - (q * write + (1.0 - q) * read)
+
+    return _rate_break_even(gain, ttl_seconds)
+
+
+def break_even_prefix_at(floor: int, block: int, read: float, write: float, miss: float) -> int:
+    """The shortest prefix under the floor for which padding to the first cacheable length pays at miss
+    probability `miss`: floor(T * (miss * write + (1 - miss) * read)) + 1 with T = the planned length of 1 token."""
+    t = planned_length(1, floor, block)
+    return math.floor(t * (miss * write + (1.0 - miss) * read)) + 1
+
+
+def _cost(n: int, cached: int, read: float, write: float, miss: float) -> float:
+    return miss * write * cached + (1.0 - miss) * read * cached + (n - cached)
+
+
 @dataclass(frozen=True)
 class OptionPlan:
-    """As-is vs padded costs for one write option of a profile."""
+    """Uncached, as-is and padded costs for one write option of a profile."""
 
     write_option: str
     write_multiplier: float
     ttl_seconds: float | None
     miss_probability: float
+    hit_probability: float
+    cost_uncached: float
     cost_as_is: float
     cost_planned: float
+    caching_pays: bool
     padding_wins: bool
+    verdict: str
     break_even_calls_per_hour: float | None
+    caching_break_even_calls_per_hour: float | None
+    break_even_prefix: int
     usd_per_call_as_is: float | None
     usd_per_call_planned: float | None
+    usd_per_month_uncached: float | None
     usd_per_month_as_is: float | None
     usd_per_month_planned: float | None
+    tokens_per_month_uncached: float | None
     tokens_per_month_as_is: float | None
     tokens_per_month_planned: float | None
 
@@ -131,8 +184,12 @@ class Plan:
     """Everything `tokenseam plan` reports for one prefix and one profile."""
 
     prefix_tokens: int
+    prefix_tokens_low: int
+    count_exact: bool
     floor: int
+    floor_effective: int
     block: int
+    explicit: bool
     read_multiplier: float
     planned_tokens: int
     padding_needed: int
@@ -159,46 +216,87 @@ def make_plan(
     refresh_on_hit: bool = True,
     calls_per_hour: float | None = None,
     price_per_mtok: float | None = None,
+    rel_error: float = 0.0,
+    explicit: bool = False,
 ) -> Plan:
-    """Plan for prefix length p. `writes` = (name, write multiplier, ttl seconds) per write option."""
+    """Plan for prefix length p. `writes` = (name, write multiplier, ttl seconds) per write option.
+
+    `rel_error` is the count's relative error bound (0 for an exact count); `explicit` says the cache needs a
+    breakpoint, so leaving the prefix uncached is a choice the verdict considers."""
     if p < 0:
         raise ValueError("prefix length must be >= 0")
-    t = planned_length(p, floor, block)
-    cached = cached_tokens(p, floor, block)
+    if not (math.isfinite(rel_error) and rel_error >= 0):
+        raise ValueError("rel_error must be a finite number >= 0")
+    p_low = math.ceil(p / (1.0 + rel_error)) if rel_error else p
+    f_eff = math.ceil(floor * (1.0 + rel_error)) if rel_error else floor
+    t = planned_length(p, f_eff, block)
+    cached = cached_tokens(p, floor, block) if p_low >= floor else 0
+    cached_t = cached_tokens(t, floor, block)
+    monthly = None if calls_per_hour is None else calls_per_hour * HOURS_PER_MONTH
+
+    def usd(x: float) -> float | None:
+        return None if price_per_mtok is None else x * price_per_mtok / 1e6
+
+    def per_month(x: float | None) -> float | None:
+        return None if monthly is None or x is None else x * monthly
+
     options = []
     for name, w, ttl in writes:
         q = miss_probability(calls_per_hour, ttl, refresh_on_hit)
-        a = cost_per_call(p, floor, block, read, w, q)
-        b = cost_per_call(t, floor, block, read, w, q)
-        monthly = None if calls_per_hour is None else calls_per_hour * HOURS_PER_MONTH
-        ua = None if price_per_mtok is None else a * price_per_mtok / 1e6
-        ub = None if price_per_mtok is None else b * price_per_mtok / 1e6
+        a = _cost(p, cached, read, w, q)
+        b = _cost(t, cached_t, read, w, q)
+        choices = {"as is": a, "pad": b}
+        if explicit:
+            choices["no breakpoint"] = float(p)
+        best = min(choices, key=lambda k: (choices[k], k != "as is"))
+        verdict = {
+            "as is": "cache as is" if cached else "leave as is (not cached)",
+            "pad": f"pad to {t:,} and cache",
+            "no breakpoint": "do not cache (no breakpoint)",
+        }[best]
+
+        def pad_gain(rate: float | None, w=w, ttl=ttl) -> float:
+            qq = miss_probability(rate, ttl, refresh_on_hit)
+            return _cost(p, cached, read, w, qq) - _cost(t, cached_t, read, w, qq)
+
         options.append(
             OptionPlan(
                 write_option=name,
                 write_multiplier=w,
                 ttl_seconds=None if math.isinf(ttl) else ttl,
                 miss_probability=q,
+                hit_probability=1.0 - q,
+                cost_uncached=float(p),
                 cost_as_is=a,
                 cost_planned=b,
+                caching_pays=cached > 0 and a < p,
                 padding_wins=b < a,
-                break_even_calls_per_hour=break_even_calls_per_hour(
-                    p, floor, block, read, w, ttl, refresh_on_hit
+                verdict=verdict,
+                break_even_calls_per_hour=None if t == p else _rate_break_even(pad_gain, ttl),
+                caching_break_even_calls_per_hour=caching_break_even_calls_per_hour(
+                    read, w, ttl, refresh_on_hit
                 ),
-                usd_per_call_as_is=ua,
-                usd_per_call_planned=ub,
-                usd_per_month_as_is=None if monthly is None or ua is None else ua * monthly,
-                usd_per_month_planned=None if monthly is None or ub is None else ub * monthly,
-                tokens_per_month_as_is=None if monthly is None else a * monthly,
-                tokens_per_month_planned=None if monthly is None else b * monthly,
+                break_even_prefix=break_even_prefix_at(f_eff, block, read, w, q),
+                usd_per_call_as_is=usd(a),
+                usd_per_call_planned=usd(b),
+                usd_per_month_uncached=per_month(usd(float(p))),
+                usd_per_month_as_is=per_month(usd(a)),
+                usd_per_month_planned=per_month(usd(b)),
+                tokens_per_month_uncached=per_month(float(p)),
+                tokens_per_month_as_is=per_month(a),
+                tokens_per_month_planned=per_month(b),
             )
         )
-    sa = cost_per_call(p, floor, block, read)
-    sb = cost_per_call(t, floor, block, read)
+    sa = _cost(p, cached, read, 1.0, 0.0)
+    sb = _cost(t, cached_t, read, 1.0, 0.0)
     return Plan(
         prefix_tokens=p,
+        prefix_tokens_low=p_low,
+        count_exact=rel_error == 0,
         floor=floor,
+        floor_effective=f_eff,
         block=block,
+        explicit=explicit,
         read_multiplier=read,
         planned_tokens=t,
         padding_needed=t - p,

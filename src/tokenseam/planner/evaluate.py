@@ -87,23 +87,32 @@ class UpstreamClient:
     def close(self) -> None:
         self._http.close()
 
-    def _body(self, prompt: str) -> dict:
+    def _body(self, prompt: str, fragment: dict | None = None) -> dict:
         body: dict = {"temperature": 0, "max_tokens": self.ep.max_tokens}
         if self.ep.model:
             body["model"] = self.ep.model
-        if self.ep.kind == "chat":
+        if fragment is not None:
+            # The fragment carries the cached prefix (and its breakpoint); the task goes after it.
+            from .fragments import merge_fragment
+
+            if self.ep.kind != "chat":
+                raise PlannerError("a request-fragment variant needs --endpoint chat")
+            body.update(merge_fragment(fragment, "openai", prompt))
+        elif self.ep.kind == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
         return body
 
-    def complete(self, prompt: str) -> str:
+    def complete(self, prompt: str, fragment: dict | None = None) -> str:
+        """The answer to `prompt`; with `fragment`, `prompt` is the part appended after the fragment's prefix."""
+        body = self._body(prompt, fragment)
         last = ""
         for attempt in range(self.ep.retries + 1):
             if attempt:
                 time.sleep(self.ep.backoff * 2 ** (attempt - 1))
             try:
-                r = self._http.post(self.url, json=self._body(prompt))
+                r = self._http.post(self.url, json=body)
             except httpx.TransportError as e:
                 last = f"{type(e).__name__}: {e}"
                 continue
@@ -253,8 +262,14 @@ def run_pairs(
     endpoint: str = "chat",
     concurrency: int = 4,
     progress: bool = True,
+    fragments: dict[str, dict] | None = None,
 ) -> dict[tuple[str, str], dict]:
-    """Ask for every (variant, task) not yet in results.jsonl; append each result as it arrives."""
+    """Ask for every (variant, task) not yet in results.jsonl; append each result as it arrives.
+
+    `fragments` maps a variant's text (its canonical JSON) to a request fragment: that variant's requests are
+    the fragment with the task appended (`complete(task_input, fragment)`), and each result records the
+    fragment's cache fields."""
+    fragments = fragments or {}
     out_dir.mkdir(parents=True, exist_ok=True)
     res_path = out_dir / RESULTS_FILE
     done = read_results(res_path)
@@ -277,8 +292,9 @@ def run_pairs(
     )
 
     def one(label: str, text: str, t: Task) -> dict:
-        output = complete(build_prompt(text, t, endpoint))
-        return {
+        frag = fragments.get(text)
+        output = complete(build_prompt(text, t, endpoint)) if frag is None else complete(t.input, frag)
+        rec = {
             "variant": label,
             "variant_sha": variant_sha(text),
             "task_id": t.id,
@@ -289,6 +305,11 @@ def run_pairs(
             "extracted": extract_answer(output),
             "correct": is_correct(output, t.answer),
         }
+        if frag is not None:
+            from .fragments import fragment_cache_fields
+
+            rec["fragment"] = fragment_cache_fields(frag)
+        return rec
 
     failure: BaseException | None = None
     with bar, open(res_path, "a", encoding="utf-8") as f, ThreadPoolExecutor(max(1, concurrency)) as pool:

@@ -204,7 +204,13 @@ def pad_prompt(
         cost_as_is=length_cost(base, profile.floor, block, read),
         cost_padded=key[0],
         status=(
-            "exact block boundary"
+            (
+                "floor reached exactly"
+                if n == target
+                else f"floor reached: {n:,} tokens, {n - target} past {target:,}"
+            )
+            if block == 1
+            else "exact block boundary"
             if n == target
             else f"exact block boundary at {n:,} (no subset lands on {target:,})"
             if n % block == 0

@@ -6,7 +6,10 @@ A profile says how a provider's prompt cache bills a prefix: its floor, block si
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
+import fnmatch
 import math
+import re
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -16,9 +19,27 @@ from typing import Any
 from .errors import PlannerError
 
 BUILTIN_NAME = "profiles.toml (built in)"
-_REQUIRED = ("provider", "floor", "block", "read_multiplier", "writes", "verified", "source")
-_KNOWN = set(_REQUIRED) | {"models", "block_status", "ttl_refresh_on_hit", "notes", "tokenizer"}
+_REQUIRED = ("provider", "floor", "read_multiplier", "writes", "verified", "source")
+_KNOWN = set(_REQUIRED) | {
+    "block",
+    "models",
+    "block_status",
+    "ttl_refresh_on_hit",
+    "notes",
+    "tokenizer",
+    "caching",
+    "automatic",
+    "granularity",
+    "max_breakpoints",
+    "confirmed",
+    "unconfirmed",
+}
 _BLOCK_STATUSES = ("documented", "historically documented", "undocumented")
+CACHING_KINDS = ("implicit", "explicit")
+GRANULARITIES = ("blocks", "exact", "units")
+MAX_TOKENS = 100_000_000  # floors and blocks beyond any context window are typos
+MAX_BREAKPOINTS = 64  # no provider documents more than 4; a larger figure in a profile file is a typo
+_DATE_SUFFIX = re.compile(r"(-\d{8}|-\d{4}-\d{2}-\d{2}|@\d{8})$")
 
 
 @dataclass(frozen=True)
@@ -48,6 +69,28 @@ class Profile:
     notes: str = ""
     tokenizer: str | None = None
     origin: str = BUILTIN_NAME
+    caching: str = "implicit"
+    automatic: bool = False
+    granularity: str = "blocks"
+    max_breakpoints: int = 0
+    confirmed: bool | None = None  # None: the profile file does not say
+    unconfirmed: str = ""
+
+    @property
+    def explicit(self) -> bool:
+        """True when a prefix is cached only where the request places a breakpoint."""
+        return self.caching == "explicit"
+
+    def write(self, name: str | None) -> WriteOption:
+        """The write option called `name` (the first one when None)."""
+        if name is None:
+            return self.writes[0]
+        for w in self.writes:
+            if w.name == name:
+                return w
+        raise PlannerError(
+            f"profile {self.name!r} has no write option {name!r}; it has {', '.join(w.name for w in self.writes)}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,8 +110,14 @@ class Profile:
                 for w in self.writes
             ],
             "ttl_refresh_on_hit": self.ttl_refresh_on_hit,
+            "caching": self.caching,
+            "automatic": self.automatic,
+            "granularity": self.granularity,
+            "max_breakpoints": self.max_breakpoints,
             "verified": self.verified,
             "source": self.source,
+            "confirmed": self.confirmed,
+            "unconfirmed": self.unconfirmed,
             "notes": self.notes,
             "tokenizer": self.tokenizer,
             "origin": self.origin,
@@ -81,11 +130,61 @@ class ProfileSet:
     aliases: dict[str, str]
 
     def get(self, name: str) -> Profile:
-        key = self.aliases.get(name, name)
-        if key not in self.profiles:
-            known = ", ".join(sorted(self.profiles) + sorted(self.aliases))
-            raise PlannerError(f"unknown profile {name!r}; known profiles: {known}")
-        return self.profiles[key]
+        """A profile by profile name, alias or model name (see `resolve`)."""
+        return self.resolve(name)[0]
+
+    def resolve(self, name: str) -> tuple[Profile, str]:
+        """(profile, how it was found) for a profile name, an alias, or a model name.
+
+        Model names are matched against each profile's `models` list, case-insensitively, after dropping a
+        `provider/` prefix and a date suffix (`-20251001`, `-2026-04-01`): an exact entry first, then the
+        longest matching glob. Profiles from a user file win over built-in ones. An unknown name is an error
+        that lists the closest known names; there is no default profile."""
+        if not isinstance(name, str) or not name.strip():
+            raise PlannerError("the profile or model name is empty")
+        if name in self.profiles:
+            return self.profiles[name], "profile"
+        if name in self.aliases:
+            return self.profiles[self.aliases[name]], f"alias {name!r}"
+        model = name.strip().lower().rsplit("/", 1)[-1]
+        for candidate in dict.fromkeys((model, _DATE_SUFFIX.sub("", model))):
+            hit = self._match_model(candidate)
+            if hit is not None:
+                return self.profiles[hit], f"model {name!r}"
+        names = sorted(self.profiles) + sorted(self.aliases)
+        literal = sorted({m.lower().rstrip("*-.") for p in self.profiles.values() for m in p.models})
+        close = difflib.get_close_matches(model, names + literal, n=5, cutoff=0.6)
+        hint = f"; close matches: {', '.join(close)}" if close else ""
+        raise PlannerError(
+            f"unknown profile {name!r} (not a profile, alias or known model name){hint}; known profiles: "
+            f"{', '.join(names)}. Add the model to a profile's `models` list with --profiles FILE."
+        )
+
+    def _match_model(self, model: str) -> str | None:
+        exact = [p.name for p in self.profiles.values() if model in (m.lower() for m in p.models)]
+        pool = exact
+        if not pool:
+            scored = []
+            for p in self.profiles.values():
+                best = max(
+                    (len(m.replace("*", "")) for m in p.models if fnmatch.fnmatchcase(model, m.lower())),
+                    default=-1,
+                )
+                if best >= 0:
+                    scored.append((best, p.name))
+            if scored:
+                top = max(s for s, _ in scored)
+                pool = [n for s, n in scored if s == top]
+        if not pool:
+            return None
+        user = [n for n in pool if self.profiles[n].origin != BUILTIN_NAME]
+        pool = user or pool
+        if len(pool) > 1:
+            raise PlannerError(
+                f"model {model!r} matches the models of several profiles ({', '.join(sorted(pool))}): "
+                "pass the profile name"
+            )
+        return pool[0]
 
 
 def _read_toml(text: str, origin: str) -> dict[str, Any]:
@@ -132,7 +231,48 @@ def _validate(name: str, raw: dict[str, Any], origin: str) -> Profile:
             f"(known: {', '.join(sorted(_KNOWN))})"
         )
     floor = int(_number(raw, "floor", where, integer=True))
-    block = int(_number(raw, "block", where, integer=True, minimum=1))
+    if floor > MAX_TOKENS:
+        raise PlannerError(f"{where}: field 'floor' must be <= {MAX_TOKENS:,} tokens, got {floor:,}")
+    caching = _text(raw, "caching", where, "implicit")
+    if caching not in CACHING_KINDS:
+        raise PlannerError(
+            f"{where}: field 'caching' must be one of {', '.join(CACHING_KINDS)}, got {caching!r}"
+        )
+    default_gran = "blocks" if raw.get("block", 1) != 1 else "exact"
+    granularity = _text(raw, "granularity", where, default_gran)
+    if granularity not in GRANULARITIES:
+        raise PlannerError(
+            f"{where}: field 'granularity' must be one of {', '.join(GRANULARITIES)}, got {granularity!r}"
+        )
+    if granularity == "blocks" and "block" not in raw:
+        raise PlannerError(f"{where}: granularity 'blocks' needs the field 'block' (block size in tokens)")
+    block = int(_number({"block": raw.get("block", 1)}, "block", where, integer=True, minimum=1))
+    if block > MAX_TOKENS:
+        raise PlannerError(f"{where}: field 'block' must be <= {MAX_TOKENS:,} tokens, got {block:,}")
+    if granularity != "blocks" and block != 1:
+        raise PlannerError(
+            f"{where}: granularity {granularity!r} caches any length: 'block' must be 1, got {block}"
+        )
+    max_bp = int(
+        _number({"max_breakpoints": raw.get("max_breakpoints", 0)}, "max_breakpoints", where, integer=True)
+    )
+    if max_bp > MAX_BREAKPOINTS:
+        raise PlannerError(f"{where}: field 'max_breakpoints' must be <= {MAX_BREAKPOINTS}, got {max_bp}")
+    if caching == "explicit" and max_bp < 1:
+        raise PlannerError(
+            f"{where}: an explicit cache needs 'max_breakpoints' >= 1 (where would a breakpoint go?)"
+        )
+    automatic = raw.get("automatic", False)
+    if not isinstance(automatic, bool):
+        raise PlannerError(f"{where}: field 'automatic' must be true or false, got {automatic!r}")
+    confirmed = raw.get("confirmed")
+    if confirmed is not None and not isinstance(confirmed, bool):
+        raise PlannerError(f"{where}: field 'confirmed' must be true or false, got {confirmed!r}")
+    unconfirmed = _text(raw, "unconfirmed", where, "")
+    if confirmed is False and not unconfirmed.strip():
+        raise PlannerError(
+            f"{where}: confirmed = false needs 'unconfirmed' saying what could not be confirmed"
+        )
     read = float(_number(raw, "read_multiplier", where))
     writes_raw = raw["writes"]
     if not isinstance(writes_raw, list) or not writes_raw:
@@ -167,8 +307,10 @@ def _validate(name: str, raw: dict[str, Any], origin: str) -> Profile:
     else:
         raise PlannerError(f"{where}: field 'verified' must be a date YYYY-MM-DD, got {verified!r}")
     models = raw.get("models", [])
-    if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
-        raise PlannerError(f"{where}: field 'models' must be a list of strings")
+    if not isinstance(models, list) or not all(isinstance(m, str) and m.strip() for m in models):
+        raise PlannerError(
+            f"{where}: field 'models' must be a list of non-empty strings (model names or globs)"
+        )
     status = _text(raw, "block_status", where, "documented")
     if status not in _BLOCK_STATUSES:
         raise PlannerError(f"{where}: field 'block_status' must be one of {', '.join(_BLOCK_STATUSES)}")
@@ -193,6 +335,12 @@ def _validate(name: str, raw: dict[str, Any], origin: str) -> Profile:
         notes=_text(raw, "notes", where, ""),
         tokenizer=tok or None,
         origin=origin,
+        caching=caching,
+        automatic=automatic,
+        granularity=granularity,
+        max_breakpoints=max_bp,
+        confirmed=confirmed,
+        unconfirmed=unconfirmed,
     )
 
 
