@@ -114,8 +114,11 @@ def test_determinize_and_product_match_python_re(seed):
 def test_single_word(pattern, word):
     from tokenseam.grammar.regex import parse_regex
 
-    d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True)))
+    d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True, dialect="ecma")))
     assert cpauto.single_word(d) == word
+    if word is not None:  # Python's `$` also matches before a final newline: two words
+        d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True, dialect="python")))
+        assert cpauto.single_word(d) is None and cpauto.accepts(d, word) and cpauto.accepts(d, word + "\n")
 
 
 def _universal_oracle(a: cpauto.CPNFA, q: int) -> bool:

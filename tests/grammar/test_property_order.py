@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tokenseam.grammar import GrammarError, GrammarMatcher
-from tokenseam.grammar.anyorder import EXIT, SEP, SetSpec, step
+from tokenseam.grammar.anyorder import EXIT, SEP, SetSpec, make_spec, step
 
 from .conftest import accepts_text, sample
 
@@ -145,11 +145,15 @@ def test_many_optional_properties_do_not_blow_up(compiler, smollm2_vocab):
     assert took < 60  # not a timing target: an automaton of 2^48 states would never get here
 
 
-def test_too_many_properties_for_the_set_frame_is_a_clear_error(compiler):
-    schema = {"type": "object", "properties": {f"p{i}": {} for i in range(70)}}
+def test_an_object_too_large_for_the_set_frame_keeps_schema_order_and_says_so(compiler):
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(70)}}
+    g = compiler.compile_json_schema(schema, property_order="any")
+    assert any("70 declared properties" in w and "schema order" in w for w in g.warnings)
+    assert accepts_text(g, '{"p0": 1, "p1": 2}') and not accepts_text(g, '{"p1": 2, "p0": 1}')
+    small = compiler.compile_json_schema({"type": "object", "properties": {"a": {}}}, property_order="any")
+    assert not small.warnings
     with pytest.raises(GrammarError, match='property_order "any" supports objects of up to'):
-        compiler.compile_json_schema(schema, property_order="any")
-    compiler.compile_json_schema(schema)  # schema order has no such limit
+        make_spec([(None, False)] * 70, False, 0, None)  # the lowering's own guard
 
 
 @pytest.mark.parametrize("bad", ["random", "", None, 1, True])
@@ -179,8 +183,11 @@ def test_numba_set_operations_match_the_reference():
     for _ in range(300):
         nbits = rng.randint(1, 6)
         hi = rng.choice([None, rng.randint(0, 8)])
-        spec = SetSpec(nbits, rng.getrandbits(nbits), rng.randint(0, 5), hi, rng.random() < 0.5)
-        sets = np.array([(nbits, spec.required, spec.lo, -1 if hi is None else hi, spec.extras)], np.int64)
+        req = rng.getrandbits(nbits)
+        dead = rng.getrandbits(nbits) & ~req if rng.random() < 0.3 else 0
+        spec = SetSpec(nbits, req, rng.randint(0, 5), hi, rng.random() < 0.5, dead)
+        row = (nbits, spec.required, spec.lo, -1 if hi is None else hi, spec.extras, dead)
+        sets = np.array([row], np.int64)
         for _ in range(20):
             value = rng.getrandbits(nbits) | (rng.randint(0, spec.cap) << nbits)
             for code in (*range(nbits), ADD_EXTRA, SEP, EXIT):
@@ -208,3 +215,29 @@ def test_numba_and_python_builders_give_the_same_masks(smollm2_vocab):
         assert np.array_equal(oa, ob), data[:cut]
     assert ma.is_accepting() and mb.is_accepting()
     assert fast.automaton._numba_states and not slow.automaton._numba_states
+
+
+def test_members_the_trim_removes_are_accounted_for(compiler, smollm2_vocab):
+    # Every branch of the oneOf contradicts the required properties: no object is valid. The trim removes the
+    # members whose values cannot finish; any order must then be as empty as schema order, not a dead end.
+    impossible = {
+        "type": "object",
+        "properties": {"r": {"type": "number"}, "s": {"type": "number"}},
+        "required": ["r", "s"],
+        "oneOf": [{"required": ["r"]}, {"required": ["s"]}],
+    }
+    for order in ("schema", "any"):
+        with pytest.raises(GrammarError, match="accepts no"):
+            compiler.compile_json_schema(impossible, property_order=order)
+    # An optional member that cannot finish: minProperties must not count on it.
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"allOf": [{"type": "string"}, {"type": "integer"}]}},
+        "additionalProperties": False,
+        "minProperties": 1,
+    }
+    g = compiler.compile_json_schema(schema, property_order="any", compact=True)
+    rng = np.random.default_rng(1)
+    for mode in ("random", "close", "eos_last"):
+        out, done = sample(g, smollm2_vocab, rng, 60, mode)
+        assert done and json.loads(out).keys() == {"a"}, out

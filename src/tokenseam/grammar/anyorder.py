@@ -40,6 +40,7 @@ class SetSpec:
     lo: int
     hi: int | None
     extras: bool
+    dead: int = 0  # optional properties whose values the trim found cannot finish: never addable
 
     @property
     def cap(self) -> int:
@@ -52,7 +53,7 @@ def viable(spec: SetSpec, seen: int, count: int) -> bool:
     missing = (spec.required & ~seen).bit_count()
     if spec.hi is not None and count + missing > spec.hi:
         return False
-    if not spec.extras and count + spec.nbits - seen.bit_count() < spec.lo:
+    if not spec.extras and count + spec.nbits - (seen | spec.dead).bit_count() < spec.lo:
         return False
     return True
 
@@ -68,7 +69,8 @@ def can_add(spec: SetSpec, seen: int, count: int) -> bool:
     c2 = _added(spec, seen, count)
     if spec.extras and viable(spec, seen, c2):
         return True
-    return any(not (seen >> i) & 1 and viable(spec, seen | (1 << i), c2) for i in range(spec.nbits))
+    gone = seen | spec.dead
+    return any(not (gone >> i) & 1 and viable(spec, seen | (1 << i), c2) for i in range(spec.nbits))
 
 
 def step(spec: SetSpec, value: int, op: int) -> int:
@@ -81,7 +83,7 @@ def step(spec: SetSpec, value: int, op: int) -> int:
     if op == SEP:
         return value if can_add(spec, seen, count) else -1
     if op >= 0:
-        if (seen >> op) & 1:
+        if ((seen | spec.dead) >> op) & 1:
             return -1
         seen |= 1 << op
     elif not spec.extras:
@@ -92,12 +94,18 @@ def step(spec: SetSpec, value: int, op: int) -> int:
     return seen | (count << spec.nbits) if viable(spec, seen, count) else -1
 
 
+def fits(nbits: int, lo: int, hi: int | None) -> bool:
+    """Whether an object of `nbits` declared properties and these count bounds fits a set frame's value."""
+    cap = hi if hi is not None else lo
+    return nbits + cap.bit_length() <= MAX_VALUE_BITS
+
+
 def make_spec(items, extras: bool, lo: int, hi: int | None) -> SetSpec:
     """The SetSpec of a Members node's items ((node, required) pairs); GrammarError when its frame value would
     not fit the builder's 62 bits."""
     nbits = len(items)
     spec = SetSpec(nbits, sum(1 << i for i, (_, req) in enumerate(items) if req), lo, hi, extras)
-    if nbits + spec.cap.bit_length() > MAX_VALUE_BITS:
+    if not fits(nbits, lo, hi):
         raise GrammarError(
             f'property_order "any" supports objects of up to {MAX_VALUE_BITS - spec.cap.bit_length()} '
             f'declared properties here; this one has {nbits} (use property_order "schema")'

@@ -39,8 +39,8 @@ meta[M_GROW]):
   (ByteNFA.universal), the counter operation (Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT, Q_SET), Q_COUNTER more than
   one (left to Python);
 - loops[loop] = (min, max or -1 for none, reach T, slack): what `Automaton.clamped` clamps by;
-- sets[loop] = (declared properties, required mask, min, max or -1, extras allowed) of an any-order object's
-  set frame (anyorder.SetSpec; zeros for other loops), whose operation code is qinfo[q, 7];
+- sets[loop] = (declared properties, required mask, min, max or -1, extras allowed, dead mask) of an any-order
+  object's set frame (anyorder.SetSpec; zeros for other loops), whose operation code is qinfo[q, 7];
 - loc[q] = (start, length) of q's local closure (no stack operation) in loc_pool; start LOC_TODO not computed,
   NOT_LOCAL not local;
 - cfg (pool, 2): (NFA state, stack) configurations; escp: escape NFA states;
@@ -341,10 +341,10 @@ def _popcount(x):
 
 @numba.njit(cache=True)
 def _set_viable(row, seen, count):
-    """anyorder.viable on a `sets` row (nbits, required, min, max or -1, extras)."""
+    """anyorder.viable on a `sets` row (nbits, required, min, max or -1, extras, dead)."""
     if row[3] >= 0 and count + _popcount(row[1] & ~seen) > row[3]:
         return False
-    return row[4] != 0 or count + row[0] - _popcount(seen) >= row[2]
+    return row[4] != 0 or count + row[0] - _popcount(seen | row[5]) >= row[2]
 
 
 @numba.njit(cache=True)
@@ -370,12 +370,12 @@ def _set_step(sets, lid, value, code):
             return value
         for i in range(nbits):
             b = np.int64(1) << i
-            if not seen & b and _set_viable(row, seen | b, c2):
+            if not (seen | row[5]) & b and _set_viable(row, seen | b, c2):
                 return value
         return -1
     if code >= 0:
         b = np.int64(1) << code
-        if seen & b:
+        if (seen | row[5]) & b:
             return -1
         seen |= b
     elif row[4] == 0:
@@ -1083,7 +1083,7 @@ class LocalBuilder:
             qinfo[at, 0] |= Q_SET
             qinfo[at, 5:7] = np.asarray(list(nfa.cset.values()), dtype=np.int32)
             qinfo[at, 7] = np.asarray([nfa.cset_op[q] for q in nfa.cset], dtype=np.int32)
-        self.sets = np.zeros((max(1, len(nfa.loops)), 5), dtype=np.int64)
+        self.sets = np.zeros((max(1, len(nfa.loops)), 6), dtype=np.int64)
         for lid, spec in nfa.sets.items():
             self.sets[lid] = (
                 spec.nbits,
@@ -1091,6 +1091,7 @@ class LocalBuilder:
                 spec.lo,
                 -1 if spec.hi is None else spec.hi,
                 spec.extras,
+                spec.dead,
             )
         qinfo[ids(nfa.universal), 0] |= Q_UNIV
         if nfa.call:

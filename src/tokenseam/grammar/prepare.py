@@ -8,10 +8,11 @@ compile; the Automaton only reads the NFA it is given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from . import anyorder
 from .budget import compile_budget, current
 from .errors import GrammarError
 from .nfa import ByteNFA
@@ -39,6 +40,8 @@ def prepare_nfa(nfa: ByteNFA) -> PreparedNFA:
             _check_left_recursion(nfa)
             if nfa.may_dead_end:
                 _trim(nfa)
+                while _settle_sets(nfa):
+                    _trim(nfa)
             # Every edge as (first byte, last byte, target) rows, flat from here on: byte classes come from
             # their bounds, and the walk's state builder (localbuild) reads the same arrays.
             nfa.freeze_rows()
@@ -178,6 +181,34 @@ def _trim(nfa: ByteNFA) -> None:
     # A live universal state keeps its paths: they lead to where it finishes, which is live with it.
     nfa.universal = {q for q in nfa.universal if live[q]}
     nfa.may_dead_end = False
+
+
+def _settle_sets(nfa: ByteNFA) -> bool:
+    """After a trim, the any-order objects (anyorder.py) whose members it removed: a removed optional member
+    is marked dead in its SetSpec (the object's guards must not count on it); a removed required member makes
+    the object impossible, so its frame push is removed too. True when that calls for another trim."""
+    if not nfa.sets:
+        return False
+    alive: dict[int, int] = dict.fromkeys(nfa.sets, 0)
+    extras: dict[int, bool] = dict.fromkeys(nfa.sets, False)
+    for q, (_, lid) in nfa.cset.items():
+        code = nfa.cset_op[q]
+        if code >= 0:
+            alive[lid] |= 1 << code
+        elif code == anyorder.ADD_EXTRA:
+            extras[lid] = True
+    retrim = False
+    for lid, spec in list(nfa.sets.items()):
+        full = (1 << spec.nbits) - 1
+        dead = full & ~alive[lid]
+        if spec.required & dead or not anyorder.viable(replace(spec, dead=dead, extras=extras[lid]), 0, 0):
+            for q in [q for q, (_, x) in nfa.cpush.items() if x == lid]:
+                del nfa.cpush[q]
+            nfa.may_dead_end = True
+            retrim = True
+        elif dead != spec.dead or extras[lid] != spec.extras:
+            nfa.sets[lid] = replace(spec, dead=dead, extras=extras[lid])
+    return retrim
 
 
 def _on_cycle(succ: list[list[int]]) -> list[bool]:

@@ -28,6 +28,7 @@ from .ir import (
     complement,
     intersect,
     norm,
+    opt,
     seq,
 )
 
@@ -50,7 +51,7 @@ ECMA_SPACE = norm(
 )
 ANY = norm([(0, MAX_CP)])
 MAX_REPEAT = 100_000
-DIALECTS = ("python", "json-schema")
+DIALECTS = ("python", "json-schema", "ecma")
 
 
 @functools.cache
@@ -67,7 +68,7 @@ def python_classes() -> dict[str, tuple]:
 @functools.cache
 def shorthand(letter: str, dialect: str) -> tuple[tuple, tuple]:
     """A shorthand's two readings: (ECMA-262's, Python's) in the json-schema dialect, Python's twice in the
-    python dialect. A pattern accepts what both readings of it accept."""
+    python dialect, ECMA-262's twice in the ecma dialect. A pattern accepts what both readings of it accept."""
     low = letter.lower()
     py = norm(python_classes()[low])
     if dialect == "python":
@@ -76,6 +77,8 @@ def shorthand(letter: str, dialect: str) -> tuple[tuple, tuple]:
         ecma = ECMA_SPACE
     else:
         ecma = norm(ASCII_DIGIT if low == "d" else ASCII_WORD)
+    if dialect == "ecma":
+        py = ecma
     if letter.isupper():
         return complement(ecma), complement(py)
     return ecma, py
@@ -268,7 +271,7 @@ class _Parser:
                 raise self.err("code point out of range")
             return Chars(((v, v),))
         if c in "AZ" and not in_class:
-            return _Anchor("^" if c == "A" else "$")
+            return _Anchor("^" if c == "A" else "Z")
         if c.isdigit():
             raise self.err("backreferences are not supported (not regular)")
         if c.isalpha() and c.isascii():
@@ -380,22 +383,23 @@ def _branches(node: Node) -> list[Node]:
     return [node]
 
 
-def _strip_anchors(branch: Node) -> tuple[Node, bool, bool]:
-    """Remove a leading ^ and trailing $ of one top-level branch; report which were present."""
+def _strip_anchors(branch: Node) -> tuple[Node, bool, str | bool]:
+    """Remove a leading ^ and trailing $ of one top-level branch; report which were present (the end anchor as
+    "$" or "Z" for \\Z, False for none)."""
     while isinstance(branch, _Group) and not isinstance(branch.item, _AltRaw):
         branch = branch.item
     if not isinstance(branch, _SeqRaw):
         if isinstance(branch, _Anchor):
-            return _SeqRaw([]), branch.kind == "^", branch.kind == "$"
+            return _SeqRaw([]), branch.kind == "^", branch.kind if branch.kind in "$Z" else False
         return branch, False, False
     items = list(branch.items)
     start = end = False
     while items and isinstance(items[0], _Anchor) and items[0].kind == "^":
         items.pop(0)
         start = True
-    while items and isinstance(items[-1], _Anchor) and items[-1].kind == "$":
-        items.pop()
-        end = True
+    while items and isinstance(items[-1], _Anchor) and items[-1].kind in "$Z":
+        kind = items.pop().kind
+        end = "Z" if "Z" in (kind, end) else "$"  # with \Z among them, the match ends at the very end
     if len(items) == 1 and isinstance(items[0], _Group):
         inner, s2, e2 = (
             _strip_anchors(items[0].item)
@@ -418,11 +422,14 @@ def parse_regex(pattern: str, search: bool = False, where: str = "regex", dialec
     err = parser.err
     anyc = Repeat(Chars(ANY), 0, None)
     out = []
+    # Python's `$` also matches before a newline that ends the string: re.search("^a$", "a\n") finds "a".
+    # ECMA-262's (without the m flag) matches at the end only, as \Z does in Python.
+    newline_end = opt(Chars(((10, 10),))) if search and dialect == "python" else EMPTY
     for br in _branches(raw):
         body, s, e = _strip_anchors(br)
         node = _finish(body, err)
         if search:
-            node = seq(EMPTY if s else anyc, node, EMPTY if e else anyc)
+            node = seq(EMPTY if s else anyc, node, anyc if not e else newline_end if e == "$" else EMPTY)
         out.append(node)
     if len(out) == 1:
         return out[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from . import cpauto
+from . import anyorder, cpauto
 from .errors import GrammarError
 from .ir import (
     EMPTY,
@@ -99,11 +99,12 @@ class ContainerLowering:
                 raise GrammarError(
                     f"patternProperties key {p!r} at {ptr} is not a valid regex: {exc}"
                 ) from exc
-            # Which declared names a pattern governs, as Python's re.search decides, without its backtracking.
-            # A pattern the regex parser refuses is refused again below, after the properties as it always was
-            # (the first error met stays the one reported).
+            # Which declared names a pattern governs: those it matches as Python's re.search reads it (without
+            # its backtracking) or as ECMA-262 reads it. A pattern the regex parser refuses is refused again
+            # below, after the properties as it always was (the first error met stays the one reported).
             try:
                 pat_res[p] = searcher(p, f"patternProperties at {ptr}")
+                self.pattern_dfa(p, ptr, "ecma")
             except GrammarError as exc:
                 pat_res[p] = exc
         names = list(props) + [r for r in required if r not in props]
@@ -113,7 +114,9 @@ class ContainerLowering:
         for name in names:
             sp = f"{ptr}/properties/{pointer_escape(name)}"
             matching = [
-                p for p in pprops if not isinstance(pat_res[p], GrammarError) and pat_res[p].accepts(name)
+                p
+                for p in pprops
+                if not isinstance(pat_res[p], GrammarError) and self.pattern_matches(p, ptr, name, pat_res[p])
             ]
             if name in props:
                 sub = props[name]
@@ -133,16 +136,32 @@ class ContainerLowering:
         not_declared = cpauto.not_words(names)
         extra_alts = []
         pat_names = []
+        # A key one reading of a pattern matches and the other does not is matched for one validator and
+        # additional for the other: its value must satisfy both the pattern's schema and additionalProperties.
+        # Under additionalProperties true (the default) that is the pattern's schema alone.
+        addl_free = addl is True or addl == {}
         for p, sub in pprops.items():
-            d = self.pattern_dfa(p, ptr)
             if isinstance(pat_res[p], GrammarError):
                 raise pat_res[p]
             pat_names.append(p)
-            # Keys the pattern matches minus the declared ones (the product is skipped when none matches).
-            key = cpauto.product(d, not_declared) if any(cpauto.accepts(d, n) for n in names) else d
-            vnode = self.compile(sub, f"{ptr}/patternProperties/{pointer_escape(p)}")
-            if not cpauto.is_empty(key) and vnode != NOTHING:
-                extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
+            sp = f"{ptr}/patternProperties/{pointer_escape(p)}"
+            vnode = self.compile(sub, sp)
+            regions = [("either" if addl_free else "both", vnode)]
+            if not addl_free:
+                regions.append(("one", self.compile({"allOf": [sub, addl]}, sp)))
+            for reading, value in regions:
+                if value == NOTHING:
+                    continue
+                if reading == "one":
+                    d = cpauto.product(
+                        self.pattern_dfa(p, ptr, "either"), self.pattern_dfa(p, ptr, "both", complement=True)
+                    )
+                else:
+                    d = self.pattern_dfa(p, ptr, reading)
+                # Keys the pattern matches minus the declared ones (the product is skipped when none matches).
+                key = cpauto.product(d, not_declared) if any(cpauto.accepts(d, n) for n in names) else d
+                if not cpauto.is_empty(key):
+                    extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, value))
         for i in range(len(pat_names)):
             for j in range(i + 1, len(pat_names)):
                 if self.patterns_overlap(pat_names[i], pat_names[j], ptr):
@@ -151,11 +170,11 @@ class ContainerLowering:
         if vnode != NOTHING:
             # Literal patterns (`^client_id$`, common in generated schemas) join the declared names; the others
             # are intersected away.
-            words = [w for w in (self.pattern_word(p, ptr) for p in pat_names) if w is not None]
+            words = [w for p in pat_names for w in self.pattern_words(p, ptr) or ()]
             key = cpauto.not_words(names + words) if words else not_declared
             for p in pat_names:
-                if self.pattern_word(p, ptr) is None:
-                    key = cpauto.product(key, self.pattern_dfa(p, ptr, complement=True))
+                if self.pattern_words(p, ptr) is None:
+                    key = cpauto.product(key, self.pattern_dfa(p, ptr, "either", complement=True))
             if not cpauto.is_empty(key):
                 extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
         extra = None
@@ -171,5 +190,13 @@ class ContainerLowering:
             return NOTHING
         if extra is None and mn > len(items):
             return NOTHING
-        members = Members(tuple(items), extra, self.sep, mn, mx, self.any_order)
+        any_order = self.any_order
+        if any_order and not anyorder.fits(len(items), mn, mx):
+            # Schema order accepts a subset of what any order would: tighter, never looser, and said.
+            any_order = False
+            self.warnings.append(
+                f'object at {ptr or "#"} has {len(items)} declared properties, more than property_order "any" '
+                "can track: its properties must come in schema order"
+            )
+        members = Members(tuple(items), extra, self.sep, mn, mx, any_order)
         return seq(lit("{"), self.ws, members, self.ws, lit("}"))

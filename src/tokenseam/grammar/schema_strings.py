@@ -167,45 +167,67 @@ class StringLowering:
         return seq(q, Auto(auto, escape=True), q)
 
     def _pattern(self, pattern: str, ptr: str) -> dict:
-        """A patternProperties regex's key automaton (search semantics), built once per pattern since the same
-        patterns recur across a schema's objects; its complement and single word are filled in when asked."""
+        r"""A patternProperties regex's key automata (search semantics), built once per pattern since the same
+        patterns recur across a schema's objects. A key is matched by a validator reading the regex as
+        ECMA-262 does or by one reading it as Python's `re` does, and the readings differ (`.`, `$`, `\d`,
+        `\w`, `\s`): the "ecma" and "python" readings are kept apart, and "both", "either" and the
+        complements are filled in when asked."""
         entry = self.pattern_dfas.get(pattern)
         if entry is None:
-            d = cpauto.determinize(
-                cpauto.from_ir(
-                    parse_regex(
-                        pattern, search=True, dialect="json-schema", where=f"patternProperties at {ptr}"
-                    )
-                )
-            )
-            entry = self.pattern_dfas[pattern] = {"dfa": d}
+            where = f"patternProperties at {ptr}"
+            readings = [parse_regex(pattern, search=True, dialect=d, where=where) for d in ("ecma", "python")]
+            e, p = (cpauto.determinize(cpauto.from_ir(r)) for r in readings)
+            entry = self.pattern_dfas[pattern] = {"ecma": e, "python": p, "ir": readings}
         return entry
 
-    def pattern_dfa(self, pattern: str, ptr: str, complement: bool = False):
+    def pattern_dfa(self, pattern: str, ptr: str, reading: str = "both", complement: bool = False):
+        """The keys `pattern` matches in the "ecma" reading, the "python" one, "both" or "either" (or, with
+        `complement`, the keys it does not match in that reading)."""
         entry = self._pattern(pattern, ptr)
+        if reading not in entry:
+            if reading == "both":
+                entry[reading] = cpauto.product(entry["ecma"], entry["python"])
+            else:  # either
+                entry[reading] = cpauto.determinize(cpauto.from_ir(alt(*entry["ir"])))
         if not complement:
-            return entry["dfa"]
-        if "not" not in entry:
-            entry["not"] = cpauto.complement(entry["dfa"])
-        return entry["not"]
+            return entry[reading]
+        key = "not " + reading
+        if key not in entry:
+            entry[key] = cpauto.complement(entry[reading])
+        return entry[key]
 
-    def pattern_word(self, pattern: str, ptr: str) -> str | None:
-        """The one key a patternProperties regex matches, if it matches exactly one."""
+    def pattern_words(self, pattern: str, ptr: str) -> list[str] | None:
+        """The keys a patternProperties regex matches in either reading, if it matches only a word w (and
+        w followed by a newline, which Python's `$` also matches): `^client_id$`, common in generated schemas."""
         entry = self._pattern(pattern, ptr)
-        if "word" not in entry:
-            entry["word"] = cpauto.single_word(entry["dfa"])
-        return entry["word"]
+        if "words" not in entry:
+            words = None
+            w = cpauto.single_word(entry["ecma"])
+            if w is not None:
+                either = self.pattern_dfa(pattern, ptr, "either")
+                cands = [x for x in (w, w + "\n") if cpauto.accepts(either, x)]
+                if cpauto.is_empty(cpauto.product(either, cpauto.not_words(cands))):
+                    words = cands
+            entry["words"] = words
+        return entry["words"]
+
+    def pattern_matches(self, pattern: str, ptr: str, name: str, python) -> bool:
+        """Whether a declared property name is matched by `pattern` in either reading (`python`: its
+        linear-time Python searcher)."""
+        return python.accepts(name) or cpauto.accepts(self._pattern(pattern, ptr)["ecma"], name)
 
     def patterns_overlap(self, p: str, q: str, ptr: str) -> bool:
-        """Whether some key matches both patternProperties regexes."""
+        """Whether some key matches both patternProperties regexes (each in either reading)."""
         hit = self.pattern_overlaps.get((p, q))
         if hit is None:
-            wp, wq = self.pattern_word(p, ptr), self.pattern_word(q, ptr)
+            wp, wq = self.pattern_words(p, ptr), self.pattern_words(q, ptr)
             if wp is not None:
-                hit = cpauto.accepts(self.pattern_dfa(q, ptr), wp)
+                hit = any(cpauto.accepts(self.pattern_dfa(q, ptr, "either"), w) for w in wp)
             elif wq is not None:
-                hit = cpauto.accepts(self.pattern_dfa(p, ptr), wq)
+                hit = any(cpauto.accepts(self.pattern_dfa(p, ptr, "either"), w) for w in wq)
             else:
-                hit = not cpauto.is_empty(cpauto.product(self.pattern_dfa(p, ptr), self.pattern_dfa(q, ptr)))
+                hit = not cpauto.is_empty(
+                    cpauto.product(self.pattern_dfa(p, ptr, "either"), self.pattern_dfa(q, ptr, "either"))
+                )
             self.pattern_overlaps[(p, q)] = hit
         return hit

@@ -1,0 +1,103 @@
+"""Regex readings: a JSON Schema validator may read a pattern as ECMA-262 does or as Python's `re` does.
+
+A value `pattern` must hold in both readings; a patternProperties key counts as matched when either reading
+matches it (and a key only one reading matches must satisfy additionalProperties too). Differential tests
+against `jsonschema` (Python's reading) over keys and strings made of the characters the readings disagree on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import jsonschema
+import pytest
+
+from tokenseam.grammar import cpauto
+from tokenseam.grammar.regex import parse_regex
+
+from .conftest import accepts_text
+
+# Characters on which ECMA-262 and Python disagree: line terminators for `.` and `$`, Unicode digits, word
+# characters and spaces for \d \w \s; and plain ASCII for the cases both readings agree on.
+TRICKY = ["\r", "\n", "\u2028", "\u2029", "\u0663", "\xe9", "\xa0", "\x0b", "\x1c"]
+PLAIN = ["a", "x", "y", "1", "_", " ", "-"]
+PATTERNS = [r"^.+$", r"^\d+$", r"^\w+$", r"^\s*$", r"^a$", r"^x.y$", r"[a-z]$", r"^[\w-]+$", r"^\S+\Z"]
+
+
+def _strings(rng: random.Random, n: int) -> list[str]:
+    out = ["", "a", "a\n", "\n", "x\ry", "x\u2028y", "\u0663", "\xe9", "a\n\n"]
+    for _ in range(n):
+        k = rng.randint(1, 4)
+        out.append("".join(rng.choice(TRICKY + PLAIN) for _ in range(k)))
+    return out
+
+
+def _plain(text: str) -> bool:
+    return all(c in PLAIN for c in text)
+
+
+def test_the_fuzzed_wrong_accept_is_gone(compiler):
+    g = compiler.compile_json_schema({"type": "object", "patternProperties": {"^.+$": {"type": "integer"}}})
+    assert not accepts_text(g, '{"a\\rb": "x"}')
+    assert not accepts_text(g, '{"\\u2029": "x"}')
+    assert accepts_text(g, '{"a\\rb": 1}') and accepts_text(g, '{"ab": 1}') and accepts_text(g, '{"": "x"}')
+
+
+def test_python_reads_dollar_before_a_final_newline():
+    for pattern, text in (("^a$", "a\n"), ("^.+$", "a\r"), (r"\d", "\u0663")):
+        for dialect, want in (("python", True), ("ecma", False), ("json-schema", False)):
+            d = cpauto.determinize(cpauto.from_ir(parse_regex(pattern, search=True, dialect=dialect)))
+            assert cpauto.accepts(d, text) == want, (pattern, text, dialect)
+    d = cpauto.determinize(cpauto.from_ir(parse_regex(r"^a\Z", search=True, dialect="python")))
+    assert not cpauto.accepts(d, "a\n")
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("addl", [True, False, {"type": "string"}])
+def test_pattern_property_keys_against_jsonschema(compiler, pattern, addl):
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "patternProperties": {pattern: {"type": "integer"}},
+        "additionalProperties": addl,
+    }
+    g = compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    rng = random.Random(pattern)
+    for key, value in itertools.product(_strings(rng, 60), [1, "s"]):
+        doc = {key: value}
+        text = json.dumps(doc)
+        ok = validator.is_valid(doc)
+        got = accepts_text(g, text)
+        assert ok or not got, f"wrong accept {text} under {pattern!r}, additionalProperties {addl}"
+        if _plain(key):  # both readings agree: exact
+            assert got == ok, f"wrong reject {text} under {pattern!r}, additionalProperties {addl}"
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_value_patterns_against_jsonschema(compiler, pattern):
+    schema = {"type": "string", "pattern": pattern}
+    g = compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for s in _strings(random.Random(pattern), 120):
+        ok = validator.is_valid(s)
+        got = accepts_text(g, json.dumps(s))
+        assert ok or not got, f"wrong accept {s!r} under {pattern!r}"
+        if _plain(s):
+            assert got == ok, f"wrong reject {s!r} under {pattern!r}"
+
+
+def test_declared_names_a_pattern_matches_in_either_reading(compiler):
+    # "a\n" is declared; Python's `^a$` matches it, ECMA's does not: Python validators apply the pattern's
+    # schema to it, so the grammar does too.
+    schema = {
+        "type": "object",
+        "properties": {"a\n": {"type": "number"}},
+        "patternProperties": {"^a$": {"type": "integer"}},
+    }
+    g = compiler.compile_json_schema(schema)
+    assert accepts_text(g, '{"a\\n": 1}')
+    assert not accepts_text(g, '{"a\\n": 1.5}')
+    assert not jsonschema.Draft202012Validator(schema).is_valid({"a\n": 1.5})
