@@ -332,7 +332,7 @@ def test_compile_errors_name_their_request_field(compiler):
         ({"guided_json": {"not": {}}}, "guided_json"),
         ({"guided_regex": "(?=a)"}, "guided_regex"),
         (
-            {"response_format": {"type": "json_schema", "json_schema": {"schema": {"if": {}}}}},
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": {"if": {"const": 1.5}}}}},
             "response_format",
         ),
     ):

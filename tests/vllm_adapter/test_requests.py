@@ -64,8 +64,8 @@ def test_options_only_for_json():
         ("json_schema", {"$ref": "https://example.com/s.json"}, "$ref"),
         (
             "json_schema",
-            {"type": "object", "dependentSchemas": {"a": {"required": ["b"]}}},
-            "dependentSchemas",
+            {"type": "object", "propertyNames": {"maxLength": 2}},
+            "propertyNames",
         ),
         ("regex", "(a", "missing ')'"),
         ("gbnf", 'root ::= x\nx ::= "a" x', ""),

@@ -30,6 +30,7 @@ from .ir import (
 from .schema_combinators import Combinators
 from .schema_containers import ContainerLowering
 from .schema_keywords import ANNOTATIONS, TYPES, UNSUPPORTED, json_equal
+from .schema_negation import CONDITIONAL, Negation
 from .schema_numbers import NUMBER, NumberLowering
 from .schema_safety import EnumValidator, check_keywords, refused_uri
 from .schema_strings import StringLowering
@@ -40,7 +41,7 @@ MAX_WS = 1000  # the largest max_ws option (longest run of spaces/tabs after a n
 LENIENT_HINT = "; pass lenient=True to ignore it"  # ends the message of an unsupported keyword
 
 
-class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
+class _Compiler(Combinators, Negation, NumberLowering, StringLowering, ContainerLowering):
     """One schema lowered to IR rules: `compile` per sub-schema; the state below is shared with the mixins."""
 
     def __init__(
@@ -176,9 +177,11 @@ class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
             if k in UNSUPPORTED:
                 if k == "propertyNames" and s[k] in (True, {}):
                     continue
-                if k == "not":
+                if k == "not" or k in CONDITIONAL:
                     continue
                 self.unsupported(f"keyword {k!r}", ptr)
+        if any(k in s for k in CONDITIONAL):
+            return self.compile(self.conditionals(s, ptr), ptr)
         if "not" in s:
             return self.negation(s, ptr)
         if s.get("uniqueItems") is True:
@@ -296,8 +299,14 @@ class _Compiler(Combinators, NumberLowering, StringLowering, ContainerLowering):
                 if isinstance(vals, list) and vals and all(isinstance(v, str) for v in vals):
                     excl = list(rest.get("_not_strings", [])) + vals
                     return self.compile({**rest, "_not_strings": excl}, ptr)
+        positive = self.negate(n, f"{ptr}/not")
+        if positive is not None:
+            return self.compile({"allOf": [rest, positive]} if rest else positive, ptr)
         self.unsupported(
-            "keyword 'not' (only not with type, required or string enum/const is supported)", ptr
+            "keyword 'not' whose negation has no exact form here (an enum/const of numbers, arrays or "
+            "objects, pattern, format, multipleOf, items, patternProperties, additionalProperties, a non-integral "
+            "number)",
+            ptr,
         )
         return self.compile(rest, ptr)
 

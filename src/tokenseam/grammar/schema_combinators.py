@@ -149,9 +149,10 @@ class Combinators:
     def exclusive_branches(self, subs, ptr: str):
         """Make oneOf branches mutually exclusive, or raise if that cannot be done exactly.
 
-        Provably disjoint branches stay as they are. For two overlapping object-only branches, branch i
-        additionally requires that one of branch j's required properties is absent: a subset of
-        "not branch j", so every accepted value matches exactly one branch."""
+        Provably disjoint branches stay as they are. Where branches i and j may overlap, branch i also takes
+        "not branch j" when that has an exact positive form (schema_negation); else, for two object-only
+        branches, that one of branch j's required properties is absent: a subset of "not branch j", so every
+        accepted value matches exactly one branch."""
         resolved = []
         for b, bp in subs:
             r = self.deref(b, bp)
@@ -166,7 +167,10 @@ class Combinators:
                     continue
                 ri, rj = resolved[i], resolved[j]
                 req_j = rj.get("required", []) if isinstance(rj, dict) else []
-                if (
+                neg = self.negate(rj, subs[j][1])
+                if neg is not None:
+                    extra.append(neg)  # branch i and not branch j: exact
+                elif (
                     isinstance(ri, dict)
                     and isinstance(rj, dict)
                     and self._types(ri) == {"object"}

@@ -1,0 +1,196 @@
+"""`not` rewritten as a positive schema with exactly the complementary set of values, where one exists.
+
+A schema's keywords are independent assertions (the object keywords `properties` / `patternProperties` /
+`additionalProperties` and the array ones count as one each, since they read each other), so by De Morgan
+`not {k1, k2, ...}` is `anyOf [not k1, not k2, ...]`, and most single assertions have an exact positive
+complement: `not {maxLength: 3}` is "a string of at least 4 characters" (every other value satisfies
+`maxLength`). `negate` returns None
+for anything without one (a number enum: 6, 6.0 and 60e-1 are one value with endlessly many spellings), and the
+caller then refuses the schema: the language is never loosened.
+"""
+
+from __future__ import annotations
+
+from .errors import GrammarError
+from .schema_keywords import ANNOTATIONS, TYPES, pointer_escape
+
+ALL_TYPES = set(TYPES)
+MAX_NEGATION_DEPTH = 8
+# Keywords that constrain one type only, so every value of another type satisfies them and fails their
+# negation: keyword -> (its type, the keyword that states the complement, the bound's offset).
+_BOUNDS = {
+    "maxLength": ("string", "minLength", 1),
+    "minLength": ("string", "maxLength", -1),
+    "maxItems": ("array", "minItems", 1),
+    "minItems": ("array", "maxItems", -1),
+    "maxProperties": ("object", "minProperties", 1),
+    "minProperties": ("object", "maxProperties", -1),
+}
+_NUMBER_BOUNDS = {
+    "maximum": "exclusiveMinimum",
+    "exclusiveMaximum": "minimum",
+    "minimum": "exclusiveMaximum",
+    "exclusiveMinimum": "maximum",
+}
+_OBJECT_GROUP = ("properties", "patternProperties", "additionalProperties")
+CONDITIONAL = ("if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies")
+
+
+def _other_types(t: str) -> dict:
+    """Every value not of JSON type t (t "number" includes the integers)."""
+    return {"type": sorted(ALL_TYPES - {t})}
+
+
+class Negation:
+    """`negate` for the JSON Schema compiler (json_schema._Compiler): needs `deref`."""
+
+    def negate(self, s, ptr: str, depth: int = 0):
+        """A schema accepting exactly the values `s` rejects, or None when there is no exact one here."""
+        if depth > MAX_NEGATION_DEPTH:
+            return None
+        s = self.deref(s, ptr)
+        if s is True:
+            return False
+        if s is False:
+            return True
+        if not isinstance(s, dict):
+            return None
+        keys = [k for k in s if k not in ANNOTATIONS]
+        if not keys:
+            return False
+        parts = []
+        done: set[str] = set()
+        for k in keys:
+            if k in done:
+                continue
+            if k in _OBJECT_GROUP:
+                done.update(_OBJECT_GROUP)
+                part = self._negate_properties(s, ptr, depth)
+            else:
+                done.add(k)
+                part = self._negate_keyword(k, s[k], ptr, depth)
+            if part is None:
+                return None
+            if part is not False:
+                parts.append(part)
+        if not parts:
+            return False
+        return parts[0] if len(parts) == 1 else {"anyOf": parts}
+
+    def _negate_keyword(self, k: str, v, ptr: str, depth: int):
+        if k == "type":
+            ts = [v] if isinstance(v, str) else v
+            if not isinstance(ts, list) or not all(isinstance(t, str) for t in ts):
+                return None
+            names = set(ts)
+            if "integer" in names and "number" not in names:
+                return None  # the non-integral numbers: not a language the number automata spell here
+            left = ALL_TYPES - names
+            if not left:
+                return False
+            return {"type": sorted(left)}
+        if k in ("enum", "const"):
+            vals = [v] if k == "const" else v
+            if not isinstance(vals, list):
+                return None
+            if any(x is not None and not isinstance(x, bool | str) for x in vals):
+                return None  # numbers, arrays, objects: equal values have other spellings (6, 6.0, 60e-1)
+            pieces: list = []
+            strings = [x for x in vals if isinstance(x, str)]
+            if strings:
+                pieces.append({"_not_strings": strings})
+            if None in vals:
+                pieces.append(_other_types("null"))
+            bools = {x for x in vals if isinstance(x, bool)}
+            if len(bools) == 2:
+                pieces.append(_other_types("boolean"))
+            elif bools:
+                pieces.append({"anyOf": [_other_types("boolean"), {"const": not bools.pop()}]})
+            if not pieces:
+                return True  # an empty enum rejects everything
+            return pieces[0] if len(pieces) == 1 else {"allOf": pieces}
+        if k in _BOUNDS:
+            t, other, step = _BOUNDS[k]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                return None
+            bound = v + step
+            if bound < 0:
+                return False  # minLength 0 holds for every value
+            return {"type": t, other: bound}
+        if k in _NUMBER_BOUNDS:
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                return None
+            return {"type": "number", _NUMBER_BOUNDS[k]: v}
+        if k == "required":
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                return None
+            if not v:
+                return False
+            return {"type": "object", "anyOf": [{"properties": {x: False}} for x in v]}
+        if k == "anyOf" or k == "allOf":
+            if not isinstance(v, list) or not v:
+                return None
+            subs = [self.negate(b, f"{ptr}/{k}/{i}", depth + 1) for i, b in enumerate(v)]
+            if any(x is None for x in subs):
+                return None
+            return {"allOf" if k == "anyOf" else "anyOf": subs}
+        if k == "not":
+            return v  # not not s = s
+        return None
+
+    def _negate_properties(self, s: dict, ptr: str, depth: int):
+        """not {properties: P} = an object with some property k of P whose value fails P[k] (with pattern or
+        additional properties beside them, None)."""
+        if "patternProperties" in s or "additionalProperties" in s:
+            return None
+        props = s.get("properties")
+        if not isinstance(props, dict):
+            return None
+        branches = []
+        for name, sub in props.items():
+            neg = self.negate(sub, f"{ptr}/properties/{name}", depth + 1)
+            if neg is None:
+                return None
+            if neg is False:
+                continue  # a property no value fails
+            branches.append({"type": "object", "required": [name], "properties": {name: neg}})
+        if not branches:
+            return False
+        return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+    # -- keywords rewritten with negation -----------------------------------------------------------------
+    def conditionals(self, s: dict, ptr: str) -> dict:
+        """`if`/`then`/`else`, `dependentRequired`, `dependentSchemas` and `dependencies` as an allOf of
+        anyOf branches with the same values (`if` needs an exact negation of its condition)."""
+        rest = {k: v for k, v in s.items() if k not in CONDITIONAL}
+        parts = [rest] if any(k not in ANNOTATIONS for k in rest) else []
+        if "if" in s:
+            cond, then, other = s["if"], s.get("then", True), s.get("else", True)
+            neg = self.negate(cond, f"{ptr}/if")
+            if neg is None:
+                self.unsupported("keyword 'if' whose condition has no exact negation", ptr)
+            else:
+                parts.append({"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, other]}]})
+        # `then` / `else` without `if` assert nothing.
+        deps: list[tuple[str, object, str]] = []
+        for key in ("dependentRequired", "dependentSchemas", "dependencies"):
+            v = s.get(key)
+            if v is None:
+                continue
+            if not isinstance(v, dict):
+                raise GrammarError(f"{key} at {ptr} must be an object")
+            deps.extend((name, dep, f"{ptr}/{key}/{pointer_escape(name)}") for name, dep in v.items())
+        for name, dep, where in deps:
+            if isinstance(dep, list):
+                if not all(isinstance(x, str) for x in dep):
+                    raise GrammarError(f"{where} must be an array of property names")
+                then = {"required": [name, *dep]}
+            elif isinstance(dep, dict | bool):
+                then = {"allOf": [{"required": [name]}, dep]}
+            else:
+                raise GrammarError(f"{where} must be a schema or an array of property names")
+            # Either the object lacks the property, or it has it and what depends on it.
+            parts.append({"anyOf": [{"properties": {name: False}}, then]})
+        if not parts:
+            return {}
+        return parts[0] if len(parts) == 1 else {"allOf": parts}

@@ -1,0 +1,143 @@
+"""`not` and overlapping `oneOf` through exact negation (schema_negation), checked against `jsonschema` on a pool
+of values of every type; what has no exact negation stays a clear error."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from tokenseam.grammar import GrammarError
+
+from .conftest import accepts_text
+
+POOL = [
+    None,
+    True,
+    False,
+    0,
+    6,
+    -3,
+    2.5,
+    "",
+    "a",
+    "ab",
+    "abc",
+    "foo",
+    "bar",
+    [],
+    [1],
+    [1, 2, 3],
+    {},
+    {"a": False},
+    {"a": 1},
+    {"bar": 1},
+    {"bar": "x"},
+    {"foo": 12},
+    {"foo": "x", "bar": "y"},
+    {"foo": 1, "bar": 2, "baz": 3},
+]
+
+NEGATIONS = [
+    {"not": {"maxLength": 2}},
+    {"not": {"minLength": 2}},
+    {"not": {"minProperties": 1}},
+    {"not": {"maxItems": 1}},
+    {"not": {"maximum": 2}},
+    {"not": {"exclusiveMinimum": 0}},
+    {"not": {"properties": {"bar": False, "foo": True}}},
+    {"not": {"properties": {"bar": {"type": "string"}, "foo": {"type": "boolean"}}}},
+    {"not": {"type": "object", "required": ["bar"], "properties": {"bar": {"enum": ["bar"]}}}},
+    {"not": {"enum": ["foo", None, True]}},
+    {"not": {"const": False}},
+    {"not": {"anyOf": [{"type": "string"}, {"type": "array", "maxItems": 1}]}},
+    {"not": {"allOf": [{"type": "string"}, {"maxLength": 1}]}},
+    {"not": {"not": {"type": "boolean"}}},
+    {"type": "string", "not": {"maxLength": 1}},
+    {"allOf": [{"type": "object"}, {"not": {"minProperties": 2}}]},
+    {
+        "oneOf": [
+            {"properties": {"bar": {"type": "number"}}, "required": ["bar"]},
+            {"properties": {"foo": {"type": "string"}}, "required": ["foo"]},
+        ]
+    },
+    {"oneOf": [{"type": "string"}, {"maxLength": 2}]},
+    {"oneOf": [{"type": "boolean"}, {"enum": [True, "x"]}]},
+    {"oneOf": [{"type": "number"}, {"minimum": 2}]},
+]
+
+
+@pytest.mark.parametrize("schema", NEGATIONS, ids=lambda s: json.dumps(s)[:60])
+def test_exact_negations_agree_with_jsonschema(compiler, schema):
+    # Any property order: the pool's objects list their keys in an order no schema declares.
+    g = compiler.compile_json_schema(schema, property_order="any")
+    validator = jsonschema.Draft202012Validator(schema)
+    for v in POOL:
+        assert accepts_text(g, json.dumps(v)) == validator.is_valid(v), (schema, v)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"not": {"enum": [6, "foo"]}},  # 6, 6.0 and 60e-1 are one value
+        {"not": {"enum": [{"a": False}]}},
+        {"not": {"pattern": "^a"}},
+        {"not": {"additionalProperties": {"type": "boolean"}}},
+        {"type": "number", "not": {"type": "integer"}},
+        {"not": {"properties": {"a": {"type": "integer"}}}},  # non-integral numbers again
+        {"oneOf": [{"type": "number"}, {"enum": [1, 2]}]},
+    ],
+    ids=lambda s: json.dumps(s)[:60],
+)
+def test_what_has_no_exact_negation_is_refused(compiler, schema):
+    with pytest.raises(GrammarError, match="not|oneOf"):
+        compiler.compile_json_schema(schema)
+
+
+def test_a_negation_nothing_satisfies_is_an_empty_schema(compiler):
+    with pytest.raises(GrammarError, match="accepts no value"):
+        compiler.compile_json_schema({"not": {"minLength": 0}})
+
+
+CONDITIONALS = [
+    {
+        "type": "object",
+        "properties": {"foo": {"enum": ["x", 12]}, "bar": {}},
+        "if": {"properties": {"foo": {"const": "x"}}, "required": ["foo"]},
+        "then": {"required": ["bar"]},
+        "else": {"properties": {"bar": False}},
+    },
+    {"if": {"type": "string"}, "then": {"maxLength": 2}, "else": {"type": ["integer", "boolean"]}},
+    {"if": {"maxLength": 2}, "then": {"type": "string"}},
+    {"else": {"type": "string"}},  # else without if: no assertion
+    {"dependentRequired": {"foo": ["bar"]}},
+    {"dependentSchemas": {"bar": {"properties": {"foo": {"type": "string"}}}}},
+    {"dependencies": {"foo": ["bar", "baz"], "a": {"maxProperties": 1}}},
+    {"type": "object", "properties": {"foo": {}, "bar": {}}, "dependentRequired": {"bar": ["foo"]}},
+]
+
+
+@pytest.mark.parametrize("schema", CONDITIONALS, ids=lambda s: json.dumps(s)[:60])
+def test_conditionals_and_dependencies_agree_with_jsonschema(compiler, schema):
+    g = compiler.compile_json_schema(schema, property_order="any")
+    # `dependencies` is draft-07's keyword (2020-12 validators ignore it); the rest read alike in both.
+    validator = (jsonschema.Draft7Validator if "dependencies" in schema else jsonschema.Draft202012Validator)(
+        schema
+    )
+    for v in POOL:
+        assert accepts_text(g, json.dumps(v)) == validator.is_valid(v), (schema, v)
+
+
+@pytest.mark.parametrize(
+    "schema,match",
+    [
+        ({"if": {"const": 1}, "then": {"type": "string"}}, "keyword 'if' whose condition"),
+        ({"dependentRequired": {"a": [1]}}, "must be an object of arrays of strings"),
+        ({"dependentRequired": ["a"]}, "must be an object"),
+        ({"dependencies": {"a": 3}}, "must be an object or boolean"),
+    ],
+)
+def test_bad_or_inexact_conditionals_are_errors(compiler, schema, match):
+    with pytest.raises(GrammarError, match=match):
+        compiler.compile_json_schema(schema)
