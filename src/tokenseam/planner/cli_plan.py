@@ -241,7 +241,7 @@ def print_report(rep: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(width=max(Console().width, 110))
+    con = Console(width=max(Console().width, 160))
     prof, plan, cnt = rep["profile"], rep["plan"], rep["count"]
     t = Table(
         title=f"cache plan: {rep['prompt_file']} on {prof['name']} (figures verified {prof['verified']})"
