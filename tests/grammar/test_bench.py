@@ -50,3 +50,41 @@ def test_small_run_writes_report(tmp_path, monkeypatch, capsys):
     assert ts["accept_us"]["p50"] is not None and ts["accept_us"]["max"] >= ts["accept_us"]["p50"] > 0
     assert out.with_suffix(".png").stat().st_size > 1000
     assert "not installed" in capsys.readouterr().out
+
+
+def _mini_maskbench(path: Path) -> Path:
+    """Two MaskBench-format files: a schema and instances marked valid or not."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 4}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    }
+    tests = [
+        {"data": {"a": 1, "b": "xy"}, "valid": True},
+        {"data": {"b": "xy", "a": 1}, "valid": True},  # another property order
+        {"data": {"a": 1, "b": "too long"}, "valid": False},
+    ]
+    for i in range(2):
+        (path / f"mini_{i}.json").write_text(json.dumps({"schema": schema, "tests": tests}))
+    return path
+
+
+def test_busy_streams_and_any_order_engine(tmp_path):
+    data = _mini_maskbench(tmp_path)
+    out = tmp_path / "r.json"
+    args = _args(data=data, engines="tokenseam,tokenseam-any", out=out, **{"busy-streams": 1})
+    assert bench.run(args) == 0
+    report = json.loads(out.read_text())
+    assert report["busy_streams"] == 1
+    by = {s["engine"]: s for s in report["summaries"]}
+    for s in by.values():
+        assert s["files"] == 2 and s["wrong_accepts"] == 0 and s["busy_tokens_per_s"] > 0
+    assert by["tokenseam"]["wrong_rejects"] == 2  # schema order refuses the swapped instance of each file
+    assert by["tokenseam-any"]["wrong_rejects"] == 0 and by["tokenseam-any"]["passing"] == 2
+
+
+@pytest.mark.parametrize("bad", ["-1", "17", "x"])
+def test_bad_busy_streams(bad):
+    with pytest.raises(SystemExit):
+        _args(**{"data": ".", "busy-streams": bad})

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..argtypes import int_in_range
+
 ENGINES = ("tokenseam", "tokenseam-any", "xgrammar", "llguidance")
 
 
@@ -283,12 +285,32 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_engine(name: str, vocab, docs, timeout_s: float, verbose: bool = False, tokenizer=None):
-    """Run one engine over every file: (summary, per-file results, mask times in us)."""
+def run_engine(
+    name: str, vocab, docs, timeout_s: float, verbose: bool = False, tokenizer=None, busy_streams: int = 0
+):
+    """Run one engine over every file: (summary, per-file results, mask times in us). With `busy_streams`,
+    the embedded engine decodes that many streams in this process meanwhile (bench/busy.py)."""
     try:
         engine = ADAPTERS[name](vocab, tokenizer) if name == "llguidance" else ADAPTERS[name](vocab)
     except ImportError as exc:
         return {"engine": name, "status": "not installed", "error": str(exc)}, [], []
+    if not busy_streams:
+        return _run_files(name, engine, docs, timeout_s, verbose)
+    from .busy import BusyEngine
+
+    busy = BusyEngine(busy_streams)
+    try:
+        time.sleep(2.0)  # past the prompts' prefill: the streams are decoding when timing starts
+        t0, n0 = time.perf_counter(), busy.tokens
+        summary, results, mask_times = _run_files(name, engine, docs, timeout_s, verbose)
+        summary["busy_streams"] = busy_streams
+        summary["busy_tokens_per_s"] = round((busy.tokens - n0) / (time.perf_counter() - t0), 1)
+    finally:
+        busy.close()
+    return summary, results, mask_times
+
+
+def _run_files(name: str, engine, docs, timeout_s: float, verbose: bool):
     from ..server.runtime import settle_heap
 
     # What is loaded now (vocabulary, tables, the engine's code) stays: the collector is set as `tokenseam serve`
@@ -314,7 +336,9 @@ def run_engine(name: str, vocab, docs, timeout_s: float, verbose: bool = False, 
     return summary, results, mask_times
 
 
-def run_engine_isolated(name: str, vocab, docs, timeout_s: float, verbose: bool = False, tokenizer=None):
+def run_engine_isolated(
+    name: str, vocab, docs, timeout_s: float, verbose: bool = False, tokenizer=None, busy_streams: int = 0
+):
     """run_engine in a forked child, so peak memory is this engine's alone and a crash stays contained."""
     import multiprocessing as mp
 
@@ -323,7 +347,7 @@ def run_engine_isolated(name: str, vocab, docs, timeout_s: float, verbose: bool 
 
     def target() -> None:
         try:
-            child.send(run_engine(name, vocab, docs, timeout_s, verbose, tokenizer))
+            child.send(run_engine(name, vocab, docs, timeout_s, verbose, tokenizer, busy_streams))
         except BaseException as exc:  # noqa: BLE001
             child.send(({"engine": name, "status": "crashed", "error": repr(exc)}, [], []))
         finally:
@@ -437,6 +461,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="per-file time limit in seconds")
     parser.add_argument("--out", default=None, help="write the JSON report here (a PNG plot next to it)")
     parser.add_argument("--verbose", action="store_true", help="print every file that does not pass")
+    parser.add_argument(
+        "--busy-streams",
+        type=int_in_range("--busy-streams", 0, 16),
+        default=0,
+        metavar="N",
+        help="time each engine while the embedded engine (SmolLM2, 1 thread) decodes N streams in the same "
+        "process, as in `tokenseam serve` (default 0: a quiet process)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -472,14 +504,21 @@ def run(args: argparse.Namespace) -> int:
     for name in engines:
         t0 = time.time()
         summary, results, times = run_engine_isolated(
-            name, vocab, docs, args.timeout, args.verbose, tokenizer
+            name, vocab, docs, args.timeout, args.verbose, tokenizer, args.busy_streams
         )
         summary["wall_s"] = round(time.time() - t0, 2)
         summaries.append(summary)
         per_file[name] = results
         all_times[name] = times
         print(f"[{name}] done in {summary['wall_s']}s", file=sys.stderr)
-    print(f"MaskBench files: {len(docs)} from {data}, tokenizer {args.tokenizer}, single-threaded")
+    beside = (
+        f", beside {args.busy_streams} streams decoding in the same process (tokens/s: "
+        + ", ".join(f"{s['engine']} {s.get('busy_tokens_per_s', '-')}" for s in summaries)
+        + ")"
+        if args.busy_streams
+        else ", single-threaded"
+    )
+    print(f"MaskBench files: {len(docs)} from {data}, tokenizer {args.tokenizer}{beside}")
     print_table(summaries)
     if args.out:
         out = Path(args.out)
@@ -489,6 +528,7 @@ def run(args: argparse.Namespace) -> int:
             "tokenizer": args.tokenizer,
             "files": len(docs),
             "limit": args.limit,
+            "busy_streams": args.busy_streams,
             "pid": os.getpid(),
             "summaries": summaries,
             "per_file": per_file,
