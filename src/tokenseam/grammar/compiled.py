@@ -68,6 +68,7 @@ class CompiledGrammar:
             len(a.state_configs),
             len(a.pairs),
             len(a.stacks),
+            a.config_entries,
             len(a._step_memo),
             len(a._escape_memo),
             m.mask_bytes,

@@ -239,13 +239,18 @@ class GrammarMatcher:
             return True
         if self._free:
             return False
-        return self.is_accepting() and not self._masks.has_moves(self._state)
+        if not self.is_accepting():
+            return False
+        done = not self._masks.has_moves(self._state)
+        self.compiled.settle()  # the mask it took may be new
+        return done
 
     def find_jump_forward_string(self) -> str:
         """The continuation the grammar forces from here (longest complete-UTF-8 prefix), or ''."""
         if self._free:
             return ""
         data = self._auto.forced_bytes(self._state, MAX_JUMP)
+        self.compiled.settle()
         for cut in range(len(data), max(-1, len(data) - 4), -1):
             try:
                 return data[:cut].decode("utf-8")

@@ -233,6 +233,8 @@ class GrammarMemory:
                 g = r()
                 if g is not None:
                     self._update(g)  # what grew since its last step's note (memo entries alone)
+            while self.held > self.budget and self.evict_unused():  # safe from any thread
+                self._take_freed()
             return {
                 "bytes": self.held,
                 "budget_bytes": self.budget,
