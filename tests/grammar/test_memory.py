@@ -282,3 +282,18 @@ def test_budget_arguments_are_checked(smollm2_vocab):
             GrammarCompiler(smollm2_vocab, cache_bytes=bad)
     st = GrammarCompiler(smollm2_vocab).memory_stats()
     assert st["budget_bytes"] == 256 << 20 and st["bytes"] == 0 and st["cached_grammars"] == 0
+
+
+def test_the_memory_bench_runs_a_small_stream_within_its_budget():
+    """`tokenseam bench grammar-memory` on 24 schemas, 3 at a time, 2 MB: every document is generated under
+    the masks, the peak stays within the budget, and most grammars are evicted."""
+    import jsonschema
+
+    from tokenseam.bench.grammar_memory import distinct_schema, measure
+
+    for k in range(5):
+        schema, doc = distinct_schema(k)
+        jsonschema.validate(doc, schema)
+    res = measure("smollm2", 24, 2, 3, False)
+    assert res["within_budget"] and res["peak_bytes"] <= 2 << 20
+    assert res["final"]["evictions"] >= 10 and res["unbounded_bytes"] > res["peak_bytes"]
