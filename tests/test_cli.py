@@ -84,3 +84,27 @@ def test_json_output_into_a_closed_pipe_prints_no_traceback():
     r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert len(r.stdout) == 20
     assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1.5", "", str((1 << 20) + 1)])
+def test_serve_refuses_a_bad_grammar_cache_size(value, capsys):
+    from tokenseam.cli import build_parser
+
+    with pytest.raises(SystemExit) as ei:
+        build_parser("serve").parse_args(["serve", "--grammar-cache-mb", value])
+    assert ei.value.code == 2 and "--grammar-cache-mb" in capsys.readouterr().err
+
+
+def test_serve_grammar_cache_size_default_and_zero():
+    from tokenseam.cli import build_parser
+    from tokenseam.grammar.memory import DEFAULT_BUDGET_MB
+
+    parser = build_parser("serve")
+    assert parser.parse_args(["serve"]).grammar_cache_mb is None  # ServerState applies DEFAULT_BUDGET_MB
+    assert parser.parse_args(["serve", "--grammar-cache-mb", "0"]).grammar_cache_mb == 0
+    serve = next(
+        a
+        for a in parser._subparsers._group_actions[0].choices["serve"]._actions
+        if a.dest == "grammar_cache_mb"
+    )
+    assert f"default {DEFAULT_BUDGET_MB})" in serve.help

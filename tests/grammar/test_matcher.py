@@ -118,23 +118,6 @@ def test_lru_cache_is_bounded(smollm2_vocab):
     assert c.compile_regex("a") is not a
 
 
-def test_grown_grammar_is_compiled_afresh(smollm2_vocab, monkeypatch):
-    """A cached grammar whose automaton grew past the budget is rebuilt for the next request; a request still
-    using the old one is unaffected."""
-    import tokenseam.grammar.compiler as compiler_mod
-
-    c = GrammarCompiler(smollm2_vocab)
-    g = c.compile_regex("[a-z]{0,300}")
-    m = GrammarMatcher(g)
-    assert m.accept_bytes(b"abc")
-    assert c.compile_regex("[a-z]{0,300}") is g
-    monkeypatch.setattr(compiler_mod, "REBUILD_STATES", g.automaton.num_states - 1)
-    g2 = c.compile_regex("[a-z]{0,300}")
-    assert g2 is not g and g2.automaton.num_states < g.automaton.num_states
-    assert m.accept_bytes(b"x" * 297) and m.is_accepting() and not m.accept_bytes(b"y")
-    assert c.compile_regex("[a-z]{0,300}") is g2
-
-
 def test_same_grammar_on_gemma(gemma_compiler, gemma3_vocab):
     m = GrammarMatcher(
         gemma_compiler.compile_json_schema(

@@ -213,3 +213,23 @@ def test_setup_refuses_a_malformed_vllm_requirement(tmp_path):
     with pytest.raises(SetupError, match="is not a requirement"):
         setup(tmp_path / "venv", ["smollm2"], vllm_spec="==0.32")
     assert not (tmp_path / "venv").exists()  # refused before anything is built
+
+
+def test_grammar_cache_budget_reaches_the_backend(tmp_path):
+    """`tokenseam vllm serve --grammar-cache-mb N` sets TOKENSEAM_GRAMMAR_CACHE_MB for the engine-core
+    process, whose backend reads it as its compiler's budget; a bad value is an error naming the variable."""
+    from tokenseam.grammar.memory import DEFAULT_BUDGET_MB
+    from tokenseam.vllm.requests import grammar_cache_bytes
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("")
+    (tmp_path / STATE).write_text(
+        json.dumps({"models": {"smollm2": {"path": str(tmp_path / "m")}}, "default_model": "smollm2"})
+    )
+    _, env = serve_command(_args(tmp_path, grammar_cache_mb=64), [])
+    assert env["TOKENSEAM_GRAMMAR_CACHE_MB"] == "64" and grammar_cache_bytes(env) == 64 << 20
+    assert grammar_cache_bytes({}) == DEFAULT_BUDGET_MB << 20
+    assert grammar_cache_bytes({"TOKENSEAM_GRAMMAR_CACHE_MB": "0"}) == 0
+    for bad in ("-1", "1.5", "lots", str((1 << 20) + 1)):
+        with pytest.raises(ValueError, match="TOKENSEAM_GRAMMAR_CACHE_MB"):
+            grammar_cache_bytes({"TOKENSEAM_GRAMMAR_CACHE_MB": bad})

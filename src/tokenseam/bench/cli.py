@@ -8,6 +8,10 @@ import importlib
 BENCHES = {
     "serve": ("tokenseam.bench.serve", "decode speed vs llama-cpp-python and raw llama.cpp batching"),
     "grammar": ("tokenseam.bench.grammar", "constrained decoding masks vs xgrammar / llguidance (MaskBench)"),
+    "grammar-memory": (
+        "tokenseam.bench.grammar_memory",
+        "grammar memory held under a stream of distinct schemas, against --grammar-cache-mb's budget",
+    ),
     "healing": ("tokenseam.bench.healing", "token healing cost and canonicality"),
     "prefix-cache": ("tokenseam.bench.prefix_cache", "prefix KV cache reuse and TTFT on a RAG workload"),
     "cache": ("tokenseam.bench.cache", "response cache fingerprint, hit latency and gateway load"),

@@ -42,7 +42,10 @@ from .prepare import PreparedNFA
 from .stacks import Stacks
 from .tables import TokenTable
 
-MAX_DFA_STATES = 2_000_000
+# State ids are int32 (the transition rows). No other cap on the number of states: they are a cache of the
+# determinisation, rebuilt from the NFA whenever needed, and their memory is bounded by the compiler's grammar
+# budget (memory.GrammarMemory), which starts a grammar over between two requests' steps, never inside one.
+MAX_STATE_ID = (1 << 31) - 1
 MAX_CLOSURE = 100_000
 STEP_MEMO_ENTRIES = 1 << 15  # the commit memo starts over when it holds this many entries (a few MB)
 NO_ESC: tuple = ()
@@ -58,7 +61,7 @@ class Automaton:
         """`python_builder`: every state is built by the Python code here, none by the numba builder
         (localbuild): the reference the numba twins are tested against, much slower."""
         # The eager part (the start state) runs inside the compile's budget; states built later, as requests
-        # reach them, have their own limits (MAX_DFA_STATES, MAX_CLOSURE).
+        # reach them are bounded by the grammar memory budget (memory.py) and MAX_CLOSURE.
         with compile_budget() as b:
             stage, b.stage = b.stage, "preparing the automaton"
             try:
@@ -67,6 +70,8 @@ class Automaton:
                 b.stage = stage
 
     def _init(self, prepared: PreparedNFA, table: TokenTable, python_builder: bool) -> None:
+        self.prepared = prepared  # what a fresh generation of this grammar is built from (memory.py)
+        self.python_builder = python_builder
         self.nfa = nfa = prepared.nfa
         self.table = table
         self.byte_class = prepared.byte_class
@@ -88,6 +93,9 @@ class Automaton:
         self.state_index: dict[tuple[tuple, bool, tuple], int] = {}
         self.state_configs: list[tuple] = []
         self.state_esc: list[tuple] = []
+        # (NFA state, stack) pairs held in configuration tuples (states and closures): the memory estimate's
+        # measure of them (memory.automaton_bytes), kept as they are made
+        self.config_entries = 0
         self._numba_states = False  # whether the walk has made states (see _sync)
         cap = 256
         self.flags = np.zeros(cap, dtype=np.int8)
@@ -120,7 +128,7 @@ class Automaton:
         )
         # Successors built inside the walk (localbuild).
         current().spend(nfa.size)  # its arrays: about 60 bytes per NFA state
-        max_states = 0 if python_builder else MAX_DFA_STATES
+        max_states = 0 if python_builder else MAX_STATE_ID
         self._fast = LocalBuilder(nfa, self.byte_class, self._special, max_states, self._loop_reach)
         self._stacks = Stacks(self._fast)
         self.stacks = self._stacks.frames  # stack id -> (return state or -1 - loop, parent, counter value)
@@ -173,6 +181,7 @@ class Automaton:
         local = self._local(q0)
         if local is not None:
             res = (tuple([(q, st0) for q in local]), False, NO_ESC)
+            self.config_entries += len(local)
             self.closure_memo[key] = res
             return res
         nfa = self.nfa
@@ -274,6 +283,7 @@ class Automaton:
             if len(seen) > MAX_CLOSURE:
                 raise GrammarError("grammar is too ambiguous (configuration explosion)")
         res = (tuple(sorted(out)), acc, tuple(sorted(esc)) if esc else NO_ESC)
+        self.config_entries += len(out)
         self.closure_memo[key] = res
         return res
 
@@ -288,13 +298,12 @@ class Automaton:
                 self.state_index[key] = sid
                 return sid
         sid = len(self.state_configs)
-        if sid >= MAX_DFA_STATES:
-            raise GrammarError("grammar automaton exceeded its state budget")
         if sid >= self.trans.shape[0]:
             self._grow(self.trans.shape[0] * 2)
         self.state_index[key] = sid
         self.state_configs.append(configs)
         self.state_esc.append(esc)
+        self.config_entries += len(configs)
         self.accepting[sid] = acc
         room = self._safe_budget(configs)
         self.flags[sid] = (
@@ -343,6 +352,7 @@ class Automaton:
         c = self.state_configs[sid]
         if c is None:
             c, e = self._fast.state(sid)
+            self.config_entries += len(c)
             self.state_configs[sid] = c
             self.state_esc[sid] = e
             self.state_index[(c, bool(self.accepting[sid]), e)] = sid
@@ -576,6 +586,36 @@ class Automaton:
             self.pairs.append(key)
             self.pair_index[key] = pid
         return pid
+
+    def export_position(self, pid: int) -> tuple[tuple, bool, int]:
+        """Position pid as data no automaton owns: (real configurations with each stack spelled out as its
+        frames (return state or -1 - loop, counter value) from the top down, accepting, indentation run).
+        Another automaton on the same NFA makes the same position of it (`import_position`)."""
+        k, p, acc, run = self.pairs[pid]
+        if k < 0:
+            return (), acc, run
+        frames = self._stacks.frames
+
+        def spell(st: int) -> tuple:
+            out = []
+            while st != ROOT:
+                ret, st, v = frames[st]
+                out.append((ret, v))
+            return tuple(out)
+
+        return tuple(sorted((q, spell(st)) for q, st in self._real_configs(k, p))), acc, run
+
+    def import_position(self, data: tuple[tuple, bool, int]) -> int:
+        """The position of data made by `export_position` (of this automaton or another on the same NFA)."""
+        configs, acc, run = data
+        push = self._stacks.push
+        real = set()
+        for q, spelled in configs:
+            st = ROOT
+            for ret, v in reversed(spelled):
+                st = push(ret, st, v)
+            real.add((q, st))
+        return self._position(real, acc, run)
 
     def _escape_target_py(self, s: int, p: int) -> tuple[tuple, bool, int]:
         """Where local state s's escapes lead on the real parent stack p: (configs, accepting, position). The

@@ -1,6 +1,8 @@
 """GrammarCompiler: front end -> IR -> byte NFA -> checked, trimmed NFA -> lazy automaton, with an LRU of compiled grammars.
 
-The cache key is the grammar kind, its canonical text, the options and the vocabulary fingerprint.
+The cache key is the grammar kind, its canonical text, the options and the vocabulary fingerprint. The cache
+holds at most `cache_size` grammars, and the compiler's grammars (cached or in use) at most `cache_bytes`
+bytes, automata and masks grown by requests included (memory.py).
 """
 
 from __future__ import annotations
@@ -20,16 +22,14 @@ from .compiled import CompiledGrammar
 from .errors import GrammarError
 from .ir import Grammar, alt, lit
 from .matcher import GrammarMatcher
+from .memory import DEFAULT_BUDGET_MB, MB, GrammarMemory
 from .nfa import build_nfa
 from .prepare import prepare_nfa
 from .regex import parse_regex
 from .tables import TokenTable
 
 MAX_CHOICE_CHARS = 200_000
-# The automaton grows as requests reach new states. A cached grammar past this many states is compiled afresh
-# for the next request (requests already using the old one keep it), so a long-lived server's memory per
-# grammar stays bounded.
-REBUILD_STATES = 50_000
+DEFAULT_CACHE_BYTES = DEFAULT_BUDGET_MB * MB
 
 
 def token_table(vocab: Vocabulary) -> TokenTable:
@@ -55,7 +55,13 @@ class GrammarCompiler:
     stops with a GrammarError naming the limit and where it ran out. `rss_limit`: bytes of resident memory the
     process may reach; past it a compile stops (or does not start) with GrammarResourceError.
     `python_builder`: automaton states are built only by the Python reference code, never by the numba
-    builder (for tests that compare the two; much slower)."""
+    builder (for tests that compare the two; much slower).
+
+    `cache_bytes`: the memory budget of this compiler's grammars, cached or in use, in bytes (default
+    DEFAULT_CACHE_BYTES, 256 MB): past it, unused grammars are evicted (LRU), then grammars in use stop
+    memoising masks, then start over (memory.py); no request fails for it. 0 keeps nothing between requests
+    and memoises nothing: exact, but every mask is walked afresh (for measuring, not serving).
+    `memory_stats()` reports what is held."""
 
     def __init__(
         self,
@@ -65,7 +71,12 @@ class GrammarCompiler:
         size_budget: int | None = None,
         rss_limit: int | None = None,
         python_builder: bool = False,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be a whole number of bytes >= 0, got {cache_bytes!r}")
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
+            raise ValueError(f"cache_size must be a whole number >= 0, got {cache_size!r}")
         self.vocab = vocab
         self.table = token_table(vocab)
         self.cache_size = cache_size
@@ -74,17 +85,28 @@ class GrammarCompiler:
         self.rss_limit = rss_limit  # the process's resident-memory cap in bytes (None: none)
         self.python_builder = python_builder
         self._cache: OrderedDict[tuple, CompiledGrammar] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self.memory = GrammarMemory(cache_bytes, self._lock, self._cache)
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.memory.budget
+
+    def memory_stats(self) -> dict[str, int]:
+        """What this compiler's grammars hold: `bytes` (cached or in use, estimated), `budget_bytes`,
+        `cached_grammars`, `live_grammars` (cached or in use), `evictions` (grammars evicted to keep the
+        budget), `renewals` (grammars in use started over), `unmemoised_masks` (masks computed and not
+        kept because the budget was spent)."""
+        with self._lock:
+            return {"cached_grammars": len(self._cache), **self.memory.stats()}
 
     def _cached(self, key: tuple, build: Callable[[], tuple[Grammar, str, str]]) -> CompiledGrammar:
         full = key + (self.vocab.fingerprint,)
         with self._lock:
             hit = self._cache.get(full)
             if hit is not None:
-                if hit.automaton.num_states <= REBUILD_STATES:
-                    self._cache.move_to_end(full)
-                    return hit
-                del self._cache[full]
+                self._cache.move_to_end(full)
+                return hit
         try:
             with compile_budget(self.time_budget, self.size_budget, self.rss_limit):
                 grammar, kind, source = build()
@@ -98,7 +120,10 @@ class GrammarCompiler:
         with self._lock:
             self._cache[full] = compiled
             while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+                if not self.memory.evict_unused():
+                    self._cache.popitem(last=False)
+                    self.memory.evictions += 1
+            self.memory.add(compiled)
         return compiled
 
     def compile_regex(self, pattern: str) -> CompiledGrammar:
@@ -128,7 +153,7 @@ class GrammarCompiler:
         Two small grammars cover them all: any JSON value (rule calls, positions split by call frame, tokens
         that leave a called rule) and a counted array of counted strings. Masks and commits run over a short
         document of each. Nothing is added to this compiler's cache."""
-        scratch = GrammarCompiler(self.vocab, cache_size=1)
+        scratch = GrammarCompiler(self.vocab, cache_size=1, cache_bytes=self.cache_bytes)
         out = np.zeros(self.vocab.mask_words, dtype=np.int32)
         for schema, doc in (
             ({}, '{"a": [1, {"b": "x y"}], "c": -2.5e3, "d": [true, null]}'),

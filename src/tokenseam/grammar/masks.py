@@ -4,7 +4,9 @@ A mask is one numba walk (localbuild.walk_esc) over the byte-sorted vocabulary f
 tokens the local state takes whole are certain under any parent stack; tokens that run past the local bottom
 are grouped by the state they escape from and resolved against the real parent stack (`_resolve`). A position
 whose configurations sit in several call frames is the union of its frame groups' masks (`frame_groups`).
-Masks are kept in an LRU bounded by MASK_CACHE_BYTES; the per-local-state walks are kept whole.
+Masks are kept in an LRU bounded by MASK_CACHE_BYTES; the per-local-state walks are kept whole. When the
+compiler's grammar budget is spent (memory.py), `memoise` is turned off: masks are then computed exactly as
+before but not kept (`unmemoised` counts them). `nbytes` is what the cache holds, kept as it grows.
 
 The cache asks its automaton for states, rows and positions; it builds nothing itself. It belongs to the
 CompiledGrammar beside the automaton (the automaton does not know it, so no reference cycle keeps them).
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
     from .automaton import Automaton
 
 MASK_CACHE_BYTES = 128 * 1024 * 1024
+# Python's share of a memo entry, beside its arrays' data (key tuple, dict slot, array headers), in bytes: the
+# constants of memory.py's estimate, measured with tracemalloc (tests/grammar/test_memory.py checks them).
+ENTRY_BYTES = 250
 
 
 class MaskCache:
@@ -43,6 +48,9 @@ class MaskCache:
         self.table = auto.table
         self._lru: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self.mask_bytes = 0
+        self.memoise = True  # whether computed masks are kept in the LRU (memory.GrammarMemory turns it off)
+        self.unmemoised = 0  # masks computed and not kept because memoise was off
+        self.walk_bytes = 0  # what the per-local-state walks, suffix tables and frame groups hold
         # With an indentation limit, each mask is filtered by the position's run of spaces/tabs.
         limit = auto.indent_limit
         self._indent_rows = self.table.indent_filters(limit) if limit is not None else None
@@ -70,6 +78,16 @@ class MaskCache:
             np.bitwise_and.at(m, eos >> 5, ~(np.uint32(1) << (eos & 31).astype(np.uint32)))
         return bool(m.any())
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes this cache holds (estimated as memory.py describes; no walk over its entries)."""
+        return self.mask_bytes + len(self._lru) * ENTRY_BYTES + self.walk_bytes
+
+    def forget_masks(self) -> None:
+        """Drop every memoised mask (the walks they are made from stay)."""
+        self._lru.clear()
+        self.mask_bytes = 0
+
     def _cached_mask(self, key: tuple, run: int | None) -> np.ndarray:
         """The LRU of masks: keyed (local state, parent, accepting) before the indentation filter, with the
         run appended after it."""
@@ -84,6 +102,9 @@ class MaskCache:
             outside, inside = self._indent_rows
             row = outside if run < 0 else inside[min(self._auto.indent_limit - run, len(inside) - 1)]
             m = (base & row).view(np.int32)
+        if not self.memoise:
+            self.unmemoised += 1
+            return m
         self._lru[key] = m
         self.mask_bytes += m.nbytes
         while self.mask_bytes > MASK_CACHE_BYTES and len(self._lru) > 1:
@@ -166,7 +187,11 @@ class MaskCache:
         for chunk in chunks:
             idx = chunk[:, 0]
             gid = len(self._groups_tab)
-            self._groups_tab.append(SubTable.suffixes(tab, idx, chunk[:, 1]))
+            sub = SubTable.suffixes(tab, idx, chunk[:, 1])
+            self._groups_tab.append(sub)
+            self.walk_bytes += ENTRY_BYTES + sum(
+                a.nbytes for a in (sub.ids, sub.base, sub.offs, sub.data, sub.lcp, sub.skip, sub.safe_from)
+            )
             groups.append((int(chunk[0, 2]), gid))
         return groups
 
@@ -183,6 +208,7 @@ class MaskCache:
             if bulk is not None:
                 out |= bulk[0]
             hit = self._local_info[kc] = (out, self._groups_of(tab, rec))
+            self.walk_bytes += ENTRY_BYTES + out.nbytes + 64 * len(hit[1])
         return hit
 
     def suffix_info(self, kc: int, gid: int) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
@@ -194,6 +220,7 @@ class MaskCache:
             out, rec = self._walk_table(kc, tab)
             idx = np.flatnonzero(out)
             hit = self._suffix_info[key] = (idx, out[idx], self._groups_of(tab, rec))
+            self.walk_bytes += ENTRY_BYTES + idx.nbytes + hit[1].nbytes + 64 * len(hit[2])
         return hit
 
     def _resolve(self, s: int, p: int, gid: int, out: np.ndarray) -> None:
@@ -227,6 +254,7 @@ class MaskCache:
         if n != NEED_PYTHON:
             res = [(int(k), int(q), False) for k, q in out[:n].tolist()] if n else None
             self._frame_group_memo[(kc, p)] = res
+            self.walk_bytes += ENTRY_BYTES + 64 * n
             return res
         return self._group_by_frame_py(kc, p)
 
@@ -248,4 +276,5 @@ class MaskCache:
                 k2, p2, _, _ = auto.pairs[auto._position(real, False)]
                 res.append((auto.clamped(k2), p2, False))
         self._frame_group_memo[(kc, p)] = res
+        self.walk_bytes += ENTRY_BYTES + 64 * len(res or ())
         return res

@@ -1,6 +1,11 @@
 """GrammarMatcher: one request's position in a compiled grammar; masks, token commits and rollback.
 
 It also satisfies the engine's `Constraint` protocol (fill_mask / accept / is_finished / is_active).
+
+A live matcher keeps its grammar from being evicted from the compiler's cache (CompiledGrammar.users). When
+the grammar is started over under the memory budget (CompiledGrammar.renew), the matcher moves its position to
+the new generation at its next mask or commit (`_move`); the positions in its history are then the old
+generation's, and a rollback to one of them replays the bytes committed since the start (`_path`) instead.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ class GrammarMatcher:
         end_ids: set[int] | frozenset[int] | list[int] | None = None,
     ) -> None:
         self.compiled = compiled
-        self._auto = compiled.automaton
-        self._masks = compiled.masks
+        compiled.users.add(self)
+        self._auto, self._masks = compiled.current
         self._table = self._auto.table
         table_eos = {int(x) for x in self._table.eos}
         self._eos = table_eos if end_ids is None else {int(x) for x in end_ids}
@@ -73,8 +78,12 @@ class GrammarMatcher:
         self.reset()
 
     def reset(self) -> None:
+        self._auto, self._masks = self.compiled.current
         self._state = self._auto.start
         self._history: list[int] = []
+        self._path: list[bytes] = []  # the bytes committed to the grammar since its start, chunk by chunk
+        self._marks: list[int] = []  # len(_path) at each history entry
+        self._stale = 0  # history entries below this are positions of an older generation (see _move)
         self._terminated = False
         self._free = self._end_tag is not None
         self._tail = b""
@@ -88,6 +97,7 @@ class GrammarMatcher:
             return False
         # History entries in the free phase are -1 - (length of the kept tail) so rollback can restore it.
         self._history.append(-1 - len(self._tail))
+        self._marks.append(len(self._path))
         self._tail_stack.append(self._tail)
         data = self._end_tag if tid in self._end_ids else tb.token_bytes[tid]
         tail = self._tail + data
@@ -101,9 +111,11 @@ class GrammarMatcher:
             nxt = self._auto.step_bytes(self._state, rest)
             if nxt < 0:
                 self._history.pop()
+                self._marks.pop()
                 self._tail_stack.pop()
                 return False
             self._state = nxt
+            self._path.append(rest)
         self._free = False
         self._tail = b""
         return True
@@ -112,6 +124,8 @@ class GrammarMatcher:
     def accept_token(self, token_id: int) -> bool:
         if self._terminated:
             return False
+        if self._auto is not self.compiled.current[0]:
+            self._move()
         tid = int(token_id)
         if self._free:
             return self._accept_free(tid)
@@ -119,6 +133,7 @@ class GrammarMatcher:
             if not self._auto.is_accepting(self._state):
                 return False
             self._history.append(self._state)
+            self._marks.append(len(self._path))
             self._terminated = True
             return True
         if tid < 0 or tid >= self._table.vocab_size or self._table.is_special[tid]:
@@ -127,9 +142,12 @@ class GrammarMatcher:
         if not data:
             return False
         nxt = self._auto.step_bytes(self._state, data)
+        self.compiled.settle()
         if nxt < 0:
             return False
         self._history.append(self._state)
+        self._marks.append(len(self._path))
+        self._path.append(data)
         self._state = nxt
         return True
 
@@ -137,6 +155,8 @@ class GrammarMatcher:
         """Advance over raw bytes (e.g. prompt bytes removed by token healing); not a rollback step."""
         if self._terminated:
             return False
+        if self._auto is not self.compiled.current[0]:
+            self._move()
         if self._free:
             tail = self._tail + bytes(data)
             k = tail.find(self._end_tag)
@@ -146,10 +166,14 @@ class GrammarMatcher:
             self._free = False
             self._tail = b""
             data = tail[k + len(self._end_tag) :]
-        nxt = self._auto.step_bytes(self._state, bytes(data))
+        data = bytes(data)
+        nxt = self._auto.step_bytes(self._state, data)
+        self.compiled.settle()
         if nxt < 0:
             return False
         self._state = nxt
+        if data:
+            self._path.append(data)
         return True
 
     def rollback(self, n: int = 1) -> None:
@@ -157,6 +181,7 @@ class GrammarMatcher:
             raise ValueError(f"cannot roll back {n} tokens (only {len(self._history)} accepted)")
         for _ in range(n):
             h = self._history.pop()
+            del self._path[self._marks.pop() :]
             if h < 0:
                 # Back into the free (reasoning) phase, before any grammar input.
                 self._free = True
@@ -166,6 +191,24 @@ class GrammarMatcher:
                 self._state = h
         if n:
             self._terminated = False
+        if len(self._history) < self._stale:
+            # Back to a position of an older generation: the same position in this one, from the start.
+            self._stale = len(self._history)
+            if not self._free:
+                pid = self._auto.start
+                for chunk in self._path:
+                    pid = self._auto.step_bytes(pid, chunk)
+                self._state = pid
+
+    def _move(self) -> None:
+        """Move to the grammar's current generation (it was started over): the same position, in the new one."""
+        auto, masks = self.compiled.current
+        if self._free:
+            self._state = auto.start
+        else:
+            self._state = auto.import_position(self._auto.export_position(self._state))
+        self._stale = len(self._history)
+        self._auto, self._masks = auto, masks
 
     # -- queries -----------------------------------------------------------------------------------------
     def fill_next_token_bitmask(self, out: np.ndarray, index: int = 0) -> None:
@@ -179,7 +222,10 @@ class GrammarMatcher:
             if self._swap_ends is not None:
                 _clear_bits(row, self._swap_ends[0])
             return
+        if self._auto is not self.compiled.current[0]:
+            self._move()
         row[:] = self._masks.mask(self._state)
+        self.compiled.settle()
         if self._swap_ends is not None:
             _clear_bits(row, self._swap_ends[0])
             if self._auto.is_accepting(self._state):
@@ -193,13 +239,18 @@ class GrammarMatcher:
             return True
         if self._free:
             return False
-        return self.is_accepting() and not self._masks.has_moves(self._state)
+        if not self.is_accepting():
+            return False
+        done = not self._masks.has_moves(self._state)
+        self.compiled.settle()  # the mask it took may be new
+        return done
 
     def find_jump_forward_string(self) -> str:
         """The continuation the grammar forces from here (longest complete-UTF-8 prefix), or ''."""
         if self._free:
             return ""
         data = self._auto.forced_bytes(self._state, MAX_JUMP)
+        self.compiled.settle()
         for cut in range(len(data), max(-1, len(data) - 4), -1):
             try:
                 return data[:cut].decode("utf-8")

@@ -88,6 +88,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="wall-clock budget of one grammar compile (default 20); past it the request gets a 400",
     )
+    p.add_argument(
+        "--grammar-cache-mb",
+        type=_positive("--grammar-cache-mb", 0, 1 << 20),
+        default=None,
+        metavar="MB",
+        # the default is grammar.memory.DEFAULT_BUDGET_MB (not imported here: it would load the grammar engine)
+        help="memory the compiled grammars may hold, cached or in use, automata and masks grown by requests "
+        "included (default 256); past it unused grammars are evicted (LRU) and grammars in use stop "
+        "memoising, no request fails. 0: nothing kept between requests or steps (slow; for measuring)",
+    )
     add_guard_arguments(p, "server")
     p.add_argument(
         "--shutdown-timeout",
@@ -144,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
             cors_origins=args.cors_origin,
             max_memory_mb=args.max_memory_mb,
             grammar_seconds=args.grammar_timeout,
+            grammar_cache_mb=args.grammar_cache_mb,
         )
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)

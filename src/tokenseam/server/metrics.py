@@ -1,9 +1,10 @@
-"""Prometheus metrics for the server: requests, tokens, latency histograms, queue depth, prefix-cache hits."""
+"""Prometheus metrics for the server: requests, tokens, latency histograms, queue depth, prefix-cache hits,
+the memory compiled grammars hold."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
 class ServerMetrics:
@@ -83,4 +84,51 @@ class EngineCollector:
         ):
             m = CounterMetricFamily(name, doc)
             m.add_metric([], value)
+            yield m
+
+
+class GrammarCollector:
+    """The grammar compiler's memory (grammar/memory.py), read at scrape time.
+
+    `tokenseam_grammar_cache_bytes` is what compiled grammars hold, cached or in use by a request (automata and
+    masks grown by requests included), against `tokenseam_grammar_cache_budget_bytes` (`--grammar-cache-mb`).
+    """
+
+    def __init__(self, state) -> None:
+        self.state = state
+
+    def collect(self):
+        st = self.state.grammar_memory()
+        for name, doc, key in (
+            ("tokenseam_grammar_cache_bytes", "Bytes held by compiled grammars, cached or in use", "bytes"),
+            ("tokenseam_grammar_cache_budget_bytes", "The grammar memory budget", "budget_bytes"),
+            ("tokenseam_grammar_cache_grammars", "Compiled grammars cached for reuse", "cached_grammars"),
+            (
+                "tokenseam_grammar_live_grammars",
+                "Compiled grammars alive (cached or in use)",
+                "live_grammars",
+            ),
+        ):
+            m = GaugeMetricFamily(name, doc)
+            m.add_metric([], st[key])
+            yield m
+        for name, doc, key in (
+            (
+                "tokenseam_grammar_cache_evictions",
+                "Compiled grammars evicted from the cache (LRU)",
+                "evictions",
+            ),
+            (
+                "tokenseam_grammar_renewals",
+                "Grammars in use started over (a fresh automaton) to keep the budget",
+                "renewals",
+            ),
+            (
+                "tokenseam_grammar_unmemoised_masks",
+                "Token masks computed without being memoised (the budget was spent)",
+                "unmemoised_masks",
+            ),
+        ):
+            m = CounterMetricFamily(name, doc)
+            m.add_metric([], st[key])
             yield m

@@ -15,7 +15,7 @@ import numpy as np
 from ..engine import Engine
 from ..engine.chat_template import ChatTemplate
 from .errors import known_error
-from .metrics import EngineCollector, ServerMetrics
+from .metrics import EngineCollector, GrammarCollector, ServerMetrics
 from .pool import WorkPool
 from .protocol import ParsedRequest
 from .relay import EventRelay
@@ -46,11 +46,18 @@ class ServerState:
         max_memory_mb: int | None = None,
         grammar_seconds: float | None = None,
         reasoning_end: str = "</think>",
+        grammar_cache_mb: int | None = None,
     ) -> None:
         self.engine = engine
         self.reasoning_end = reasoning_end
         self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
         self.grammar_seconds = grammar_seconds  # each compile's time budget (None: the grammar default)
+        from ..grammar.memory import DEFAULT_BUDGET_MB, MB
+
+        mb = DEFAULT_BUDGET_MB if grammar_cache_mb is None else grammar_cache_mb
+        if isinstance(mb, bool) or not isinstance(mb, int) or mb < 0:
+            raise ValueError(f"grammar_cache_mb must be a whole number of MB >= 0, got {grammar_cache_mb!r}")
+        self.grammar_cache_bytes = mb * MB  # what compiled grammars may hold, cached or in use
         # Requests are prepared off the event loop in two pools: grammar compiles (seconds at worst, bounded by
         # the compiler's budget) cannot take the threads that tokenize plain prompts.
         self.prepare_pool = WorkPool("prepare", prepare_workers, prepare_queue)
@@ -67,6 +74,7 @@ class ServerState:
         self.metrics = ServerMetrics()
         self.relay = EventRelay()
         self.metrics.registry.register(EngineCollector(engine))
+        self.metrics.registry.register(GrammarCollector(self))
         self.chat = ChatTemplate(engine.backend.chat_template, self.vocab, self.tokenizer)
         self.started = int(time.time())
         self.system_fingerprint = "ts-" + self.vocab.fingerprint[:12]  # the OpenAI routes' system_fingerprint
@@ -130,6 +138,21 @@ class ServerState:
         GrammarMatcher(compiled).fill_next_token_bitmask(np.zeros(self.vocab.mask_words, dtype=np.int32))
         self._grammar_compiler.warm_up()  # the rest of the numba code JSON schemas need
 
+    def grammar_memory(self) -> dict[str, int]:
+        """The grammar compiler's memory figures (GrammarCompiler.memory_stats); zeros before its first use."""
+        compiler = self._grammar_compiler
+        if compiler is None:
+            return {
+                "bytes": 0,
+                "budget_bytes": self.grammar_cache_bytes,
+                "cached_grammars": 0,
+                "live_grammars": 0,
+                "evictions": 0,
+                "renewals": 0,
+                "unmemoised_masks": 0,
+            }
+        return compiler.memory_stats()
+
     def compile_request_grammar(self, body: dict, route: str) -> CompiledGrammar | None:
         """The request's grammar (response_format, guided_*, grammar, json_schema, tools) or None."""
         from ..grammar import GrammarCompiler
@@ -141,7 +164,10 @@ class ServerState:
                 # of the process (decoding, responses) needs room too
                 rss = int(self.max_memory_bytes * 0.95) if self.max_memory_bytes else None
                 self._grammar_compiler = GrammarCompiler(
-                    self.vocab, time_budget=self.grammar_seconds, rss_limit=rss
+                    self.vocab,
+                    time_budget=self.grammar_seconds,
+                    rss_limit=rss,
+                    cache_bytes=self.grammar_cache_bytes,
                 )
         try:
             return constraint_from_request(self._grammar_compiler, body, route)

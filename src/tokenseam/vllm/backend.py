@@ -8,6 +8,7 @@ straight into vLLM's bitmask tensor: the layouts are the same (int32 words, lowe
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +19,7 @@ from vllm.v1.structured_output.backend_types import (
 )
 
 from ..grammar import GrammarCompiler
-from .requests import compile_plan, plan
+from .requests import compile_plan, grammar_cache_bytes, plan
 from .session import GrammarSession
 from .vocabulary import vocabulary_of
 from .xargs import default_property_order
@@ -32,15 +33,18 @@ CACHE_SIZE = 256  # compiled grammars kept (LRU keyed by grammar, options and vo
 class TokenseamBackend(StructuredOutputBackend):
     def __post_init__(self) -> None:
         self.vocab = vocabulary_of(self.tokenizer, self.vocab_size)
-        self.compiler = GrammarCompiler(self.vocab, cache_size=CACHE_SIZE)
+        self.compiler = GrammarCompiler(
+            self.vocab, cache_size=CACHE_SIZE, cache_bytes=grammar_cache_bytes(os.environ)
+        )
         self.compiler.warm_up()
         cfg = self.vllm_config.structured_outputs_config
         self.compact_default = bool(getattr(cfg, "disable_any_whitespace", False))
         default_property_order()  # a bad $TOKENSEAM_PROPERTY_ORDER stops the server at start, not a request
         log.info(
-            "tokenseam backend ready: %d tokens, end ids %s",
+            "tokenseam backend ready: %d tokens, end ids %s, grammar memory budget %d MB",
             self.vocab.size,
             sorted(self.vocab.eos_token_ids),
+            self.compiler.cache_bytes >> 20,
         )
 
     def compile_grammar(

@@ -8,8 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+from ..argtypes import int_in_range
 from ..models import ModelNotFoundError
-from .plugin import HEALING_PROCESSOR
+from .plugin import CACHE_MB_ENV, HEALING_PROCESSOR, MAX_CACHE_MB
 from .setup import NUMBA_CACHE, STATE, SetupError, read_state, setup, venv_python
 
 # What works on a 2-core CPU without a GPU (docs/vllm.md): one OpenMP thread (two spin on shared cores),
@@ -56,6 +57,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--no-healing",
         action="store_true",
         help="leave the healing logits processor out (needed for speculative decoding)",
+    )
+    v.add_argument(
+        "--grammar-cache-mb",
+        type=int_in_range("--grammar-cache-mb", 0, MAX_CACHE_MB),
+        default=None,
+        metavar="MB",
+        help="memory the backend's compiled grammars may hold, as `tokenseam serve --grammar-cache-mb` "
+        f"(default 256; sets {CACHE_MB_ENV})",
     )
     v.add_argument("--print", action="store_true", help="print the command instead of running it")
     v.set_defaults(func=run_serve, passthrough=True)
@@ -115,6 +124,8 @@ def serve_command(args: argparse.Namespace, extra: list[str]) -> tuple[list[str]
     for k, v in CPU_ENV.items():
         env.setdefault(k, v)
     env.setdefault("NUMBA_CACHE_DIR", str(venv / NUMBA_CACHE))
+    if getattr(args, "grammar_cache_mb", None) is not None:
+        env[CACHE_MB_ENV] = str(args.grammar_cache_mb)
     env.pop("PYTHONPATH", None)
     return cmd + extra, env
 

@@ -129,6 +129,10 @@ def _check(params) -> None:
 
 
 HEALING_PROCESSOR = "tokenseam.vllm.healing_processor:HealingLogitsProcessor"
+# The grammar memory budget of the backend's compiler, in MB (as `tokenseam serve --grammar-cache-mb`), for the
+# engine-core process; `tokenseam vllm serve --grammar-cache-mb` sets it (requests.grammar_cache_bytes reads it).
+CACHE_MB_ENV = "TOKENSEAM_GRAMMAR_CACHE_MB"
+MAX_CACHE_MB = 1 << 20
 
 
 def _healing_processor_loaded(model_config) -> bool:

@@ -17,6 +17,25 @@ from typing import Any
 from ..grammar import CompiledGrammar, GrammarCompiler, GrammarError, check_grammar
 from ..grammar.compiler import loads_schema
 from ..grammar.request import NOT_GBNF
+from .plugin import CACHE_MB_ENV, MAX_CACHE_MB
+
+
+def grammar_cache_bytes(environ) -> int:
+    """The backend's grammar budget in bytes: TOKENSEAM_GRAMMAR_CACHE_MB (whole MB, 0 to 1,048,576), else the
+    grammar engine's default. A bad value is a ValueError naming the variable (vLLM then fails at start)."""
+    from ..grammar.memory import DEFAULT_BUDGET_MB, MB
+
+    text = environ.get(CACHE_MB_ENV)
+    if text is None or not text.strip():
+        return DEFAULT_BUDGET_MB * MB
+    try:
+        mb = int(text)
+    except ValueError:
+        raise ValueError(f"{CACHE_MB_ENV} must be a whole number of MB, got {text!r}") from None
+    if not 0 <= mb <= MAX_CACHE_MB:
+        raise ValueError(f"{CACHE_MB_ENV} must be between 0 and {MAX_CACHE_MB}, got {mb}")
+    return mb * MB
+
 
 # Request kinds by vLLM's enum member names (vllm.v1.structured_output.backend_types.StructuredOutputOptions).
 KINDS = ("JSON", "JSON_OBJECT", "REGEX", "GRAMMAR", "CHOICE", "STRUCTURAL_TAG")
