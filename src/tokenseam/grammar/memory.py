@@ -70,6 +70,7 @@ def nfa_bytes(nfa: ByteNFA) -> int:
         + len(nfa.universal)
         + len(nfa.counted_body)
         + len(nfa.rule_start)
+        + 2 * len(nfa.cset)
     )
     return arrays + NFA_STATE_BYTES * n + MEMO_BYTES * dicts
 
