@@ -69,6 +69,15 @@ class BusyEngine:
             seed += 1
             self.engine.submit(self._request(seed), self._emit)
 
+    def wait_decoding(self, timeout: float = 60.0) -> bool:
+        """Wait until every stream has decoded a token (its prompt is read); False on timeout."""
+        end = time.perf_counter() + timeout
+        while self.tokens < self.streams:
+            if time.perf_counter() > end:
+                return False
+            time.sleep(0.05)
+        return True
+
     def tokens_per_second(self) -> float:
         """Tokens decoded per second since the engine started."""
         return self.tokens / max(1e-9, time.perf_counter() - self._t0)

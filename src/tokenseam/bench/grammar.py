@@ -300,7 +300,7 @@ def run_engine(
 
     busy = BusyEngine(busy_streams)
     try:
-        time.sleep(2.0)  # past the prompts' prefill: the streams are decoding when timing starts
+        busy.wait_decoding()  # past the prompts' prefill: the streams are decoding when timing starts
         t0, n0 = time.perf_counter(), busy.tokens
         summary, results, mask_times = _run_files(name, engine, docs, timeout_s, verbose)
         summary["busy_streams"] = busy_streams
