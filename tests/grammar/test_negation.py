@@ -141,3 +141,94 @@ def test_conditionals_and_dependencies_agree_with_jsonschema(compiler, schema):
 def test_bad_or_inexact_conditionals_are_errors(compiler, schema, match):
     with pytest.raises(GrammarError, match=match):
         compiler.compile_json_schema(schema)
+
+
+def test_a_oneof_beside_other_keywords_negates_only_the_branches(compiler):
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"close": {}, "kind": {"type": "string"}, "rel": {}},
+        "oneOf": [
+            {"properties": {"kind": {"enum": ["relative"]}, "rel": {"type": "string"}}},
+            {
+                "properties": {
+                    "close": {"type": "boolean"},
+                    "kind": {"enum": ["friend"]},
+                    "rel": {"type": "boolean"},
+                }
+            },
+        ],
+    }
+    g = compiler.compile_json_schema(schema, property_order="any")
+    validator = jsonschema.Draft202012Validator(schema)
+    pool = POOL + [
+        {"close": True, "kind": "friend", "rel": True},
+        {"kind": "relative", "rel": "x"},
+        {"close": 1, "kind": "relative"},
+        {"kind": "friend", "rel": "x"},
+        {"kind": "other"},
+    ]
+    for v in pool:
+        assert accepts_text(g, json.dumps(v)) == validator.is_valid(v), v
+
+
+@pytest.mark.parametrize(
+    "schema,instance,validator",
+    [
+        # up to draft-07 a $ref stands alone: its siblings are ignored
+        (
+            {
+                "$schema": "http://json-schema.org/draft-04/schema#",
+                "properties": {"s": {"type": "string", "$ref": "#/definitions/o"}},
+                "definitions": {"o": {"type": "object"}},
+            },
+            {"s": {}},
+            jsonschema.Draft4Validator,
+        ),
+        # if/then/else arrived in draft-07: a draft-06 validator reads them as unknown keywords
+        (
+            {"$schema": "http://json-schema.org/draft-06/schema#", "if": {"type": "string"}, "then": False},
+            "x",
+            jsonschema.Draft6Validator,
+        ),
+        # 2019-09 replaced `dependencies`: a 2020-12 validator ignores it
+        (
+            {"$schema": "https://json-schema.org/draft/2020-12/schema", "dependencies": {"a": ["b"]}},
+            {"a": 1},
+            jsonschema.Draft202012Validator,
+        ),
+    ],
+)
+def test_the_declared_draft_decides_how_keywords_are_read(compiler, schema, instance, validator):
+    assert validator(schema).is_valid(instance)
+    assert accepts_text(compiler.compile_json_schema(schema), json.dumps(instance))
+    undeclared = {k: v for k, v in schema.items() if k != "$schema"}
+    if "$ref" not in json.dumps(undeclared):  # without $schema: the latest draft's reading
+        assert not accepts_text(compiler.compile_json_schema(undeclared), json.dumps(instance))
+
+
+def test_integral_numbers_in_an_enum_take_both_spellings(compiler):
+    g = compiler.compile_json_schema({"enum": [2.0, 3, 1.5]})
+    for text, ok in (("2", True), ("2.0", True), ("3", True), ("3.0", True), ("1.5", True), ("4", False)):
+        assert accepts_text(g, text) == ok, text
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"allOf": [{"not": {"type": "string"}}, {"not": {"type": "null"}}]},
+        {
+            "allOf": [
+                {"if": {"type": "string"}, "then": {"maxLength": 2}},
+                {"if": {"type": "array"}, "then": {"maxItems": 1}, "else": {"not": {"type": "boolean"}}},
+            ]
+        },
+        {"allOf": [{"dependentRequired": {"foo": ["bar"]}}, {"dependentRequired": {"bar": ["baz"]}}]},
+    ],
+    ids=lambda s: json.dumps(s)[:60],
+)
+def test_negations_and_conditions_meet_in_allof(compiler, schema):
+    g = compiler.compile_json_schema(schema, property_order="any")
+    validator = jsonschema.Draft202012Validator(schema)
+    for v in POOL:
+        assert accepts_text(g, json.dumps(v)) == validator.is_valid(v), (schema, v)

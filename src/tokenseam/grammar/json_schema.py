@@ -50,6 +50,13 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         self.root = root
         self.strict = strict
         self.any_order = any_order
+        # A root `$schema` naming an older draft is read as that draft reads it: up to draft-07 `$ref` stands
+        # alone (its siblings are ignored), and keywords from later drafts are no assertion.
+        self.draft = draft = declared_draft(root)
+        self.ref_alone = draft is not None and draft <= 7
+        self.not_in_draft = frozenset(
+            k for since, ks in _NEWER if draft is not None and draft < since for k in ks
+        ) | (frozenset({"dependencies"}) if draft is not None and draft >= 2019 else frozenset())
         self.lenient = lenient
         self.warnings: list[str] = []
         self.rules: dict[str, Node] = {}
@@ -173,6 +180,8 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             return NOTHING
         if not isinstance(s, dict):
             raise GrammarError(f"schema at {ptr or '#'} must be an object or boolean, got {type(s).__name__}")
+        if self.not_in_draft and not self.not_in_draft.isdisjoint(s):
+            s = {k: v for k, v in s.items() if k not in self.not_in_draft}
         for k in s:
             if k in UNSUPPORTED:
                 if k == "propertyNames" and s[k] in (True, {}):
@@ -189,7 +198,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         if "$ref" in s:
             ref = s["$ref"]
             rest = {k: v for k, v in s.items() if k not in ANNOTATIONS and k != "$ref"}
-            if not rest:
+            if not rest or self.ref_alone:
                 return self.ref(ref, ptr)
             return self.compile({"allOf": [{"$ref": ref}, rest]}, ptr)
         if "allOf" in s:
@@ -246,7 +255,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                     subs.append((b, bp))
                 self.budget.spend(len(subs))
                 if key == "oneOf" and len(subs) > 1:
-                    subs = self.exclusive_branches(subs, ptr)
+                    subs = self.exclusive_branches(subs, ptr, branches)
                 return alt(*[self.compile(b, bp) for b, bp in subs])
         if "const" in s or "enum" in s:
             return self.enum(s, ptr)
@@ -328,7 +337,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 raise GrammarError(f"$ref cycle without progress at {ptr}")
             target = self.resolve(s["$ref"], ptr)
             rest = {k: v for k, v in s.items() if k != "$ref"}
-            if rest and any(k not in ANNOTATIONS for k in rest):
+            if rest and any(k not in ANNOTATIONS for k in rest) and not self.ref_alone:
                 if target is False:
                     return False
                 if target is True:
@@ -368,6 +377,9 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         return alt(*alts) if alts else NOTHING
 
     def literal(self, v) -> Node:
+        if isinstance(v, int | float) and not isinstance(v, bool) and float(v).is_integer() and abs(v) < 1e15:
+            # 2 and 2.0 are one JSON value: an integral number in an enum takes both spellings.
+            return alt(lit(str(int(v))), lit(f"{int(v)}.0"))
         compact = json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         spaced = json.dumps(v, ensure_ascii=False, allow_nan=False)
         self.budget.spend(1 + (len(compact) + len(spaced)) // 8)  # a node per character, 8 bytes each
@@ -387,6 +399,28 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
 
 
 PROPERTY_ORDERS = ("schema", "any")
+# The drafts a root `$schema` can name, and the keywords that did not exist yet in each (a validator for that
+# draft reads them as unknown keywords: no assertion).
+_DRAFTS = (
+    ("draft-03", 3),
+    ("draft-04", 4),
+    ("draft-06", 6),
+    ("draft-07", 7),
+    ("2019-09", 2019),
+    ("2020-12", 2020),
+)
+_NEWER = (
+    (7, ("if", "then", "else")),
+    (2019, ("dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems")),
+)
+
+
+def declared_draft(root) -> int | None:
+    """The draft a root `$schema` names (3, 4, 6, 7, 2019, 2020), None when it names none."""
+    uri = root.get("$schema") if isinstance(root, dict) else None
+    if not isinstance(uri, str):
+        return None
+    return next((n for tag, n in _DRAFTS if tag in uri), None)
 
 
 def schema_to_grammar(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .errors import GrammarError
 from .schema_keywords import ANNOTATIONS, SUPPORTED, TYPES, UNSUPPORTED, json_equal, json_type
+from .schema_negation import CONDITIONAL
 
 
 class Combinators:
@@ -41,6 +42,13 @@ class Combinators:
                 return False
             if not isinstance(cur, dict):
                 raise GrammarError(f"schema at {p} must be an object or boolean")
+            if self.not_in_draft and not self.not_in_draft.isdisjoint(cur):
+                cur = {k: v for k, v in cur.items() if k not in self.not_in_draft}
+            if any(k in cur for k in CONDITIONAL):
+                # if/then/else and dependencies as anyOf branches: two parts' conditions then combine.
+                cur = self.conditionals(cur, p)
+                if not isinstance(cur, dict):
+                    raise GrammarError(f"schema at {p} must be an object or boolean")
             if "allOf" in cur:
                 subs = cur["allOf"]
                 if not isinstance(subs, list):
@@ -101,6 +109,8 @@ class Combinators:
                 out[k] = {"allOf": [u, v]}
             elif k == "_not_strings":
                 out[k] = list(u) + list(v)
+            elif k == "not":
+                out[k] = {"anyOf": [u, v]}  # not u and not v = not (u or v)
             elif k == "pattern":
                 out["pattern"] = [*(u if isinstance(u, list) else [u]), *(v if isinstance(v, list) else [v])]
             elif k in ("enum", "const"):
@@ -146,13 +156,14 @@ class Combinators:
         return out
 
     # -- oneOf disjointness ------------------------------------------------------------------------------
-    def exclusive_branches(self, subs, ptr: str):
+    def exclusive_branches(self, subs, ptr: str, raw: list | None = None):
         """Make oneOf branches mutually exclusive, or raise if that cannot be done exactly.
 
         Provably disjoint branches stay as they are. Where branches i and j may overlap, branch i also takes
         "not branch j" when that has an exact positive form (schema_negation); else, for two object-only
         branches, that one of branch j's required properties is absent: a subset of "not branch j", so every
-        accepted value matches exactly one branch."""
+        accepted value matches exactly one branch. `raw`: the branches without the keywords beside the oneOf
+        (which every branch has, so "not branch j" needs only branch j's own)."""
         resolved = []
         for b, bp in subs:
             r = self.deref(b, bp)
@@ -167,7 +178,7 @@ class Combinators:
                     continue
                 ri, rj = resolved[i], resolved[j]
                 req_j = rj.get("required", []) if isinstance(rj, dict) else []
-                neg = self.negate(rj, subs[j][1])
+                neg = self.negate(rj if raw is None else raw[j], subs[j][1])
                 if neg is not None:
                     extra.append(neg)  # branch i and not branch j: exact
                 elif (
