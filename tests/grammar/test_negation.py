@@ -64,6 +64,9 @@ NEGATIONS = [
     },
     {"oneOf": [{"type": "string"}, {"maxLength": 2}]},
     {"oneOf": [{"type": "boolean"}, {"enum": [True, "x"]}]},
+    {"not": {"pattern": "^a"}},
+    {"type": "string", "not": {"pattern": "b$"}, "enum": ["ab", "ba", "a"]},
+    {"oneOf": [{"pattern": "a"}, {"pattern": "b"}, {"pattern": "f"}]},
     {"oneOf": [{"type": "number"}, {"minimum": 2}]},
 ]
 
@@ -82,7 +85,6 @@ def test_exact_negations_agree_with_jsonschema(compiler, schema):
     [
         {"not": {"enum": [6, "foo"]}},  # 6, 6.0 and 60e-1 are one value
         {"not": {"enum": [{"a": False}]}},
-        {"not": {"pattern": "^a"}},
         {"not": {"additionalProperties": {"type": "boolean"}}},
         {"type": "number", "not": {"type": "integer"}},
         {"not": {"properties": {"a": {"type": "integer"}}}},  # non-integral numbers again
@@ -232,3 +234,10 @@ def test_negations_and_conditions_meet_in_allof(compiler, schema):
     validator = jsonschema.Draft202012Validator(schema)
     for v in POOL:
         assert accepts_text(g, json.dumps(v)) == validator.is_valid(v), (schema, v)
+
+
+def test_not_pattern_refuses_a_match_in_either_reading(compiler):
+    g = compiler.compile_json_schema({"type": "string", "not": {"pattern": "^.+$"}})
+    assert not accepts_text(g, '"a"')  # both readings match
+    assert not accepts_text(g, '"a\\r"')  # Python's . matches a carriage return, ECMA-262's does not
+    assert accepts_text(g, '""')

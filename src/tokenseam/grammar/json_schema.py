@@ -32,7 +32,7 @@ from .schema_containers import ContainerLowering
 from .schema_keywords import ANNOTATIONS, TYPES, UNSUPPORTED, json_equal
 from .schema_negation import CONDITIONAL, Negation
 from .schema_numbers import NUMBER, NumberLowering
-from .schema_safety import EnumValidator, check_keywords, refused_uri
+from .schema_safety import EnumValidator, check_keywords, refused_uri, searcher
 from .schema_strings import StringLowering
 
 MAX_ENUM = 2000
@@ -313,7 +313,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             return self.compile({"allOf": [rest, positive]} if rest else positive, ptr)
         self.unsupported(
             "keyword 'not' whose negation has no exact form here (an enum/const of numbers, arrays or "
-            "objects, pattern, format, multipleOf, items, patternProperties, additionalProperties, a non-integral "
+            "objects, format, multipleOf, items, patternProperties, additionalProperties, a non-integral "
             "number)",
             ptr,
         )
@@ -361,6 +361,9 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         excluded = rest.pop("_not_strings", None)
         if excluded:
             vals = [v for v in vals if not (isinstance(v, str) and v in excluded)]
+        for p in rest.pop("_not_pattern", ()):
+            python = searcher(p, f"pattern at {ptr}")
+            vals = [v for v in vals if not (isinstance(v, str) and self.pattern_matches(p, ptr, v, python))]
         t = rest.get("type")
         if t == "__none__" or (isinstance(t, list) and "__none__" in t):
             # the marker of an empty type intersection (allOf of disjoint types, `not` of every type): no value

@@ -107,7 +107,7 @@ class Combinators:
                 out[k] = props
             elif k in ("additionalProperties", "items", "additionalItems"):
                 out[k] = {"allOf": [u, v]}
-            elif k == "_not_strings":
+            elif k in ("_not_strings", "_not_pattern"):
                 out[k] = list(u) + list(v)
             elif k == "not":
                 out[k] = {"anyOf": [u, v]}  # not u and not v = not (u or v)

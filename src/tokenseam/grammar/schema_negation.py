@@ -121,6 +121,12 @@ class Negation:
             if isinstance(v, bool) or not isinstance(v, int | float):
                 return None
             return {"type": "number", _NUMBER_BOUNDS[k]: v}
+        if k == "pattern":
+            pats = v if isinstance(v, list) else [v]  # a list: the patterns of merged allOf parts
+            if not pats or not all(isinstance(p, str) for p in pats):
+                return None
+            parts = [{"type": "string", "_not_pattern": [p]} for p in pats]
+            return parts[0] if len(parts) == 1 else {"anyOf": parts}
         if k == "required":
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                 return None

@@ -65,7 +65,7 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 # Keywords whose value is data, never a schema (nothing inside is a keyword).
 _DATA = ("enum", "const", "default", "examples", "example")
 # Keys the compiler itself adds to merged schemas; a request may not supply them.
-RESERVED = ("_not_strings",)
+RESERVED = ("_not_strings", "_not_pattern")
 
 
 def _show(v) -> str:

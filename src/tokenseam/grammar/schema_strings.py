@@ -137,6 +137,9 @@ class StringLowering:
             # Excluding values forces the json.dumps encoding (no escapes but the required ones), so an escape
             # cannot spell one.
             regexes.append(Auto(cpauto.not_words(excluded)))
+        for p in s.get("_not_pattern", ()):
+            # `not {pattern: p}`: a string no reading of p matches (either validator would reject a match).
+            regexes.append(Auto(self.pattern_dfa(p, ptr, "either", complement=True)))
         if not regexes:
             return self.string_node(mn, mx)
         if len(regexes) == 1 and mn == 0 and mx is None:
