@@ -741,3 +741,33 @@ def test_an_unsatisfiable_branch_drops_out_of_an_any_of(compiler):
     assert accepts_text(g2, "null") and not accepts_text(g2, "1")
     with pytest.raises(GrammarError, match="accepts no"):
         compiler.compile_json_schema({"allOf": [{"type": "boolean"}, {"type": "integer"}, {"enum": [True]}]})
+
+
+@pytest.mark.parametrize(
+    "text,ok",
+    [
+        ("http://x.org/a?b#c", True),
+        ("../a/b", True),
+        ("a/b:c", True),  # the colon is past the first segment
+        ("#frag", True),
+        ("", True),  # the empty reference (the document itself)
+        ("a b", False),
+        ("%zz", False),
+    ],
+)
+def test_uri_reference_format(compiler, text, ok):
+    g = compiler.compile_json_schema({"type": "string", "format": "uri-reference"})
+    assert accepts_text(g, json.dumps(text)) == ok
+
+
+def test_allof_of_two_anyof_lists_combines_up_to_its_limit(compiler):
+    from tokenseam.grammar.schema_combinators import MAX_COMBOS
+
+    side = int(MAX_COMBOS**0.5)
+    a = {"anyOf": [{"const": f"a{i}"} for i in range(side - 1)] + [{"type": "string"}]}  # side x side
+    b = {"anyOf": [{"const": f"a{i}"} for i in range(side)]}
+    g = compiler.compile_json_schema({"allOf": [a, b]})
+    assert accepts_text(g, '"a0"') and not accepts_text(g, '"zz"')
+    big = {"anyOf": [{"const": i} for i in range(MAX_COMBOS + 1)]}
+    with pytest.raises(GrammarError, match="too large to combine"):
+        compiler.compile_json_schema({"allOf": [big, {"anyOf": [{}, {"type": "integer"}]}]})

@@ -7,6 +7,8 @@ from .errors import GrammarError
 from .schema_keywords import ANNOTATIONS, SUPPORTED, TYPES, UNSUPPORTED, json_equal, json_type
 from .schema_negation import CONDITIONAL
 
+MAX_COMBOS = 256  # branches an allOf of two anyOf lists may make (each is compiled; the compile budget holds)
+
 
 class Combinators:
     """allOf merging and oneOf disjointness for the JSON Schema compiler (json_schema._Compiler)."""
@@ -123,7 +125,7 @@ class Combinators:
                     del out["const"]
             elif k in ("anyOf", "oneOf"):
                 combos = [{"allOf": [x, y]} for x in u for y in v]
-                if len(combos) > 64:
+                if len(combos) > MAX_COMBOS:
                     raise GrammarError(f"allOf of two {k} lists at {ptr} is too large to combine")
                 if k == "oneOf":
                     out["anyOf"] = out.get("anyOf", [])

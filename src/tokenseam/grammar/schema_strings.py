@@ -54,6 +54,10 @@ FORMATS = {
     r"([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|"
     r":((:[0-9a-fA-F]{1,4}){1,7}|:)",
     "uri": r"[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9\-._~:/?#@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*",
+    # A URI, or a relative reference: its first path segment holds no ":" (RFC 3986 path-noscheme), so it
+    # cannot be read as a scheme.
+    "uri-reference": r"[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9\-._~:/?#@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*"
+    r"|([A-Za-z0-9\-._~@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*([/?#]([A-Za-z0-9\-._~:/?#@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*)?",
     "json-pointer": r"(/([^~/]|~[01])*)*",
     "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)",
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
