@@ -241,3 +241,34 @@ def test_not_pattern_refuses_a_match_in_either_reading(compiler):
     assert not accepts_text(g, '"a"')  # both readings match
     assert not accepts_text(g, '"a\\r"')  # Python's . matches a carriage return, ECMA-262's does not
     assert accepts_text(g, '""')
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "propertyNames": {"maxLength": 3}},
+        {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}, "properties": {"foo": {}, "Bad": {}}},
+        {
+            "type": "object",
+            "propertyNames": {"enum": ["foo", "bar"]},
+            "additionalProperties": {"type": "string"},
+        },
+        {"type": "object", "propertyNames": False},
+        {"type": "object", "propertyNames": {"type": "integer"}},
+        {"propertyNames": {"minLength": 3, "maxLength": 3}, "patternProperties": {"^b": {"type": "integer"}}},
+    ],
+    ids=lambda s: json.dumps(s)[:60],
+)
+def test_property_names_agree_with_jsonschema(compiler, schema):
+    g = compiler.compile_json_schema(schema, property_order="any")
+    validator = jsonschema.Draft202012Validator(schema)
+    for v in [*POOL, {"Bad": 1}, {"foo": "x", "Bad": 2}, {"abcd": 1}, {"b": 1}]:
+        assert accepts_text(g, json.dumps(v)) == validator.is_valid(v), (schema, v)
+
+
+def test_property_names_beyond_string_keywords_are_refused(compiler):
+    with pytest.raises(GrammarError, match="propertyNames"):
+        compiler.compile_json_schema({"type": "object", "propertyNames": {"format": "email"}})
+    req = {"type": "object", "required": ["Bad"], "propertyNames": {"pattern": "^[a-z]+$"}}
+    with pytest.raises(GrammarError, match="accepts no value"):
+        compiler.compile_json_schema(req)

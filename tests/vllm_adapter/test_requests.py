@@ -64,7 +64,7 @@ def test_options_only_for_json():
         ("json_schema", {"$ref": "https://example.com/s.json"}, "$ref"),
         (
             "json_schema",
-            {"type": "object", "propertyNames": {"maxLength": 2}},
+            {"type": "object", "propertyNames": {"format": "email"}},
             "propertyNames",
         ),
         ("regex", "(a", "missing ')'"),

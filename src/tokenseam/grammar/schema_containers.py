@@ -12,6 +12,7 @@ from .ir import (
     EMPTY,
     NOTHING,
     Auto,
+    Chars,
     Members,
     Ref,
     Repeat,
@@ -19,8 +20,12 @@ from .ir import (
     lit,
     seq,
 )
-from .schema_keywords import pointer_escape
+from .schema_keywords import ANNOTATIONS, pointer_escape
 from .schema_safety import searcher
+
+NAME_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "enum", "const"}
+ANY_STRING = Repeat(Chars(((0, 0x10FFFF),)), 0, None)
+NOTHING_STRING = seq(Chars(((0x41, 0x41),)), NOTHING)  # no string at all
 
 
 class ContainerLowering:
@@ -75,6 +80,41 @@ class ContainerLowering:
         full = seq(lit("["), ws, first, tail, ws, lit("]"))
         return alt(empty, full) if mn == 0 else full
 
+    def property_names(self, pn, ptr: str):
+        """The keys `propertyNames` allows, as a code point automaton (None: every key). Exact for schemas of
+        string keywords (type, pattern in both readings, minLength / maxLength, enum / const); others are
+        unsupported."""
+        pn = self.deref(pn, ptr)
+        if pn is True or pn == {}:
+            return None
+        if pn is False:
+            return cpauto.determinize(cpauto.from_ir(NOTHING_STRING))
+        if not isinstance(pn, dict):
+            raise GrammarError(f"propertyNames at {ptr} must be a schema")
+        keys = {k for k in pn if k not in ANNOTATIONS}
+        if not keys <= NAME_KEYWORDS:
+            self.unsupported(f"keyword 'propertyNames' with {sorted(keys - NAME_KEYWORDS)[0]!r}", ptr)
+            return None
+        t = pn.get("type", "string")
+        if "string" not in ([t] if isinstance(t, str) else t):
+            return cpauto.determinize(cpauto.from_ir(NOTHING_STRING))  # keys are strings
+        d = cpauto.determinize(cpauto.from_ir(ANY_STRING))
+        pats = pn.get("pattern")
+        for p in [] if pats is None else pats if isinstance(pats, list) else [pats]:
+            d = cpauto.product(d, self.pattern_dfa(p, ptr, "both"))
+        if "enum" in pn or "const" in pn:
+            vals = [pn["const"]] if "const" in pn else pn["enum"]
+            words = [v for v in vals if isinstance(v, str)] if isinstance(vals, list) else []
+            listed = cpauto.determinize(cpauto.from_ir(alt(*[lit(w) for w in words]) if words else NOTHING))
+            d = cpauto.product(d, listed)
+        mn, mx = pn.get("minLength", 0), pn.get("maxLength")
+        for key, v in (("minLength", mn), ("maxLength", mx)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise GrammarError(f"{key} at {ptr} must be a non-negative integer")
+        if mn or mx is not None:
+            d = cpauto.determinize(cpauto.count(d, mn, mx))
+        return d
+
     def t_object(self, s, ptr):
         props = s.get("properties", {})
         if not isinstance(props, dict):
@@ -108,6 +148,13 @@ class ContainerLowering:
             except GrammarError as exc:
                 pat_res[p] = exc
         names = list(props) + [r for r in required if r not in props]
+        name_dfa = self.property_names(s.get("propertyNames", True), f"{ptr}/propertyNames")
+        if name_dfa is not None:
+            # Keys propertyNames refuses are not written: a declared one is left out (the object is impossible
+            # when it is required), and pattern and additional keys are intersected with the language below.
+            if any(r in required and not cpauto.accepts(name_dfa, r) for r in names):
+                return NOTHING
+            names = [n for n in names if cpauto.accepts(name_dfa, n)]
         # Per name: its member's IR nodes, the key's characters, and its part of the key automata.
         self.budget.spend(1 + 4 * len(names) + sum(map(len, names)) // 8)
         items = []
@@ -160,6 +207,8 @@ class ContainerLowering:
                     d = self.pattern_dfa(p, ptr, reading)
                 # Keys the pattern matches minus the declared ones (the product is skipped when none matches).
                 key = cpauto.product(d, not_declared) if any(cpauto.accepts(d, n) for n in names) else d
+                if name_dfa is not None:
+                    key = cpauto.product(key, name_dfa)
                 if not cpauto.is_empty(key):
                     extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, value))
         for i in range(len(pat_names)):
@@ -175,6 +224,8 @@ class ContainerLowering:
             for p in pat_names:
                 if self.pattern_words(p, ptr) is None:
                     key = cpauto.product(key, self.pattern_dfa(p, ptr, "either", complement=True))
+            if name_dfa is not None:
+                key = cpauto.product(key, name_dfa)
             if not cpauto.is_empty(key):
                 extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, vnode))
         extra = None
