@@ -7,7 +7,7 @@ from .errors import GrammarError
 from .schema_keywords import ANNOTATIONS, SUPPORTED, TYPES, UNSUPPORTED, json_equal, json_type
 from .schema_negation import CONDITIONAL
 
-MAX_COMBOS = 256  # branches an allOf of two anyOf lists may make (each is compiled; the compile budget holds)
+MAX_COMBOS = 64  # branches an allOf of two anyOf lists may make
 
 
 class Combinators:
