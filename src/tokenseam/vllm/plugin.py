@@ -110,12 +110,16 @@ def _check(params) -> None:
     so = params.structured_outputs
     kind, spec = get_structured_output_key(so)
     try:
+        order = property_order(params.extra_args)
+    except ValueError as e:
+        raise VLLMValidationError(f"{e} (tokenseam backend)", parameter="vllm_xargs") from None
+    try:
         p = plan(
             kind.name,
             spec,
             strict=bool(so.disable_additional_properties),
             compact=bool(so.disable_any_whitespace),
-            property_order=property_order(params.extra_args),
+            property_order=order,
         )
         if _checker is None:
             _checker = Checker()
