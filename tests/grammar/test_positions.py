@@ -462,14 +462,15 @@ def test_walk_builder_grows_its_arrays(monkeypatch, smollm2_vocab, schema, doc):
     _compare_builders(smollm2_vocab, "schema", schema, doc)
 
 
-def _compare_builders(vocab, kind, grammar, doc) -> None:
+def _compare_builders(vocab, kind, grammar, doc, **options) -> None:
+    """The numba and the Python builder give the same masks at every byte of `doc` (options: of a schema)."""
     from tokenseam.grammar import GrammarCompiler
     from tokenseam.grammar.localbuild import M_STACKS
 
     def compile_one(python_builder: bool):
         c = GrammarCompiler(vocab, python_builder=python_builder)
         if kind == "schema":
-            return c.compile_json_schema(grammar)
+            return c.compile_json_schema(grammar, **options)
         return c.compile_gbnf(grammar) if kind == "gbnf" else c.compile_regex(grammar)
 
     fast, slow = compile_one(False), compile_one(True)

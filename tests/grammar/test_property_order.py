@@ -195,26 +195,11 @@ def test_numba_set_operations_match_the_reference():
 
 
 def test_numba_and_python_builders_give_the_same_masks(smollm2_vocab):
-    from tokenseam.grammar import GrammarCompiler
+    from .test_positions import _compare_builders
 
     schema = dict(FOUR, patternProperties={"^x": {"type": "integer"}}, maxProperties=4)
     doc = '{"c": [1], "x1": 2, "ab": true, "a": 3}'
-    fast, slow = (
-        GrammarCompiler(smollm2_vocab, python_builder=p).compile_json_schema(schema, property_order="any")
-        for p in (False, True)
-    )
-    ma, mb = GrammarMatcher(fast), GrammarMatcher(slow)
-    oa = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
-    ob = oa.copy()
-    data = doc.encode()
-    for cut in range(len(data) + 1):
-        if cut:
-            assert ma.accept_bytes(data[cut - 1 : cut]) and mb.accept_bytes(data[cut - 1 : cut])
-        ma.fill_next_token_bitmask(oa)
-        mb.fill_next_token_bitmask(ob)
-        assert np.array_equal(oa, ob), data[:cut]
-    assert ma.is_accepting() and mb.is_accepting()
-    assert fast.automaton._numba_states and not slow.automaton._numba_states
+    _compare_builders(smollm2_vocab, "schema", schema, doc, property_order="any")
 
 
 def test_members_the_trim_removes_are_accounted_for(compiler, smollm2_vocab):

@@ -424,7 +424,7 @@ def _closure(t0, st0, keys, nk, escs, ne, ar):
             if x not in seen:
                 seen.add(x)
                 work.append((np.int64(rule_start[r]), np.int64(st2)))
-        if f & Q_CTR:
+        if f & (Q_CTR | Q_SET):
             counted = True
             tq = np.int64(qinfo[q, 5])
             lid = qinfo[q, 6]
@@ -442,6 +442,19 @@ def _closure(t0, st0, keys, nk, escs, ne, ar):
                 ne += 1
             elif st == ROOT:
                 return NEED_PYTHON, nk, ne, acc
+            elif f & Q_SET:  # an any-order object's set frame (anyorder.py)
+                code = qinfo[q, 7]
+                v2 = _set_step(ar.sets, lid, stk[st, 2], code)
+                if v2 >= 0:
+                    nq = tq
+                    if code == EXIT:
+                        ns = stk[st, 1]
+                    elif code == SEP:
+                        ns = st
+                    else:
+                        ns = _push(-1 - lid, stk[st, 1], v2, ar)
+                        if ns < 0:
+                            return NO_ROOM, nk, ne, acc
             elif f & Q_CINC:
                 v = stk[st, 2] + 1
                 if loops[lid, 1] < 0:
@@ -463,32 +476,6 @@ def _closure(t0, st0, keys, nk, escs, ne, ar):
                 if x not in seen:
                     seen.add(x)
                     work.append((nq, ns))
-        if f & Q_SET:
-            counted = True
-            if st == BOT:
-                if ne == escs.shape[0]:
-                    return NEED_PYTHON, nk, ne, acc
-                escs[ne] = q
-                ne += 1
-            elif st == ROOT:
-                return NEED_PYTHON, nk, ne, acc
-            else:
-                lid = qinfo[q, 6]
-                code = qinfo[q, 7]
-                v2 = _set_step(ar.sets, lid, stk[st, 2], code)
-                if v2 >= 0:
-                    if code == EXIT:
-                        ns = np.int64(stk[st, 1])
-                    elif code == SEP:
-                        ns = st
-                    else:
-                        ns = _push(-1 - lid, stk[st, 1], v2, ar)
-                        if ns < 0:
-                            return NO_ROOM, nk, ne, acc
-                    x = _key(qinfo[q, 5], ns)
-                    if x not in seen:
-                        seen.add(x)
-                        work.append((np.int64(qinfo[q, 5]), ns))
         r = qinfo[q, 3]
         if r >= 0:
             if st == ROOT:
