@@ -93,22 +93,22 @@ def make_fragment(
     return {"contents": [{"role": "user", "parts": [{"text": text}]}]}
 
 
+def _objects(x: Any):
+    """Every JSON object inside a JSON value, depth first, each before what it holds."""
+    if isinstance(x, dict):
+        yield x
+        for v in x.values():
+            yield from _objects(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _objects(v)
+
+
 def breakpoints(fragment: dict[str, Any]) -> int:
     """How many cache breakpoints a fragment places (any format)."""
-    n = 0
-
-    def walk(x: Any) -> None:
-        nonlocal n
-        if isinstance(x, dict):
-            n += ("prompt_cache_breakpoint" in x) + ("cache_control" in x and "type" in x)
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(fragment)
-    return n
+    return sum(
+        ("prompt_cache_breakpoint" in x) + ("cache_control" in x and "type" in x) for x in _objects(fragment)
+    )
 
 
 def fragment_sha(fragment: dict[str, Any]) -> str:
@@ -201,20 +201,9 @@ def load_fragment(path: str | Path) -> tuple[dict[str, Any], str]:
 def fragment_cache_fields(fragment: dict[str, Any]) -> dict[str, Any]:
     """What a result records about a fragment: its hash, breakpoint count, request-level cache fields and the
     breakpoint markers themselves (the prefix text is recorded once, in run.json)."""
-    marks: list[Any] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, dict):
-            for k in ("prompt_cache_breakpoint", "cache_control"):
-                if k in x:
-                    marks.append({k: x[k]})
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(fragment)
+    marks = [
+        {k: x[k]} for x in _objects(fragment) for k in ("prompt_cache_breakpoint", "cache_control") if k in x
+    ]
     top = {k: v for k, v in fragment.items() if k.startswith("prompt_cache")}
     return {
         "sha": fragment_sha(fragment),
