@@ -12,7 +12,6 @@ from .ir import (
     EMPTY,
     NOTHING,
     Auto,
-    Chars,
     Members,
     Ref,
     Repeat,
@@ -24,8 +23,6 @@ from .schema_keywords import ANNOTATIONS, pointer_escape
 from .schema_safety import searcher
 
 NAME_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "enum", "const"}
-ANY_STRING = Repeat(Chars(((0, 0x10FFFF),)), 0, None)
-NOTHING_STRING = seq(Chars(((0x41, 0x41),)), NOTHING)  # no string at all
 
 
 class ContainerLowering:
@@ -87,8 +84,9 @@ class ContainerLowering:
         pn = self.deref(pn, ptr)
         if pn is True or pn == {}:
             return None
+        no_key = cpauto.determinize(cpauto.from_ir(NOTHING))
         if pn is False:
-            return cpauto.determinize(cpauto.from_ir(NOTHING_STRING))
+            return no_key
         if not isinstance(pn, dict):
             raise GrammarError(f"propertyNames at {ptr} must be a schema")
         keys = {k for k in pn if k not in ANNOTATIONS}
@@ -97,8 +95,8 @@ class ContainerLowering:
             return None
         t = pn.get("type", "string")
         if "string" not in ([t] if isinstance(t, str) else t):
-            return cpauto.determinize(cpauto.from_ir(NOTHING_STRING))  # keys are strings
-        d = cpauto.determinize(cpauto.from_ir(ANY_STRING))
+            return no_key  # keys are strings
+        d = cpauto.not_words([])  # every string
         pats = pn.get("pattern")
         for p in [] if pats is None else pats if isinstance(pats, list) else [pats]:
             d = cpauto.product(d, self.pattern_dfa(p, ptr, "both"))
@@ -199,12 +197,7 @@ class ContainerLowering:
             for reading, value in regions:
                 if value == NOTHING:
                     continue
-                if reading == "one":
-                    d = cpauto.product(
-                        self.pattern_dfa(p, ptr, "either"), self.pattern_dfa(p, ptr, "both", complement=True)
-                    )
-                else:
-                    d = self.pattern_dfa(p, ptr, reading)
+                d = self.pattern_dfa(p, ptr, reading)
                 # Keys the pattern matches minus the declared ones (the product is skipped when none matches).
                 key = cpauto.product(d, not_declared) if any(cpauto.accepts(d, n) for n in names) else d
                 if name_dfa is not None:

@@ -188,14 +188,19 @@ class StringLowering:
         return entry
 
     def pattern_dfa(self, pattern: str, ptr: str, reading: str = "both", complement: bool = False):
-        """The keys `pattern` matches in the "ecma" reading, the "python" one, "both" or "either" (or, with
-        `complement`, the keys it does not match in that reading)."""
+        """The keys `pattern` matches in the "ecma" reading, the "python" one, "both", "either" or "one" (one
+        reading but not the other); with `complement`, the keys it does not match in that reading."""
         entry = self._pattern(pattern, ptr)
         if reading not in entry:
             if reading == "both":
                 entry[reading] = cpauto.product(entry["ecma"], entry["python"])
-            else:  # either
+            elif reading == "either":
                 entry[reading] = cpauto.determinize(cpauto.from_ir(alt(*entry["ir"])))
+            else:  # one: matched by one reading only
+                entry[reading] = cpauto.product(
+                    self.pattern_dfa(pattern, ptr, "either"),
+                    self.pattern_dfa(pattern, ptr, "both", complement=True),
+                )
         if not complement:
             return entry[reading]
         key = "not " + reading
