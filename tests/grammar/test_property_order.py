@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import time
 
 import jsonschema
 import numpy as np
@@ -131,18 +130,17 @@ def test_many_optional_properties_do_not_blow_up(compiler, smollm2_vocab):
     names = [f"p{i}" for i in range(48)]
     schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}}
     schema["additionalProperties"] = False
-    t0 = time.perf_counter()
     g = compiler.compile_json_schema(schema, property_order="any", compact=True)
     m = GrammarMatcher(g)
     out = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
     m.fill_next_token_bitmask(out)
-    took = time.perf_counter() - t0
     order = names[:]
     random.Random(3).shuffle(order)
     doc = "{" + ",".join(f'"{n}":{i}' for i, n in enumerate(order)) + "}"
     assert accepts_text(g, doc)
     assert not accepts_text(g, doc[:-1] + ',"p0":1}')
-    assert took < 60  # not a timing target: an automaton of 2^48 states would never get here
+    # Only the sets of properties the document reached were built: states grow with its bytes, not with 2^48.
+    assert g.automaton.num_states <= 4 * len(doc)
 
 
 def test_an_object_too_large_for_the_set_frame_keeps_schema_order_and_says_so(compiler):
