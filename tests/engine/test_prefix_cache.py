@@ -152,3 +152,90 @@ def test_host_blob_that_cannot_be_restored_is_a_miss():
     kv.seq_rm(1)
     assert cache.load(toks + [99], 1, limit=16) == 0
     assert not kv.seqs.get(1) and cache.stats.miss_tokens == 17
+
+
+def test_a_path_that_continues_a_leaf_is_kept_to_the_token():
+    """A conversation's next turn: prompt + answer continue the cached prompt, so the leaf grows to the exact
+    length (no block-edge loss); a new branch is still cut to whole blocks."""
+    kv = FakeHostKV()
+    cache = PrefixCache(kv, [100, 101, 102], max_tokens=1000, block_size=16)
+    prompt = list(range(40))
+    kv.fill(0, prompt)
+    cache.insert(prompt, 0)
+    assert cache.match(prompt)[0] == 32  # a new branch: whole blocks
+    turn = prompt + list(range(500, 523))  # the answer, 23 more tokens
+    kv.fill(0, turn)
+    cache.insert(turn, 0)
+    check(cache, kv)
+    assert cache.match(turn + [7, 8])[0] == len(turn)
+    nxt = turn + [9, 9, 9]
+    kv.fill(1, nxt)
+    cache.insert(nxt, 1)  # and again, by 3 tokens
+    assert cache.match(nxt)[0] == len(nxt) and cache.tokens_held == len(nxt)
+    check(cache, kv)
+    other = prompt[:20] + [77] * 30  # branches off inside: whole blocks of its own path
+    kv.fill(2, other)
+    cache.insert(other, 2)
+    assert cache.match(other)[0] == 48
+    check(cache, kv)
+
+
+class TinyVocab:
+    """What the miss report reads of a vocabulary: bytes per id, special flags and texts."""
+
+    def __init__(self, pieces: list[bytes], special: set[int] = frozenset()) -> None:
+        self.token_bytes = pieces
+        self.is_special = [i in special for i in range(len(pieces))]
+        self.token_text = [p.decode("utf-8", "replace") for p in pieces]
+
+
+# ids: 0 "<s>", 1 "\n", 2 "\n\n", 3 "Hi", 4 " there", 5 "Bye", 6 "<think>x</think>", 7 "ok", 8 "a", 9 "b"
+VOCAB = TinyVocab(
+    [b"<s>", b"\n", b"\n\n", b"Hi", b" there", b"Bye", b"<think>x</think>", b"ok", b"a", b"b"], {0}
+)
+
+
+def _cached(paths: list[list[int]], max_tokens=1000) -> PrefixCache:
+    kv = FakeHostKV()
+    cache = PrefixCache(kv, list(range(100, 108)), max_tokens=max_tokens, block_size=1)
+    for p in paths:
+        kv.fill(0, p)
+        cache.insert(p, 0)
+    return cache
+
+
+@pytest.mark.parametrize(
+    "cached, prompt, cause",
+    [
+        ([[0, 8, 1, 1, 3, 4]], [0, 8, 2, 3, 4, 9], "retokenized"),  # "\n" "\n" came back as "\n\n"
+        ([[0, 8, 3, 4, 9]], [0, 8, 5, 4, 9], "edited"),  # "Hi" became "Bye"
+        ([[0, 8, 6, 7, 4, 4, 4]], [0, 8, 7, 4, 4, 4, 9], "template"),  # the reasoning block is gone
+        ([[0, 8, 3]], [0, 8, 3, 4, 9, 9], "new"),  # the cache holds all it ever had of this prompt
+        ([[0, 8, 3, 4, 9]], [0, 8, 3, 4, 9, 9], "hit"),
+    ],
+)
+def test_the_miss_report_names_the_cause(cached, prompt, cause):
+    cache = _cached(cached)
+    n, _ = cache.match(prompt)
+    n = min(n, len(prompt) - 1)
+    rep = cache.explain(prompt, n, VOCAB)
+    assert rep["cause"] == cause, rep
+    assert rep["matched_tokens"] == n and rep["prompt_tokens"] == len(prompt)
+    if cause == "retokenized":
+        assert rep["prompt"]["ids"][0] == 2 and rep["cached"]["ids"][:2] == [1, 1]
+        assert rep["at_token"] == 2 and rep["at_byte"] == len(b"<s>a")
+    if cause == "template":
+        assert rep["removed_from"] == "prompt" and rep["removed_bytes"] == len(b"<think>x</think>")
+
+
+def test_the_miss_report_names_an_eviction():
+    cache = _cached([], max_tokens=8)
+    kv = cache.kv
+    first = [0, 8, 8, 8, 8, 8]
+    kv.fill(0, first)
+    cache.insert(first, 0)
+    kv.fill(0, [5, 9, 9, 9, 9, 9])
+    cache.insert([5, 9, 9, 9, 9, 9], 0)  # no room for both: the first path is evicted
+    n, _ = cache.match(first + [3])
+    rep = cache.explain(first + [3], n, VOCAB)
+    assert rep["cause"] == "evicted" and rep["evicted_match_tokens"] == len(first)

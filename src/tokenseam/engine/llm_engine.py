@@ -57,6 +57,10 @@ class Engine:
         )
         self._slot_tokens: list[list[int]] = [[] for _ in range(self.n_slots)]
         self._free: set[int] = set(range(self.n_slots))
+        # Finished sequences whose last sampled token is decoded in the next step before their KV is cached
+        # (slot, token, position): the cache then holds the whole output, so a conversation's next turn, which
+        # sends the answer back followed by the end of turn, matches through that token.
+        self._tails: list[tuple[int, int, int]] = []
         self._waiting: deque[RequestState] = deque()
         self._running: list[RequestState] = []
         self._cancel: set[int] = set()
@@ -137,7 +141,13 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._stop and not self._waiting and not self._running and not self._cancel:
+                while (
+                    not self._stop
+                    and not self._waiting
+                    and not self._running
+                    and not self._cancel
+                    and not self._tails
+                ):
                     self._cv.wait()
                 if self._stop:
                     break
@@ -145,7 +155,7 @@ class Engine:
             self.last_progress = time.monotonic()
             self._apply_cancels(cancels)
             self._admit()
-            if not self._running:
+            if not self._running and not self._tails:
                 continue
             try:
                 self._step()
@@ -156,10 +166,17 @@ class Engine:
                 self.backend.clear()
                 self.prefix_cache.clear()
                 self._slot_tokens = [[] for _ in range(self.n_slots)]
+                self._free.update(slot for slot, _, _ in self._tails)
+                self._tails = []
             except Exception as e:  # a bug must not kill the engine thread and hang every client
                 log.exception("engine step failed")
                 for st in list(self._running):
                     self._abort(st, f"internal error: {e}")
+                for slot, _, _ in self._tails:  # freed, not cached: their KV is not known to be sound
+                    self.backend.seq_rm(slot)
+                    self._slot_tokens[slot] = []
+                    self._free.add(slot)
+                self._tails = []
             self.last_progress = time.monotonic()
 
     def _apply_cancels(self, ids: set[int]) -> None:
@@ -207,6 +224,12 @@ class Engine:
             reuse = 0 if wants_lps else self.prefix_cache.load(prompt, slots[0], limit=len(prompt) - 1)
             if wants_lps:
                 st.prompt_lps = [None]
+            if st.request.explain_prefix:
+                st.prefix_report = (
+                    {"prompt_tokens": len(prompt), "matched_tokens": 0, "cause": "disabled"}
+                    if wants_lps or not self.prefix_cache.enabled
+                    else self.prefix_cache.explain(prompt, reuse, self.vocab)
+                )
             self._slot_tokens[slots[0]] = list(prompt[:reuse])
             st.prefill_pos = reuse
             st.cached_tokens = reuse
@@ -224,6 +247,10 @@ class Engine:
         budget = self.backend.config.n_batch
         items: list[tuple[int, list[int], int, bool]] = []
         owners: list[tuple[RequestState, Sequence | None]] = []
+        tails = list(self._tails)
+        for slot, tok, pos in tails:
+            items.append((slot, [tok], pos, False))
+        budget -= len(tails)
         for st in self._running:
             if st.prefilling:
                 continue
@@ -255,6 +282,12 @@ class Engine:
             owners.append((st, None))
             budget -= len(chunk)
         logits = self.backend.decode(items)
+        self._tails = []
+        for slot, tok, _ in tails:
+            self._slot_tokens[slot].append(tok)
+            self._release(slot)
+        logits = logits[len(tails) :]
+        items = items[len(tails) :]
         out: dict[int, list] = {}
         n_sampled = 0
         for (st, s), (_, toks, _, _), lg in zip(owners, items, logits, strict=True):
@@ -296,20 +329,32 @@ class Engine:
             events = out.get(st.id)
             if all(s.finished for s in st.seqs):
                 for s in st.seqs:
-                    self.prefix_cache.insert(self._slot_tokens[s.seq_id], s.seq_id)
-                    self.backend.seq_rm(s.seq_id)  # what the cache did not keep is freed now
-                    self._slot_tokens[s.seq_id] = []
-                    self._free.add(s.seq_id)
+                    if self.prefix_cache.enabled and s.generated and s.n_past + 1 < self.backend.n_ctx:
+                        self._tails.append((s.seq_id, s.generated[-1], s.n_past))
+                    else:
+                        self._release(s.seq_id)
                 self._running.remove(st)
                 st.done = True
                 events = (events or []) + [
-                    RequestDone(len(st.prompt), sum(len(s.generated) for s in st.seqs), st.cached_tokens)
+                    RequestDone(
+                        len(st.prompt),
+                        sum(len(s.generated) for s in st.seqs),
+                        st.cached_tokens,
+                        prefix_report=st.prefix_report,
+                    )
                 ]
             if events:
                 st.emit(events)
         self.stats.generated_tokens += n_sampled
         self.stats.steps += 1
         self.stats.overhead_seconds += (time.perf_counter() - t0) - (self.backend.decode_seconds - dec0)
+
+    def _release(self, slot: int) -> None:
+        """A finished sequence's slot: its KV goes to the prefix cache, what the cache did not keep is freed."""
+        self.prefix_cache.insert(self._slot_tokens[slot], slot)
+        self.backend.seq_rm(slot)
+        self._slot_tokens[slot] = []
+        self._free.add(slot)
 
     def _sample_into(self, out: dict[int, list], st: RequestState, s: Sequence, logits: np.ndarray) -> bool:
         """Sample s's next token into out[st.id]. A failure here (a grammar over its state budget, a bug in an

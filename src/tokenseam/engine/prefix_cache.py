@@ -8,7 +8,12 @@ other requests. A hit restores the blob into the request's sequence.
 from __future__ import annotations
 
 import time
+from array import array
+from collections import deque
 from dataclasses import dataclass, field
+
+# Ids of a cached continuation the miss report compares with a prompt's.
+CONTINUATION_TOKENS = 256
 
 
 @dataclass(eq=False)
@@ -100,9 +105,10 @@ class PrefixCacheStats:
 class PrefixCache:
     """LRU radix cache of token paths, stored in llama.cpp sequences `seq_ids`, bounded by `max_tokens`.
 
-    Only whole blocks of `block_size` tokens are inserted, so the cache holds stable, reusable prefixes
-    rather than every stray tail token. Each leaf's sequence holds its whole path from the root (a host blob
-    cannot share its head with another), so the budget counts every leaf's depth.
+    A new branch is inserted in whole blocks of `block_size` tokens, so the cache holds stable, reusable
+    prefixes rather than a copy of the path for every stray tail; a path that continues a leaf extends it to
+    the token. Each leaf's sequence holds its whole path from the root (a host blob cannot share its head with
+    another), so the budget counts every leaf's depth.
     """
 
     def __init__(
@@ -118,6 +124,10 @@ class PrefixCache:
         self._free_seqs = list(reversed(seq_ids))
         self.tokens_held = 0
         self.stats = PrefixCacheStats()
+        # The paths of the latest evictions (ids), for the miss report to name "evicted"; bounded in tokens.
+        self._ghosts: deque[array] = deque()
+        self._ghost_tokens = 0
+        self.max_ghost_tokens = max(4096, max_tokens)
 
     @property
     def bytes_held(self) -> int:
@@ -162,18 +172,83 @@ class PrefixCache:
         self.stats.miss_tokens += len(tokens) - n
         return n
 
+    # ------------------------------------------------------------------ miss report
+    def explain(self, tokens: list[int], reused: int, vocab) -> dict:
+        """Why `tokens` reused `reused` ids and not more: the cause and where the cache parted from the prompt.
+
+        Causes: `hit` (all but the last prompt token, which is always decoded); `new` (the cache holds nothing
+        that goes on past this point); `retokenized` (the cache goes on with the same text in other ids);
+        `template` (the prompt leaves out text the cache holds here, as a chat template that strips an earlier
+        reasoning block does); `edited` (the text differs from here on); `evicted` (a path that went on
+        further was evicted); `restore_failed` (the cached KV could not be restored)."""
+        from ..healing.divergence import common_prefix, diverge
+
+        out: dict = {"prompt_tokens": len(tokens), "matched_tokens": reused}
+        if reused >= len(tokens) - 1:
+            return {**out, "cause": "hit"}
+        matched, _ = self.match(tokens)
+        if matched > reused:
+            return {**out, "cause": "restore_failed"}
+        best = max((common_prefix(g, tokens) for g in self._ghosts), default=0)
+        if best > matched:
+            return {**out, "cause": "evicted", "at_token": matched, "evicted_match_tokens": best}
+        cont = self.continuation(tokens, matched)
+        if cont:
+            d = diverge(vocab, tokens, list(tokens[:matched]) + cont, at=matched)
+            cause = d.cause
+            if cause == "stripped":
+                cause = "template" if d.removed == "a" else "edited"
+            detail = d.to_json()
+            detail["prompt"], detail["cached"] = detail.pop("a"), detail.pop("b")
+            detail.pop("cause")
+            if "removed_from" in detail:
+                detail["removed_from"] = "prompt" if d.removed == "a" else "cache"
+            return {**out, "cause": cause, **detail}
+        return {**out, "cause": "new", "at_token": matched}
+
+    def continuation(self, tokens: list[int], matched: int) -> list[int]:
+        """The ids the cache holds after tokens[:matched] (which it holds), along the most recently used path."""
+        node, pos = self.root, 0
+        out: list[int] = []
+        while pos < matched:
+            child = node.children[tokens[pos]]
+            if pos + len(child.tokens) > matched:
+                out = child.tokens[matched - pos :]
+                node = child
+                break
+            node, pos = child, pos + len(child.tokens)
+        while node.children and len(out) < CONTINUATION_TOKENS:
+            node = max(node.children.values(), key=lambda c: c.last_access)
+            out = out + node.tokens
+        return out[:CONTINUATION_TOKENS]
+
+    def _remember_evicted(self, leaf: RadixNode) -> None:
+        parts = []
+        nd = leaf
+        while nd is not None and nd is not self.root:
+            parts.append(nd.tokens)
+            nd = nd.parent
+        path = array("i", [t for part in reversed(parts) for t in part])
+        self._ghosts.append(path)
+        self._ghost_tokens += len(path)
+        while self._ghost_tokens > self.max_ghost_tokens and self._ghosts:
+            self._ghost_tokens -= len(self._ghosts.popleft())
+
     # ------------------------------------------------------------------ insert
     def insert(self, tokens: list[int], src_seq: int) -> None:
-        """Record that `src_seq` holds KV for `tokens` (positions 0..len-1); whole blocks only."""
-        n = len(tokens) // self.block_size * self.block_size
-        if n == 0 or self.max_tokens < self.block_size:
+        """Record that `src_seq` holds KV for `tokens` (positions 0..len-1).
+
+        A path that continues a leaf extends it to the token (its sequence gains the positions: a conversation's
+        next turn then matches all of it). A new branch stores its whole path as a new sequence, so it is cut
+        to whole blocks: a stray tail of a few tokens is not worth a copy of the path."""
+        if self.max_tokens < self.block_size:
             return
-        tokens = tokens[:n]
         while True:  # make room first; an eviction may reshape the path, so walk again after each one
             node, pos, child, k = self._walk(tokens)
-            if pos + k == n:
-                return  # already covered
             extend = child is None and node is not self.root and node.is_leaf
+            n = len(tokens) if extend else len(tokens) // self.block_size * self.block_size
+            if pos + k >= n:
+                return  # already covered (to the last whole block, for a new branch)
             grow = n - pos if extend else n  # a new leaf stores its whole path
             if self.tokens_held + grow <= self.max_tokens and (extend or self._free_seqs):
                 break
@@ -184,6 +259,7 @@ class PrefixCache:
                 p = p.parent
             if not self._evict_one(guard):
                 return
+        tokens = tokens[:n]
         now = time.monotonic()
         if child is not None:
             self._cut_node(child, k)
@@ -243,6 +319,7 @@ class PrefixCache:
             stack.extend(nd.children.values())
         if victim is None:
             return False
+        self._remember_evicted(victim)
         parent = victim.parent
         del parent.children[victim.tokens[0]]
         self.kv.seq_rm(victim.seq_id)

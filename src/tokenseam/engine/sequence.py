@@ -31,6 +31,9 @@ class GenerationRequest:
     # `PromptLogprobs` event once the prompt is read; None: not wanted. The prompt is then decoded whole
     # (a prefix-cache hit has no logits to give).
     prompt_logprobs: int | None = None
+    # Report how much of the prompt the prefix cache held and why not more (`PrefixCache.explain`), on
+    # `RequestDone.prefix_report`.
+    explain_prefix: bool = False
 
 
 @dataclass
@@ -61,6 +64,7 @@ class RequestDone:
     completion_tokens: int
     cached_tokens: int
     error: str | None = None
+    prefix_report: dict | None = None  # when the request asked for it (GenerationRequest.explain_prefix)
 
 
 Emit = Callable[[list], None]
@@ -97,6 +101,7 @@ class RequestState:
         self.seqs: list[Sequence] = []
         self.prefill_pos = 0  # prompt tokens already decoded into seqs[0]
         self.cached_tokens = 0
+        self.prefix_report: dict | None = None
         self.cancelled = False
         self.done = False
         self.prompt_lps: list[TokenLogprob | None] | None = None  # collected while the prompt is read
