@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from jinja2 import TemplateError
@@ -14,6 +15,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from ..toolcalls import ToolFormatError, native_tools, render_messages
 from ..vocab import Tokenizer, Vocabulary
 from .errors import InvalidRequestError
+from .turn_memory import Answer, TurnMemory
 
 # Used only when a GGUF carries no template.
 CHATML = (
@@ -22,9 +24,31 @@ CHATML = (
 )
 
 _MARK = "\x00tokenseam-content-{}\x00"
+# The window around an answer's end that decides how much of it the text after it may re-tokenize.
+SEAM_TOKENS = 8
+SEAM_BYTES = 64
 _END = "\x00tokenseam-final-end\x00"  # marks where the final message's content ends (continue_final_message)
 # Template variables a request's chat_template_kwargs may not set: the ones the server renders with.
 RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+
+
+@dataclass(frozen=True)
+class SplicedAnswer:
+    """An earlier answer given back as its generated ids: `n_ids` ids for the prompt's bytes [start, end);
+    `cut`: the client changed or shortened the answer (or text follows it), so only its first ids came back
+    and the rest was re-tokenized."""
+
+    start: int
+    end: int
+    n_ids: int
+    cut: bool
+
+
+@dataclass
+class EncodedPrompt:
+    ids: list[int]
+    text: str | None  # the rendered prompt a new answer is remembered under; None: not rememberable
+    spliced: list[SplicedAnswer] = field(default_factory=list)
 
 
 class ChatTemplate:
@@ -89,6 +113,25 @@ class ChatTemplate:
         Tools, earlier calls and tool results are rendered as `toolcalls.render_messages` says.
         `continue_final`: the prompt ends right after the final message's content (no end of turn), so the
         model continues that message. `kwargs`: extra template variables (chat_template_kwargs)."""
+        return self.encode_prompt(
+            messages, add_generation_prompt, tools, continue_final=continue_final, kwargs=kwargs
+        ).ids
+
+    def encode_prompt(
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: list | None = None,
+        *,
+        continue_final: bool = False,
+        kwargs: dict | None = None,
+        memory: TurnMemory | None = None,
+        tenant: str = "",
+    ) -> EncodedPrompt:
+        """`encode`, and with a `TurnMemory`: earlier answers this server generated come back as the ids it
+        generated (see `_splice`). `text` is the rendered prompt, the key a new answer is remembered under
+        (None when the prompt cannot key one: a message held special-token text, or the final message is
+        continued)."""
         try:
             messages, tools = render_messages(messages, tools, self.native_tools)
         except ToolFormatError as e:
@@ -109,7 +152,9 @@ class ChatTemplate:
         ]
         if not guarded:
             text = self._cut(self.render(messages, add_generation_prompt, tools, **extra), continue_final)
-            return self._encode_template_text(text)
+            if memory is None or not len(memory):
+                return EncodedPrompt(self._encode_template_text(text), None if continue_final else text)
+            return self._splice(text, messages, memory, tenant, continue_final)
         # Render with placeholders for the risky contents, then tokenize those as plain text.
         subst = []
         msgs = []
@@ -141,7 +186,136 @@ class ChatTemplate:
                     run += piece
                 del j
         ids += self.tokenizer.encode(run) if run else []
-        return self._add_bos(ids)
+        return EncodedPrompt(self._add_bos(ids), None)
+
+    def _splice(
+        self, text: str, messages: list[dict], memory: TurnMemory, tenant: str, continue_final: bool
+    ) -> EncodedPrompt:
+        """Token ids of `text` where earlier answers the memory holds come back as their generated ids.
+
+        For each assistant message, in order, its content is found in the text; if the memory holds an answer
+        to exactly the text before it (same tenant), and the text goes on with that answer's bytes, the
+        answer's ids are used for those bytes. The text between is tokenized as usual, piece by piece, which
+        is how every earlier turn's prompt was built too, so the ids repeat turn after turn. An answer the
+        client changed is used up to the last whole id before the first changed byte, then rolled back to
+        its stable point (token healing) and the rest re-tokenized; one followed by a special token (the
+        end of turn) is used whole."""
+        tb = text.encode("utf-8", "surrogatepass")
+        ids: list[int] = []
+        done = 0  # bytes of tb already turned into ids
+        reused: list[SplicedAnswer] = []
+        char_at, byte_at = 0, 0  # a char offset and its byte offset, to convert find()'s results cheaply
+        search = 0
+        for m in messages:
+            content = m.get("content")
+            if m.get("role") != "assistant" or not isinstance(content, str) or not content:
+                continue
+            s = text.find(content, search)
+            if s < 0:
+                s = text.find(content.strip(), search) if content.strip() else -1
+                if s < 0:
+                    continue
+                content = content.strip()
+            search = s + len(content)
+            byte_at += len(text[char_at:s].encode("utf-8", "surrogatepass"))
+            char_at = s
+            got = self._reuse(tb, done, byte_at, memory.get(memory.key(tenant, tb[:byte_at])))
+            if got is None:
+                continue
+            seg_ids, answer_ids, start, end, cut = got
+            ids += seg_ids + answer_ids
+            reused.append(SplicedAnswer(start, end, len(answer_ids), cut))
+            done = end
+        tail = tb[done:].decode("utf-8", "surrogatepass")
+        ids += self.tokenizer.encode(tail, add_special=False, parse_special=True) if tail else []
+        memory.hits += bool(reused)
+        return EncodedPrompt(self._add_bos(ids), None if continue_final else text, reused)
+
+    def _reuse(
+        self, tb: bytes, done: int, at: int, answers: list[Answer]
+    ) -> tuple[list[int], list[int], int, int, bool] | None:
+        """(ids of tb[done:at] minus healing's removed ids, the answer ids that continue there, the byte offsets
+        they start and end at, whether the answer was cut) for the answer that goes on longest; None if none."""
+        best = None
+        for a in answers:
+            start = at - len(a.lead)
+            if start < done or tb[start:at] != a.lead:
+                continue
+            n = a.matched(tb, start)
+            if best is None or n > best[1]:
+                best = (a, n, start)
+        if best is None or best[1] == 0:
+            return None
+        a, n, start = best
+        seg = tb[done:at].decode("utf-8", "surrogatepass")
+        seg_ids = self.tokenizer.encode(seg, add_special=False, parse_special=True) if seg else []
+        if a.removed:
+            r = len(a.removed)
+            if len(seg_ids) < r or tuple(seg_ids[-r:]) != a.removed:
+                return None  # the prompt no longer ends as it did when healing rolled it back
+            seg_ids = seg_ids[:-r]
+        answer_ids = list(a.ids[:n])
+        end = start + a.ends[n - 1]
+        whole = n == len(a.ids)
+        keep = self._seam(answer_ids, tb[end : end + SEAM_BYTES])
+        if keep < len(answer_ids):
+            answer_ids, whole = answer_ids[:keep], False
+        while answer_ids:  # the rest must start on a character boundary
+            end = start + self._nbytes(answer_ids)
+            if end >= len(tb) or (tb[end] & 0xC0) != 0x80:
+                break
+            answer_ids.pop()
+            whole = False
+        if not answer_ids:
+            return None
+        return seg_ids, answer_ids, start, end, not whole
+
+    def _seam(self, ids: list[int], after: bytes) -> int:
+        """How many of `ids` (an answer's, followed in the prompt by the bytes `after`) to keep so that the
+        text from there on can be tokenized on its own: all of them when the text's own tokenization has a
+        token boundary at the seam (a special token follows, or nothing merges across); else up to the start
+        of the token that spans it. Where the window cannot be checked, token healing's rollback decides."""
+        from ..healing import DEFAULT_MAX_ROLLBACK, heal_prompt
+        from ..healing.divergence import piece
+
+        if not after or (self._special_re and self._special_re.match(after.decode("utf-8", "ignore"))):
+            return len(ids)
+        tb = self.vocab.token_bytes
+        k = min(len(ids), SEAM_TOKENS)
+        while k < len(ids) and tb[ids[-k]][:1] and (tb[ids[-k]][0] & 0xC0) == 0x80:
+            k += 1  # the window starts on a character boundary
+        head = b"".join(tb[t] for t in ids[-k:])
+        try:
+            window = (head + after).decode("utf-8")
+        except UnicodeDecodeError:
+            window = None  # `after` was cut inside a character: shorten it to a whole one
+            for cut in range(1, 4):
+                try:
+                    window = (head + after[:-cut]).decode("utf-8")
+                    break
+                except UnicodeDecodeError:
+                    continue
+        if window is None or (head and (head[0] & 0xC0) == 0x80):
+            return len(heal_prompt(ids, self.vocab, DEFAULT_MAX_ROLLBACK).kept_ids)
+        at = 0
+        for t in self.tokenizer.encode(window, add_special=False, parse_special=True):
+            nxt = at + len(piece(self.vocab, t))
+            if nxt > len(head) > at:  # this token spans the seam: keep the ids that end before it starts
+                keep, n = len(ids) - k, 0
+                for t2 in ids[-k:]:
+                    n += len(tb[t2])
+                    if n > at:
+                        break
+                    keep += 1
+                return keep
+            if nxt >= len(head):
+                break
+            at = nxt
+        return len(ids)
+
+    def _nbytes(self, ids: list[int]) -> int:
+        tb = self.vocab.token_bytes
+        return sum(len(tb[t]) for t in ids)
 
     @staticmethod
     def _cut(text: str, continue_final: bool) -> str:

@@ -24,7 +24,7 @@ from ..httpkit import CatchErrors, Guard, HTTPError, read_json_body, redact_text
 from ..wire import ROUTE_COMPLETIONS, sse
 from .errors import APIError, known_error
 from .formatting import FORMATTERS, Formatter, usage
-from .prepare import parse_request, prepare, wants_grammar
+from .prepare import parse_request, prepare, remember_answers, wants_grammar
 from .protocol import IGNORED_HEADER, bad, batch_prompts, bool_field, ignored_fields
 from .relay import request_events
 from .state import ServerState
@@ -263,7 +263,12 @@ def _sub_bodies(kind: type[Formatter], body: dict) -> list[dict] | None:
 
 
 async def _start(
-    state: ServerState, kind: type[Formatter], body: dict, sent: dict | None = None, index_base: int = 0
+    state: ServerState,
+    kind: type[Formatter],
+    body: dict,
+    sent: dict | None = None,
+    index_base: int = 0,
+    tenant: str = "",
 ) -> tuple[RequestState, asyncio.Queue, Formatter]:
     """Parse, prepare and submit one request; returns (handle, queue, formatter). Raises APIError.
 
@@ -272,7 +277,7 @@ async def _start(
     parsed = parse_request(kind.route, body)
     pool = state.grammar_pool if wants_grammar(body) else state.prepare_pool
     try:
-        prep = await pool.run(prepare, state, parsed, body, sent)
+        prep = await pool.run(prepare, state, parsed, body, sent, tenant)
     except APIError:
         raise
     except Exception as e:
@@ -297,7 +302,15 @@ async def _start(
     return handle, queue, f
 
 
-def _record_metrics(state: ServerState, route: str, f: Formatter, t0: float) -> None:
+def _tenant(request: Request) -> str:
+    from ..respcache import tenant_from_api_key
+
+    return tenant_from_api_key(request.headers.get("authorization"))
+
+
+def _finished(state: ServerState, route: str, f: Formatter, t0: float) -> None:
+    """A request answered in full: its answers go to the turn memory, its figures to the metrics."""
+    remember_answers(state, f.prep, f.choices)
     m = state.metrics
     d = f.done
     m.requests.labels(route, "200").inc()
@@ -318,9 +331,10 @@ async def _collect_body(
 ) -> dict:
     subs = _sub_bodies(kind, body)
     if subs is None:
-        return await _drain(request, state, kind, t0, *await _start(state, kind, body, sent))
+        started = await _start(state, kind, body, sent, tenant=_tenant(request))
+        return await _drain(request, state, kind, t0, *started)
     # A batch: one sub-request per prompt, run together; prompt i's choices are indices i*n .. i*n+n-1.
-    started = await _start_batch(state, kind, body, subs, sent)
+    started = await _start_batch(state, kind, body, subs, sent, _tenant(request))
     tasks = [asyncio.create_task(_drain(request, state, kind, t0, *s)) for s in started]
     try:
         parts = await asyncio.gather(*tasks)
@@ -330,11 +344,18 @@ async def _collect_body(
     merged = dict(parts[0])
     merged["choices"] = [c for p in parts for c in p["choices"]]
     merged["usage"] = _sum_usage([p["usage"] for p in parts])
+    if "prefix_cache" in merged:  # one report per prompt of the batch
+        merged["prefix_cache"] = [p.get("prefix_cache") for p in parts]
     return merged
 
 
 async def _start_batch(
-    state: ServerState, kind: type[Formatter], body: dict, subs: list[dict], sent: dict | None
+    state: ServerState,
+    kind: type[Formatter],
+    body: dict,
+    subs: list[dict],
+    sent: dict | None,
+    tenant: str = "",
 ) -> list[tuple[RequestState, asyncio.Queue, Formatter]]:
     """Parse, prepare and submit every prompt of a batch before anything is answered: a bad prompt is a 400
     and none of the others runs."""
@@ -343,7 +364,7 @@ async def _start_batch(
     started: list[tuple[RequestState, asyncio.Queue, Formatter]] = []
     try:
         for i, sub in enumerate(subs):
-            started.append(await _start(state, kind, sub, sent_subs[i] if sent_subs else None, i * n))
+            started.append(await _start(state, kind, sub, sent_subs[i] if sent_subs else None, i * n, tenant))
     except BaseException:
         for handle, _, _ in started:
             state.engine.cancel(handle)
@@ -378,7 +399,7 @@ async def _drain(
         raise LeaderAbortedError("the client closed the request")
     if f.done.error:
         raise APIError(503, f"generation failed: {f.done.error}", "server_error", code="generation_failed")
-    _record_metrics(state, kind.route, f, t0)
+    _finished(state, kind.route, f, t0)
     return f.final_response()
 
 
@@ -395,7 +416,7 @@ async def _stream_body(
         async for chunk in _stream_batch(request, state, kind, body, subs, t0, sent):
             yield chunk
         return
-    handle, queue, f = await _start(state, kind, body, sent)
+    handle, queue, f = await _start(state, kind, body, sent, tenant=_tenant(request))
     first = True
     for chunk in f.opening_chunks():
         yield chunk
@@ -414,7 +435,7 @@ async def _stream_body(
                 ).body()
             )
             return
-        _record_metrics(state, kind.route, f, t0)
+        _finished(state, kind.route, f, t0)
         for chunk in f.closing_chunks():
             yield chunk
 
@@ -431,7 +452,7 @@ async def _stream_batch(
     """A batch streamed: the sub-requests' chunks as they come (each choice's index says its prompt), then one
     usage chunk for all of them and one [DONE]. Every sub-request is submitted before the first byte, so a
     bad prompt is a 400 and nothing else runs."""
-    started = await _start_batch(state, kind, body, subs, sent)
+    started = await _start_batch(state, kind, body, subs, sent, _tenant(request))
     merged: asyncio.Queue = asyncio.Queue()
 
     async def pump(handle: RequestState, queue: asyncio.Queue, f: Formatter) -> None:
@@ -467,7 +488,7 @@ async def _stream_batch(
             )
         return
     for f in formatters:
-        _record_metrics(state, kind.route, f, t0)
+        _finished(state, kind.route, f, t0)
     if formatters[0].p.include_usage:
         u = formatters[0]._chunk([])
         u["usage"] = _sum_usage([f._usage() for f in formatters])

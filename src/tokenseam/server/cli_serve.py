@@ -89,6 +89,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="wall-clock budget of one grammar compile (default 20); past it the request gets a 400",
     )
     p.add_argument(
+        "--turn-memory-mb",
+        type=_positive("--turn-memory-mb", 0, 1 << 20),
+        default=64,
+        metavar="MB",
+        help="memory for the ids of earlier chat answers, per tenant and prompt, so a history sent back as "
+        "text reuses its cached KV (default 64; LRU; 0: histories are re-tokenized)",
+    )
+    p.add_argument(
         "--grammar-cache-mb",
         type=_positive("--grammar-cache-mb", 0, 1 << 20),
         default=None,
@@ -155,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
             max_memory_mb=args.max_memory_mb,
             grammar_seconds=args.grammar_timeout,
             grammar_cache_mb=args.grammar_cache_mb,
+            turn_memory_mb=args.turn_memory_mb,
         )
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)

@@ -170,6 +170,16 @@ class Formatter:
     def final_response(self) -> dict:
         raise NotImplementedError
 
+    def prefix_report(self) -> dict:
+        """{"prefix_cache": ...} when the request asked for the prefix cache's report (else {}): how many
+        prompt tokens came from the cache, why not more, and how many earlier answers came back as ids."""
+        if not self.p.prefix_cache or self.done is None:
+            return {}
+        r = dict(self.done.prefix_report or {"cause": "disabled"})
+        r["answers_reused"] = len(self.prep.spliced)
+        r["answers_cut"] = sum(1 for a in self.prep.spliced if a.cut)
+        return {"prefix_cache": r}
+
     def opening_chunks(self) -> list[bytes]:
         return []
 
@@ -219,6 +229,7 @@ class OpenAIFormatter(Formatter):
             "usage": self._usage(),
         }
         out.update(self.prep.report())
+        out.update(self.prefix_report())
         return out
 
     def _chunk(self, choices: list[dict]) -> dict:
@@ -251,9 +262,12 @@ class OpenAIFormatter(Formatter):
 
     def closing_chunks(self) -> list[bytes]:
         out = []
-        if self.p.include_usage:
+        report = self.prefix_report()
+        if self.p.include_usage or report:
             u = self._chunk([])
-            u["usage"] = self._usage()
+            if self.p.include_usage:
+                u["usage"] = self._usage()
+            u.update(report)
             out.append(sse(u))
         out.append(sse("[DONE]"))
         return out
@@ -495,6 +509,7 @@ class LlamaFormatter(Formatter):
         if self.p.params.logprobs:
             out["completion_probabilities"] = llama_probs(self.vocab, c.logprobs)
         out.update(self.prep.report())
+        out.update(self.prefix_report())
         return out
 
     def stream_chunks(self, evs: list) -> list[bytes]:

@@ -41,6 +41,12 @@ class Prepared:
     healed: dict | None = None  # {"removed_ids": [...], "removed_bytes": [...], "removed_text": ...}
     tool_call: ToolRequest | None = None  # set when the answer may hold tool calls
     grammar_warnings: list[str] = field(default_factory=list)  # what a lenient schema compile ignored
+    # The turn memory's key for this prompt (chat prompts only), and what healing rolled back of it: the
+    # answers are remembered under it when the request finishes (`remember_answers`).
+    turn_key: bytes | None = None
+    turn_removed: tuple[int, ...] = ()
+    turn_lead: bytes = b""
+    spliced: list = field(default_factory=list)  # earlier answers given back as their ids (SplicedAnswer)
 
     def report(self) -> dict:
         """The extension fields a response carries once (the first chunk when streaming)."""
@@ -52,8 +58,11 @@ class Prepared:
         return out
 
 
-def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | None = None) -> Prepared:
-    """Tokenize the prompt and build the engine request: grammar constraint, token healing, test hooks."""
+def prepare(
+    state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | None = None, tenant: str = ""
+) -> Prepared:
+    """Tokenize the prompt and build the engine request: grammar constraint, token healing, test hooks.
+    `tenant`: whose earlier answers a chat prompt may take its ids from (the turn memory)."""
     if parsed.model is not None and parsed.model not in state.model_names:
         raise APIError(
             404,
@@ -62,14 +71,20 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
             param="model",
         )
     tools = _tool_request(body, parsed.route)
+    turn_key, spliced = None, []
     if parsed.messages is not None:
-        ids = state.chat.encode(
+        enc = state.chat.encode_prompt(
             parsed.messages,
             parsed.add_generation_prompt,
             tools.tools if tools else None,
             continue_final=parsed.continue_final_message,
             kwargs=parsed.chat_template_kwargs,
+            memory=state.turns,
+            tenant=tenant,
         )
+        ids, spliced = enc.ids, enc.spliced
+        if state.turns is not None and enc.text is not None and parsed.add_generation_prompt:
+            turn_key = state.turns.key(tenant, enc.text.encode("utf-8", "surrogatepass"))
     elif parsed.prompt_ids is not None:
         ids = parsed.prompt_ids
         if any(not 0 <= t < state.vocab.size for t in ids):
@@ -86,8 +101,11 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
             params=parsed.params,
             constraint_factory=hooked,
             prompt_logprobs=parsed.params.top_logprobs if parsed.echo and parsed.params.logprobs else None,
+            explain_prefix=parsed.prefix_cache,
         )
-        return Prepared(gen=gen, prompt_tokens=len(ids), tool_call=tool_call)
+        return Prepared(
+            gen=gen, prompt_tokens=len(ids), tool_call=tool_call, turn_key=turn_key, spliced=spliced
+        )
     compiled = state.compile_request_grammar(body, parsed.route)
     think = body.get("grammar_after_think", state.chat.is_thinking and parsed.messages is not None)
     if not isinstance(think, bool):
@@ -95,11 +113,12 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
     think = think and compiled is not None
     healed = None
     removed = b""
+    removed_ids: list[int] = []
     rollback = DEFAULT_MAX_ROLLBACK if parsed.token_healing is True else int(parsed.token_healing)
     if rollback and not think:  # the thinking text comes first: nothing to heal into
         hr = heal_prompt(ids, state.vocab, rollback)
         if hr.healed and len(hr.kept_ids) > 0:
-            ids, removed = hr.kept_ids, hr.removed_bytes
+            ids, removed, removed_ids = hr.kept_ids, hr.removed_bytes, hr.removed_ids
             healed = {
                 "removed_ids": hr.removed_ids,
                 "removed_bytes": list(removed),
@@ -114,6 +133,7 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
         constraint_factory=factory,
         text_skip_bytes=len(removed),
         prompt_logprobs=parsed.params.top_logprobs if parsed.echo and parsed.params.logprobs else None,
+        explain_prefix=parsed.prefix_cache,
     )
     return Prepared(
         gen=gen,
@@ -121,7 +141,26 @@ def prepare(state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | 
         healed=healed,
         tool_call=tool_call,
         grammar_warnings=list(compiled.warnings) if compiled is not None else [],
+        turn_key=turn_key,
+        turn_removed=tuple(removed_ids),
+        turn_lead=removed,
+        spliced=spliced,
     )
+
+
+def remember_answers(state: ServerState, prep: Prepared, choices) -> None:
+    """Keep a finished chat request's answers (their generated ids) in the turn memory, under its prompt."""
+    if state.turns is None or prep.turn_key is None:
+        return
+    from ..engine.turn_memory import make_answer
+
+    v = state.vocab
+    for c in choices:
+        if c.finish_reason in (None, "abort"):
+            continue
+        answer = make_answer(c.token_ids, v.token_bytes, v.is_special, prep.turn_removed, prep.turn_lead)
+        if answer is not None:
+            state.turns.put(prep.turn_key, answer)
 
 
 def _tool_request(body: dict, route: str) -> ToolRequest | None:

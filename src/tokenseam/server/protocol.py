@@ -70,7 +70,7 @@ _COMMON = frozenset(
         "guided_decoding_backend", "grammar", "json_schema", "json_schema_options", "grammar_after_think",
         "cache_prompt", "mirostat_tau", "mirostat_eta", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
         "dry_sequence_breakers", "xtc_threshold", "dynatemp_exponent", "penalize_nl",
-        "spaces_between_special_tokens", "priority", "request_id",
+        "spaces_between_special_tokens", "priority", "request_id", "prefix_cache",
     }
     | set(_UNSUPPORTED)
 )  # fmt: skip
@@ -137,6 +137,7 @@ class ParsedRequest:
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    prefix_cache: bool = False  # report how much of the prompt the prefix cache held, and why not more
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -303,6 +304,7 @@ def parse_openai(body: dict, route: str) -> ParsedRequest:
         model=_model(body),
     )
     req.token_healing = _healing(body, route)
+    req.prefix_cache = bool_field(body, "prefix_cache", False)
     if echo:
         # The echoed prompt is the prompt as sent: healing would change what its tokens and logprobs are.
         if body.get("token_healing") not in (None, False, 0):
@@ -359,6 +361,7 @@ def parse_llama_completion(body: dict) -> ParsedRequest:
         model=_model(body),
     )
     req.token_healing = _healing(body, route)
+    req.prefix_cache = bool_field(body, "prefix_cache", False)
     req.prompt_text, req.prompt_ids = _prompt(body.get("prompt"), "prompt")
     return req
 

@@ -30,12 +30,14 @@ def build_server(
     max_memory_mb: int | None = None,
     grammar_seconds: float | None = None,
     grammar_cache_mb: int | None = None,
+    turn_memory_mb: int = 64,
 ):
     """Load a model and build the app. The response cache is off unless `cache_mode` says otherwise
     (`tokenseam serve` turns it on: deterministic requests, SQLite store). `api_keys`, `allowed_hosts` and
     `cors_origins` configure the HTTP guard (see `create_app`); `max_memory_mb` caps the process's resident
     memory that grammar compiles may grow it to; `grammar_seconds` each compile's time budget; `grammar_cache_mb`
-    the memory compiled grammars may hold (None: grammar.memory.DEFAULT_BUDGET_MB)."""
+    the memory compiled grammars may hold (None: grammar.memory.DEFAULT_BUDGET_MB); `turn_memory_mb` the memory
+    the ids of earlier chat answers may hold (0: chat histories are always re-tokenized)."""
     path = resolve_model(model)
     backend = LlamaCppBackend(
         path,
@@ -59,6 +61,7 @@ def build_server(
         max_memory_mb=max_memory_mb,
         grammar_seconds=grammar_seconds,
         grammar_cache_mb=grammar_cache_mb,
+        turn_memory_mb=turn_memory_mb,
     )
     state.warm_up()
     if cache_mode != "off":

@@ -47,6 +47,7 @@ class ServerState:
         grammar_seconds: float | None = None,
         reasoning_end: str = "</think>",
         grammar_cache_mb: int | None = None,
+        turn_memory_mb: int = 64,
     ) -> None:
         self.engine = engine
         self.reasoning_end = reasoning_end
@@ -76,6 +77,14 @@ class ServerState:
         self.metrics.registry.register(EngineCollector(engine))
         self.metrics.registry.register(GrammarCollector(self))
         self.chat = ChatTemplate(engine.backend.chat_template, self.vocab, self.tokenizer)
+        if isinstance(turn_memory_mb, bool) or not isinstance(turn_memory_mb, int) or turn_memory_mb < 0:
+            raise ValueError(f"turn_memory_mb must be a whole number of MB >= 0, got {turn_memory_mb!r}")
+        from ..engine.turn_memory import TurnMemory
+
+        # The ids of earlier answers, so a chat history sent back as text keeps its KV (None: off).
+        self.turns = (
+            TurnMemory(turn_memory_mb * MB) if turn_memory_mb and engine.prefix_cache.enabled else None
+        )
         self.started = int(time.time())
         self.system_fingerprint = "ts-" + self.vocab.fingerprint[:12]  # the OpenAI routes' system_fingerprint
         # Extra per-request constraint source (an embedding application's own rules; tests use it to force

@@ -1,0 +1,145 @@
+"""The ids of the server's own answers, so a chat history sent back as text gets them back (issue: multi-turn KV).
+
+A chat client sends the whole conversation again each turn, as text. Re-tokenizing an earlier answer need not
+give the ids the model generated (`\\n` `\\n` generated, `\\n\\n` re-tokenized; SentencePiece merges that shift
+with what follows), and a token-keyed prefix cache misses from the first such id on. `TurnMemory` keeps, for
+each finished chat generation, the ids it produced, keyed by the tenant and the exact prompt text it answered.
+When a later prompt contains that prompt text followed by the answer's bytes, `ChatTemplate` splices the
+generated ids in instead of re-tokenizing them.
+
+Bounded by bytes (LRU over whole entries); no per-connection state: clients are stateless, and the key is the
+text itself. A tenant only ever sees its own entries (the tenant is part of the key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+
+# Answers remembered per prompt (n > 1 choices, regenerated answers); the newest are kept.
+MAX_PER_PROMPT = 4
+# Bytes an entry costs beyond its ids and answer bytes (key, list, object headers), for the budget.
+ENTRY_OVERHEAD = 160
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One generated answer: `ids` (no end-of-turn id), their bytes `data` and the byte offset each id ends at.
+    With token healing, `removed` are the prompt ids rolled back before it and `lead` their bytes, which
+    `data` starts with (the answer's first ids re-generated them)."""
+
+    ids: array
+    ends: array  # ends[i] = bytes of ids[: i + 1]
+    data: bytes
+    removed: tuple[int, ...] = ()
+    lead: bytes = b""
+
+    @property
+    def cost(self) -> int:
+        return ENTRY_OVERHEAD + self.ids.itemsize * len(self.ids) * 2 + len(self.data) + 4 * len(self.removed)
+
+    def matched(self, text: bytes, start: int) -> int:
+        """How many of `ids` the bytes text[start:] continue whole (their bytes equal, token for token)."""
+        n = len(self.data)
+        k = 0
+        limit = min(n, len(text) - start)
+        # compare in strides: the common case is a whole match
+        while k < limit:
+            step = min(4096, limit - k)
+            if self.data[k : k + step] == text[start + k : start + k + step]:
+                k += step
+                continue
+            while k < limit and self.data[k] == text[start + k]:
+                k += 1
+            break
+        # the ids whose bytes lie within the k matched bytes
+        lo, hi = 0, len(self.ends)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.ends[mid] <= k:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+
+class TurnMemory:
+    """LRU map (tenant, prompt text) -> the answers generated for it, bounded by `max_bytes`."""
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 0:
+            raise ValueError("max_bytes must be >= 0")
+        self.max_bytes = max_bytes
+        self.bytes_held = 0
+        self._entries: OrderedDict[bytes, list[Answer]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def key(tenant: str, prompt: bytes) -> bytes:
+        t = tenant.encode("utf-8", "surrogatepass")
+        h = hashlib.blake2b(digest_size=20)
+        h.update(len(t).to_bytes(4, "little") + t)  # length-prefixed: no tenant/prompt split collides
+        h.update(prompt)
+        return h.digest()
+
+    def get(self, key: bytes) -> list[Answer]:
+        with self._lock:
+            answers = self._entries.get(key)
+            if answers is None:
+                return []
+            self._entries.move_to_end(key)
+            return list(answers)
+
+    def put(self, key: bytes, answer: Answer) -> None:
+        cost = answer.cost
+        if cost > self.max_bytes:
+            return
+        with self._lock:
+            answers = self._entries.pop(key, [])
+            kept = [a for a in answers if a.data != answer.data or a.ids != answer.ids]
+            self.bytes_held -= sum(a.cost for a in answers) - sum(a.cost for a in kept)
+            kept.append(answer)
+            while len(kept) > MAX_PER_PROMPT:
+                self.bytes_held -= kept.pop(0).cost
+            self._entries[key] = kept
+            self.bytes_held += cost
+            while self.bytes_held > self.max_bytes and self._entries:
+                _, old = self._entries.popitem(last=False)
+                self.bytes_held -= sum(a.cost for a in old)
+                self.evictions += 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.bytes_held = 0
+
+
+def make_answer(
+    ids: list[int], token_bytes: list[bytes], is_special, removed=(), lead: bytes = b""
+) -> Answer | None:
+    """An `Answer` from generated ids, up to the first special id (the end of turn, which the template writes
+    as its own text). With healing, the ids' bytes start with the removed ids' bytes `lead`; None if not."""
+    out = array("i")
+    ends = array("i")
+    parts = []
+    n = 0
+    for t in ids:
+        if is_special[t]:
+            break
+        b = token_bytes[t]
+        out.append(t)
+        n += len(b)
+        ends.append(n)
+        parts.append(b)
+    data = b"".join(parts)
+    if not out or not data.startswith(lead):
+        return None
+    return Answer(out, ends, data, tuple(removed), lead)

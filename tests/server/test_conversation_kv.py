@@ -1,0 +1,191 @@
+"""Conversations keep their KV: earlier answers come back as the ids the server generated, the prefix cache
+reuses the history to the token, and `prefix_cache: true` says why a prompt missed."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from .sse import stream_events
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+
+def char_ids(state, text: str) -> list[int]:
+    """One id per character: a tokenization the text never re-tokenizes to (it merges into longer tokens)."""
+    out = []
+    for ch in text:
+        ids = state.tokenizer.encode(ch, add_special=False, parse_special=False)
+        assert len(ids) == 1, ch
+        out += ids
+    return out
+
+
+def chat(
+    url: str, messages: list[dict], force: list[int] | None = None, key: str | None = None, **kw
+) -> dict:
+    body = {"messages": messages, "temperature": 0, "prefix_cache": True, **kw}
+    if force is not None:
+        body["_force_ids"] = force
+        body.setdefault("max_tokens", len(force) + 1)
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    r = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def cached(r: dict) -> int:
+    return r["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def context(r: dict) -> int:
+    return r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
+
+
+def test_generated_ids_come_back_and_the_whole_history_is_reused(server):
+    """The answer is generated one id per character; re-tokenizing its text would merge them, so only the
+    generated ids make turn 2's prompt continue turn 1's prompt + answer, and the cache reuse all of it."""
+    st = server.state
+    text = "Hello there, world"
+    m1 = [{"role": "user", "content": "Greet me, please."}]
+    r1 = chat(server.url, m1, char_ids(st, text))
+    assert r1["choices"][0]["message"]["content"] == text
+    p1 = st.chat.encode(m1)
+    m2 = m1 + [{"role": "assistant", "content": text}, {"role": "user", "content": "Once more."}]
+    ids2 = st.chat.encode_prompt(m2, memory=st.turns).ids
+    assert ids2[: len(p1) + len(text)] == p1 + char_ids(st, text)
+    assert st.chat.encode(m2) != ids2  # plain re-tokenization merges the characters
+    r2 = chat(server.url, m2, char_ids(st, "Hi"))
+    # the whole previous context: prompt, answer, and its end-of-turn token (decoded after the answer)
+    assert cached(r2) >= context(r1) - 1
+    report = r2["prefix_cache"]
+    assert report["answers_reused"] == 1 and report["answers_cut"] == 0
+    assert report["matched_tokens"] == cached(r2)
+    # turn 3: both earlier answers come back, and the cache holds the whole of turn 2's context
+    m3 = m2 + [{"role": "assistant", "content": "Hi"}, {"role": "user", "content": "Bye."}]
+    r3 = chat(server.url, m3, max_tokens=2)
+    assert r3["prefix_cache"]["answers_reused"] == 2
+    assert cached(r3) >= context(r2) - 1
+
+
+def test_without_the_memory_the_history_is_re_tokenized(server):
+    """The same conversation with the memory cleared: the prefix cache misses at the re-tokenized answer,
+    and the report names the cause."""
+    st = server.state
+    text = "Good morning to you"
+    m1 = [{"role": "user", "content": "Say good morning."}]
+    r1 = chat(server.url, m1, char_ids(st, text))
+    st.turns.clear()
+    m2 = m1 + [{"role": "assistant", "content": text}, {"role": "user", "content": "Thanks."}]
+    r2 = chat(server.url, m2, max_tokens=2)
+    rep = r2["prefix_cache"]
+    assert rep["answers_reused"] == 0
+    assert cached(r2) < context(r1) - 1
+    assert rep["cause"] == "retokenized", rep
+    assert rep["at_token"] == rep["matched_tokens"] == cached(r2)
+
+
+def test_an_edited_answer_is_reused_up_to_the_change(smollm2_server):
+    st = smollm2_server.state
+    text = "The capital of France is Paris, a large city."
+    m1 = [{"role": "user", "content": "What is the capital of France?"}]
+    chat(smollm2_server.url, m1, char_ids(st, text))
+    edited = "The capital of France is Lyon, a large city."
+    m2 = m1 + [{"role": "assistant", "content": edited}, {"role": "user", "content": "Sure?"}]
+    enc = st.chat.encode_prompt(m2, memory=st.turns)
+    assert len(enc.spliced) == 1 and enc.spliced[0].cut
+    # the ids are a tokenization of the edited text: they decode to the rendered prompt
+    assert st.vocab.decode_bytes(enc.ids) == st.vocab.decode_bytes(st.chat.encode(m2))
+    assert "Lyon" in st.chat.render(m2)
+    # the generated ids are used up to the change (at most a healed token or two before it)
+    p1 = st.chat.encode(m1)
+    kept = enc.spliced[0].n_ids
+    assert enc.ids[: len(p1) + kept] == p1 + char_ids(st, text)[:kept]
+    assert len("The capital of France is ") - 3 <= kept <= len("The capital of France is ")
+    r2 = chat(smollm2_server.url, m2, max_tokens=2)
+    assert r2["prefix_cache"]["answers_cut"] == 1
+    assert r2["prefix_cache"]["cause"] == "edited"
+
+
+def test_tenants_do_not_share_answers(smollm2_server):
+    st = smollm2_server.state
+    text = "Secret plan alpha"
+    m1 = [{"role": "user", "content": "Tell me the plan."}]
+    chat(smollm2_server.url, m1, char_ids(st, text), key="tenant-a-key")
+    m2 = m1 + [{"role": "assistant", "content": text}, {"role": "user", "content": "And?"}]
+    other = chat(smollm2_server.url, m2, max_tokens=2, key="tenant-b-key")
+    assert other["prefix_cache"]["answers_reused"] == 0
+    same = chat(smollm2_server.url, m2, max_tokens=2, key="tenant-a-key")
+    assert same["prefix_cache"]["answers_reused"] == 1
+
+
+def test_stripped_reasoning_is_named(smollm2_server):
+    """The cache holds an answer with a reasoning block; the next prompt's history leaves the block out (as a
+    thinking model's template does): the report says the prompt dropped text the cache holds."""
+    st = smollm2_server.state
+    st.turns.clear()
+    thought = "<think>Let me count the letters one by one.</think>"
+    answer = "It has five letters."
+    m1 = [{"role": "user", "content": "How many letters in apple?"}]
+    chat(smollm2_server.url, m1, char_ids(st, thought + answer))
+    m2 = m1 + [{"role": "assistant", "content": answer}, {"role": "user", "content": "Thanks."}]
+    r2 = chat(smollm2_server.url, m2, max_tokens=2)
+    rep = r2["prefix_cache"]
+    assert rep["cause"] == "template", rep
+    assert rep["removed_from"] == "prompt" and rep["removed_bytes"] == len(thought)
+
+
+def test_eviction_is_named():
+    from .conftest import RunningServer
+
+    s = RunningServer("smollm2", n_ctx=512, parallel=1, prefix_cache_tokens=160, prefix_block=16)
+    try:
+        a = [{"role": "user", "content": "First conversation: " + "alpha " * 40}]
+        chat(s.url, a, max_tokens=2)
+        for k in range(3):  # push it out of the 160-token cache
+            chat(
+                s.url, [{"role": "user", "content": f"Other conversation {k}: " + "beta " * 40}], max_tokens=2
+            )
+        r = chat(s.url, a, max_tokens=2)
+        assert r["prefix_cache"]["cause"] == "evicted", r["prefix_cache"]
+        assert r["prefix_cache"]["evicted_match_tokens"] > r["prefix_cache"]["matched_tokens"]
+        again = chat(s.url, a, max_tokens=2)
+        assert again["prefix_cache"]["cause"] == "hit"
+    finally:
+        s.stop()
+
+
+def test_the_report_is_streamed_and_absent_unless_asked(smollm2_server):
+    url = smollm2_server.url
+    m = [{"role": "user", "content": "A short question?"}]
+    events, done = stream_events(
+        url + "/v1/chat/completions",
+        {"messages": m, "max_tokens": 3, "temperature": 0, "stream": True, "prefix_cache": True},
+    )
+    assert done
+    reports = [e["prefix_cache"] for e in events if "prefix_cache" in e]
+    assert len(reports) == 1 and reports[0]["prompt_tokens"] > 0
+    plain = httpx.post(url + "/v1/chat/completions", json={"messages": m, "max_tokens": 3}, timeout=60).json()
+    assert "prefix_cache" not in plain
+    for bad in ("yes", 1, [True]):
+        r = httpx.post(
+            url + "/v1/chat/completions",
+            json={"messages": m, "max_tokens": 1, "prefix_cache": bad},
+            timeout=60,
+        )
+        assert r.status_code == 400 and "prefix_cache" in r.text
+
+
+def test_answers_with_special_text_or_odd_bytes_stay_exact(smollm2_server):
+    """Korean and emoji answers (multi-byte characters split across tokens) and an answer the client sends
+    back with special-token text: the prompt's ids always decode to the rendered text."""
+    st = smollm2_server.state
+    text = "안녕하세요 😀 반가워요"
+    ids = st.tokenizer.encode(text, add_special=False)
+    m1 = [{"role": "user", "content": "Say hello in Korean."}]
+    r1 = chat(smollm2_server.url, m1, ids)
+    assert r1["choices"][0]["message"]["content"] == text
+    for reply in (text, text[:4], text + " more", "<|im_end|>" + text):
+        m2 = m1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "Again"}]
+        enc = st.chat.encode_prompt(m2, memory=st.turns)
+        assert st.vocab.decode_bytes(enc.ids) == st.vocab.decode_bytes(st.chat.encode(m2)), reply
