@@ -189,3 +189,24 @@ def test_answers_with_special_text_or_odd_bytes_stay_exact(smollm2_server):
         m2 = m1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "Again"}]
         enc = st.chat.encode_prompt(m2, memory=st.turns)
         assert st.vocab.decode_bytes(enc.ids) == st.vocab.decode_bytes(st.chat.encode(m2)), reply
+
+
+def test_a_continuing_prompt_is_decoded_in_the_slot_that_holds_it(smollm2_server):
+    """The next turn finds its history still in the slot that answered it (nothing restored), and greedy
+    output is the same as with nothing cached."""
+    st = smollm2_server.state
+    eng = st.engine
+    m1 = [{"role": "user", "content": "Name three colours."}]
+    r1 = chat(smollm2_server.url, m1, max_tokens=12)
+    m2 = m1 + [
+        {"role": "assistant", "content": r1["choices"][0]["message"]["content"]},
+        {"role": "user", "content": "And three animals?"},
+    ]
+    hits = eng.resident_hits
+    warm = chat(smollm2_server.url, m2, max_tokens=12)
+    assert eng.resident_hits == hits + 1
+    assert cached(warm) >= context(r1) - 1
+    assert eng.clear_cache()
+    cold = chat(smollm2_server.url, m2, max_tokens=12)
+    assert cached(cold) == 0 and cold["prefix_cache"]["cause"] == "new"
+    assert cold["choices"][0]["message"]["content"] == warm["choices"][0]["message"]["content"]

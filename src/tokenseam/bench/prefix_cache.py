@@ -93,7 +93,7 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
             shares = []
             async with httpx.AsyncClient(timeout=600) as c:
                 for head in RAG_FIXED_PROMPTS:
-                    state.engine.prefix_cache.clear()
+                    state.engine.clear_cache()
                     sp = stable_prefix(tok, vocab, head)
                     head_len = len(sp.ids)
                     for i, chunk in enumerate(RAG_CHUNKS):
@@ -126,7 +126,7 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
             cold, warm = [], []
             async with httpx.AsyncClient(timeout=600) as c:
                 for k, q in enumerate(QUESTIONS[:3]):
-                    state.engine.prefix_cache.clear()
+                    state.engine.clear_cache()
                     qa = tok.encode(f"\nQuestion: {q}\nAnswer:")
                     t, u = await _ttft(
                         c,
@@ -154,7 +154,7 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                 tok.encode(f"System {k}: you are assistant number {k}.\n" + document(220, seed=10 + k) + "\n")
                 for k in range(8)
             ]
-            state.engine.prefix_cache.clear()
+            state.engine.clear_cache()
             total = served = 0
             async with httpx.AsyncClient(timeout=600) as c:
                 for rnd in range(args.rounds):

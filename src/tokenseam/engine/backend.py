@@ -30,6 +30,8 @@ class BackendConfig:
     )
     prefix_cache_seqs: int = 256  # cached leaf paths at most
     prefix_block: int = 16  # only whole blocks of this many tokens are cached
+    # KV that free slots keep from their last request, for a next prompt that continues it (-1: n_ctx)
+    resident_tokens: int = -1
 
 
 class LlamaCppBackend:

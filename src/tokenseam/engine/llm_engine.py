@@ -8,11 +8,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 
 import numpy as np
 
 from ..constraint import bitmask_to_bool
+from ..healing.divergence import common_prefix
 from .backend import LlamaCppBackend
 from .errors import BackendError, ContextLengthError, InvalidRequestError, QueueFullError
 from .prefix_cache import HostKV, PrefixCache
@@ -61,9 +62,17 @@ class Engine:
         # (slot, token, position): the cache then holds the whole output, so a conversation's next turn, which
         # sends the answer back followed by the end of turn, matches through that token.
         self._tails: list[tuple[int, int, int]] = []
+        # Free slots that still hold their last request's KV (slot -> its tokens, least recently used first):
+        # a prompt that continues one is decoded in that slot with nothing restored. Bounded by
+        # `resident_tokens`, since every held cell is visited by the other sequences' decodes.
+        self._resident: OrderedDict[int, list[int]] = OrderedDict()
+        rt = backend.config.resident_tokens
+        self.resident_tokens = backend.config.n_ctx if rt < 0 else rt
+        self.resident_hits = 0
         self._waiting: deque[RequestState] = deque()
         self._running: list[RequestState] = []
         self._cancel: set[int] = set()
+        self._clears: list[threading.Event] = []  # clear_cache() calls for the engine thread to carry out
         self._cv = threading.Condition()
         self._stop = False
         self._mask = np.zeros(self.vocab.mask_words, dtype=np.int32)
@@ -131,6 +140,23 @@ class Engine:
             busy = True
         return time.monotonic() - self.last_progress if busy else 0.0
 
+    def clear_cache(self, timeout: float = 30.0) -> bool:
+        """Drop every cached prefix, the radix tree's and the resident slots', then return (True once done).
+        The engine thread does it between steps, since it owns the KV."""
+        done = threading.Event()
+        with self._cv:
+            self._clears.append(done)
+            self._cv.notify()
+        return done.wait(timeout)
+
+    def _do_clears(self, clears: list[threading.Event]) -> None:
+        self.prefix_cache.clear()
+        for slot in self._resident:
+            self.backend.seq_rm(slot)
+        self._resident.clear()
+        for ev in clears:
+            ev.set()
+
     def shutdown(self) -> None:
         with self._cv:
             self._stop = True
@@ -147,13 +173,17 @@ class Engine:
                     and not self._running
                     and not self._cancel
                     and not self._tails
+                    and not self._clears
                 ):
                     self._cv.wait()
                 if self._stop:
                     break
                 cancels, self._cancel = self._cancel, set()
+                clears, self._clears = self._clears, []
             self.last_progress = time.monotonic()
             self._apply_cancels(cancels)
+            if clears:
+                self._do_clears(clears)
             self._admit()
             if not self._running and not self._tails:
                 continue
@@ -168,6 +198,7 @@ class Engine:
                 self._slot_tokens = [[] for _ in range(self.n_slots)]
                 self._free.update(slot for slot, _, _ in self._tails)
                 self._tails = []
+                self._resident.clear()
             except Exception as e:  # a bug must not kill the engine thread and hang every client
                 log.exception("engine step failed")
                 for st in list(self._running):
@@ -214,21 +245,30 @@ class Engine:
                     return
                 st = self._waiting.popleft()
             prompt = st.prompt
-            slots = sorted(self._free)[: st.request.params.n]
-            for s in slots:
-                self._free.discard(s)
-                self.backend.seq_rm(s)
-                self._slot_tokens[s] = []
             # decode at least one prompt token, to get logits; all of them when their logprobs are wanted
             wants_lps = st.request.prompt_logprobs is not None
-            reuse = 0 if wants_lps else self.prefix_cache.load(prompt, slots[0], limit=len(prompt) - 1)
+            limit = len(prompt) - 1
+            home, held = (-1, 0) if wants_lps else self._resident_match(prompt, limit)
+            cached = 0 if wants_lps or held == limit else min(self.prefix_cache.match(prompt)[0], limit)
+            held_toks = self._resident.get(home)
+            slots = self._take_slots(st.request.params.n, home if held > 0 and held >= cached else -1)
+            if slots[0] == home and held > 0 and held >= cached:
+                reuse = held  # the slot still holds this prefix: keep it, drop the rest
+                self.backend.seq_rm(home, reuse, -1)
+                self.resident_hits += 1
+                self.prefix_cache.stats.hit_tokens += reuse
+                self.prefix_cache.stats.miss_tokens += len(prompt) - reuse
+            else:
+                reuse = 0 if wants_lps else self.prefix_cache.load(prompt, slots[0], limit=limit)
             if wants_lps:
                 st.prompt_lps = [None]
             if st.request.explain_prefix:
                 st.prefix_report = (
                     {"prompt_tokens": len(prompt), "matched_tokens": 0, "cause": "disabled"}
                     if wants_lps or not self.prefix_cache.enabled
-                    else self.prefix_cache.explain(prompt, reuse, self.vocab)
+                    else self.prefix_cache.explain(
+                        prompt, reuse, self.vocab, held=held_toks if slots[0] == home else None
+                    )
                 )
             self._slot_tokens[slots[0]] = list(prompt[:reuse])
             st.prefill_pos = reuse
@@ -350,11 +390,45 @@ class Engine:
         self.stats.overhead_seconds += (time.perf_counter() - t0) - (self.backend.decode_seconds - dec0)
 
     def _release(self, slot: int) -> None:
-        """A finished sequence's slot: its KV goes to the prefix cache, what the cache did not keep is freed."""
-        self.prefix_cache.insert(self._slot_tokens[slot], slot)
-        self.backend.seq_rm(slot)
+        """A finished sequence's slot: its KV goes to the prefix cache and stays in the slot while the resident
+        budget allows (the least recently used resident slots are cleared first)."""
+        tokens = self._slot_tokens[slot]
+        self.prefix_cache.insert(tokens, slot)
         self._slot_tokens[slot] = []
         self._free.add(slot)
+        if not tokens or len(tokens) > self.resident_tokens or not self.prefix_cache.enabled:
+            self.backend.seq_rm(slot)
+            return
+        self._resident[slot] = tokens
+        held = sum(len(t) for t in self._resident.values())
+        while held > self.resident_tokens:
+            old, toks = self._resident.popitem(last=False)
+            self.backend.seq_rm(old)
+            held -= len(toks)
+
+    def _resident_match(self, prompt: list[int], limit: int) -> tuple[int, int]:
+        """(free slot, length) of the longest prefix of `prompt` (at most `limit`) a resident slot holds."""
+        best, best_n = -1, 0
+        for slot, toks in self._resident.items():
+            n = min(common_prefix(toks, prompt), limit)
+            if n > best_n:
+                best, best_n = slot, n
+        return best, best_n
+
+    def _take_slots(self, n: int, home: int) -> list[int]:
+        """n free slots, `home` first if given; the others prefer slots that hold no resident KV, then the
+        least recently used. Each is emptied except `home`, whose KV the caller trims."""
+        rest = sorted(s for s in self._free if s != home and s not in self._resident)
+        rest += [s for s in self._resident if s != home and s in self._free]
+        slots = ([home] if home >= 0 else []) + rest
+        slots = slots[:n]
+        for s in slots:
+            self._free.discard(s)
+            self._resident.pop(s, None)
+            if s != home:
+                self.backend.seq_rm(s)
+            self._slot_tokens[s] = []
+        return slots
 
     def _sample_into(self, out: dict[int, list], st: RequestState, s: Sequence, logits: np.ndarray) -> bool:
         """Sample s's next token into out[st.id]. A failure here (a grammar over its state budget, a bug in an

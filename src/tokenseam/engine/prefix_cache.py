@@ -173,14 +173,15 @@ class PrefixCache:
         return n
 
     # ------------------------------------------------------------------ miss report
-    def explain(self, tokens: list[int], reused: int, vocab) -> dict:
+    def explain(self, tokens: list[int], reused: int, vocab, held: list[int] | None = None) -> dict:
         """Why `tokens` reused `reused` ids and not more: the cause and where the cache parted from the prompt.
 
         Causes: `hit` (all but the last prompt token, which is always decoded); `new` (the cache holds nothing
         that goes on past this point); `retokenized` (the cache goes on with the same text in other ids);
         `template` (the prompt leaves out text the cache holds here, as a chat template that strips an earlier
         reasoning block does); `edited` (the text differs from here on); `evicted` (a path that went on
-        further was evicted); `restore_failed` (the cached KV could not be restored)."""
+        further was evicted); `restore_failed` (the cached KV could not be restored). `held`: the ids of the
+        slot the prompt was decoded in when its prefix came from there (a resident slot) rather than the tree."""
         from ..healing.divergence import common_prefix, diverge
 
         out: dict = {"prompt_tokens": len(tokens), "matched_tokens": reused}
@@ -189,10 +190,15 @@ class PrefixCache:
         matched, _ = self.match(tokens)
         if matched > reused:
             return {**out, "cause": "restore_failed"}
+        from_slot = held is not None and reused >= matched  # the slot held it: that is what the prompt left
+        matched = max(matched, reused)
         best = max((common_prefix(g, tokens) for g in self._ghosts), default=0)
         if best > matched:
             return {**out, "cause": "evicted", "at_token": matched, "evicted_match_tokens": best}
-        cont = self.continuation(tokens, matched)
+        if from_slot:
+            cont = list(held[matched : matched + CONTINUATION_TOKENS])
+        else:
+            cont = self.continuation(tokens, matched)
         if cont:
             d = diverge(vocab, tokens, list(tokens[:matched]) + cont, at=matched)
             cause = d.cause

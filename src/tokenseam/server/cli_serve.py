@@ -64,6 +64,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=16,
         help="prefix cache granularity in tokens",
     )
+    p.add_argument(
+        "--resident-kv-tokens",
+        type=_positive("--resident-kv-tokens", 0, 1 << 22),
+        default=None,
+        metavar="TOKENS",
+        help="KV that free slots keep from their last request, so a prompt that continues it (a conversation's "
+        "next turn) is decoded there with nothing restored (default: --ctx-size; 0: off). Held cells are "
+        "visited by every decode, so this trades decode speed for a faster hit",
+    )
     add_cache_arguments(p)
     p.add_argument(
         "--api-key",
@@ -153,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
             max_queue=args.max_queue,
             prefix_cache_tokens=args.prefix_cache_tokens,
             prefix_block=args.prefix_block,
+            resident_tokens=-1 if args.resident_kv_tokens is None else args.resident_kv_tokens,
             cache_mode=args.cache,
             cache_store=args.cache_store,
             cache_ttl=args.cache_ttl,

@@ -20,6 +20,7 @@ def build_server(
     n_batch: int = 512,
     prefix_cache_tokens: int = 16384,
     prefix_block: int = 16,
+    resident_tokens: int = -1,
     cache_mode: str = "off",
     cache_truncated: bool | None = None,
     cache_store: str = "sqlite",
@@ -48,6 +49,7 @@ def build_server(
             n_batch=n_batch,
             prefix_cache_tokens=prefix_cache_tokens,
             prefix_block=prefix_block,
+            resident_tokens=resident_tokens,
         ),
     )
     engine = Engine(backend, max_queue=max_queue)
