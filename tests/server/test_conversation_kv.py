@@ -210,3 +210,16 @@ def test_a_continuing_prompt_is_decoded_in_the_slot_that_holds_it(smollm2_server
     cold = chat(smollm2_server.url, m2, max_tokens=12)
     assert cached(cold) == 0 and cold["prefix_cache"]["cause"] == "new"
     assert cold["choices"][0]["message"]["content"] == warm["choices"][0]["message"]["content"]
+
+
+def test_metrics_export_the_turn_memory_and_resident_slots(smollm2_server):
+    text = httpx.get(smollm2_server.url + "/metrics", timeout=30).text
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#") and " " in line
+    }
+    assert values["tokenseam_turn_memory_budget_bytes"] == 64 * 1024 * 1024
+    assert values["tokenseam_turn_memory_bytes"] <= values["tokenseam_turn_memory_budget_bytes"]
+    assert "tokenseam_turn_memory_hits_total" in values and "tokenseam_prefix_resident_hits_total" in values
+    assert values["tokenseam_prefix_resident_tokens"] >= 0

@@ -27,7 +27,11 @@ QUESTIONS = [
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="smollm2,gemma3", help="comma-separated model aliases or .gguf paths")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--long-prefix-tokens", type=int, default=1450, help="prefix length for the TTFT figure")
+    p.add_argument(
+        "--long-prefix-tokens",
+        default="1450,8000",
+        help="comma-separated prefix lengths for the cold/cached TTFT figures",
+    )
     p.add_argument("--rounds", type=int, default=4, help="rounds over the 8 interleaved prefixes")
     p.add_argument("--llama-server", default=None, help="path to a llama-server binary (anchor)")
     p.add_argument("--out", default="bench-results/prefix-cache.json")
@@ -59,9 +63,31 @@ async def _ttft(client: httpx.AsyncClient, url: str, body: dict) -> tuple[float,
     return first or float("nan"), usage
 
 
+def _lengths(args: argparse.Namespace) -> list[int]:
+    try:
+        out = [int(x) for x in str(args.long_prefix_tokens).split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(
+            f"--long-prefix-tokens: give comma-separated token counts, got {args.long_prefix_tokens!r}"
+        ) from None
+    if not out or any(not 16 <= n <= 60000 for n in out):
+        raise SystemExit("--long-prefix-tokens: each length must be from 16 to 60000")
+    return out
+
+
+def _ctx(args: argparse.Namespace) -> int:
+    """Per-slot context for the longest prefix + question + answer, in 256-token steps."""
+    return max(2048, -(-(max(_lengths(args)) + 256) // 256) * 256)
+
+
+def _doc_ids(tok, n_tokens: int, seed: int) -> list[int]:
+    return tok.encode("Document:\n" + document(int(n_tokens * 0.8) + 64, seed=seed))[:n_tokens]
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    _lengths(args)
     console = Console()
     res: dict = {"machine": machine(), "models": {}}
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
@@ -81,7 +107,11 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
 
     if True:
         app, state = build_server(
-            model, n_ctx=2048, parallel=8, threads=args.threads, prefix_cache_tokens=16384
+            model,
+            n_ctx=_ctx(args),
+            parallel=8,
+            threads=args.threads,
+            prefix_cache_tokens=max(16384, 2 * _ctx(args)),
         )
         bg = BackgroundServer(app).start()
         url = bg.url + "/v1/completions"
@@ -120,76 +150,59 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                 "requests": len(shares),
             }
 
-        async def long_prefix() -> dict:
-            doc = document(int(args.long_prefix_tokens * 0.8), seed=1)
-            ids = tok.encode("Document:\n" + doc)[: args.long_prefix_tokens]
+        async def long_prefix(n_tokens: int) -> dict:
+            """Cold (caches cleared) then cached (the same document, another question): 3 documents."""
             cold, warm = [], []
             async with httpx.AsyncClient(timeout=600) as c:
-                for k, q in enumerate(QUESTIONS[:3]):
-                    state.engine.clear_cache()
-                    qa = tok.encode(f"\nQuestion: {q}\nAnswer:")
-                    t, u = await _ttft(
-                        c,
-                        url,
-                        {"prompt": ids + qa, "max_tokens": 1, "temperature": 0, "token_healing": False},
-                    )
+                for k in range(3):
+                    ids = _doc_ids(tok, n_tokens, seed=1 + k)
+                    assert state.engine.clear_cache()
+                    body = {"max_tokens": 1, "temperature": 0, "token_healing": False}
+                    qa = tok.encode(f"\nQuestion: {QUESTIONS[k]}\nAnswer:")
+                    t, _ = await _ttft(c, url, {**body, "prompt": ids + qa})
                     cold.append(t)
                     q2 = tok.encode(f"\nQuestion: {QUESTIONS[k + 3]}\nAnswer:")
-                    t2, u2 = await _ttft(
-                        c,
-                        url,
-                        {"prompt": ids + q2, "max_tokens": 1, "temperature": 0, "token_healing": False},
-                    )
+                    t2, u2 = await _ttft(c, url, {**body, "prompt": ids + q2})
                     warm.append(t2)
             return {
-                "prefix_tokens": len(ids),
+                "prefix_tokens": n_tokens,
                 "ttft_cold_s": median(cold),
                 "ttft_cached_s": median(warm),
+                "ttft_cached_all_s": warm,
                 "ratio": median(warm) / median(cold),
                 "cached_tokens": u2.get("prompt_tokens_details", {}),
             }
 
         async def interleaved() -> dict:
-            heads = [
-                tok.encode(f"System {k}: you are assistant number {k}.\n" + document(220, seed=10 + k) + "\n")
-                for k in range(8)
-            ]
-            state.engine.clear_cache()
+            heads = _heads(tok)
+            assert state.engine.clear_cache()
             total = served = 0
+            ttfts: list[float] = []
             async with httpx.AsyncClient(timeout=600) as c:
                 for rnd in range(args.rounds):
                     reqs = []
                     for k, h in enumerate(heads):
                         q = tok.encode(f"Question {rnd}: {QUESTIONS[(rnd + k) % len(QUESTIONS)]}")
-                        reqs.append(
-                            c.post(
-                                url,
-                                json={
-                                    "prompt": h + q,
-                                    "max_tokens": 4,
-                                    "temperature": 0,
-                                    "token_healing": False,
-                                },
-                            )
-                        )
+                        body = {"prompt": h + q, "max_tokens": 4, "temperature": 0, "token_healing": False}
+                        reqs.append(_ttft(c, url, body))
                     outs = await asyncio.gather(*reqs)  # 8 concurrent requests, one per prefix
                     if rnd == 0:
                         continue
-                    for k, r in enumerate(outs):
-                        r.raise_for_status()
-                        cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+                    for k, (t, u) in enumerate(outs):
+                        ttfts.append(t)
                         total += len(heads[k])
-                        served += min(cached, len(heads[k]))
+                        served += min(u["prompt_tokens_details"]["cached_tokens"], len(heads[k]))
             return {
                 "prefixes": 8,
                 "prefix_tokens_each": [len(h) for h in heads],
                 "share": served / max(total, 1),
+                "ttft_median_s": median(ttfts),
             }
 
         try:
             m["rag_plain"] = asyncio.run(rag(stable=False))
             m["rag_stable_keys"] = asyncio.run(rag(stable=True))
-            m["long_prefix"] = asyncio.run(long_prefix())
+            m["long_prefix"] = {str(n): asyncio.run(long_prefix(n)) for n in _lengths(args)}
             m["interleaved_8"] = asyncio.run(interleaved())
         finally:
             bg.stop()
@@ -204,45 +217,53 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
     return m
 
 
+def _heads(tok) -> list[list[int]]:
+    return [
+        tok.encode(f"System {k}: you are assistant number {k}.\n" + document(220, seed=10 + k) + "\n")
+        for k in range(8)
+    ]
+
+
 def _report(console, res: dict) -> None:
     from rich.table import Table
 
-    table = Table(title="prefix KV cache (tokenseam server; shares are of the fixed prefix's tokens)")
-    for col in (
-        "model",
-        "RAG share, plain",
-        "RAG share, stable keys",
-        "TTFT cold",
-        "TTFT cached",
-        "cached/cold",
-        "8 interleaved prefixes",
-    ):
+    table = Table(title="prefix KV cache (shares are of the fixed prefix's tokens; TTFT medians)")
+    for col in ("model", "server", "RAG share, plain / stable keys", "TTFT cold → cached", "8 interleaved"):
         table.add_column(col)
     for model, m in res["models"].items():
-        lp = m["long_prefix"]
+        ttft = "; ".join(
+            f"{n}: {lp['ttft_cold_s'] * 1000:.0f} → {lp['ttft_cached_s'] * 1000:.0f} ms"
+            for n, lp in m["long_prefix"].items()
+        )
+        il = m["interleaved_8"]
         table.add_row(
             model,
-            f"{m['rag_plain']['mean_share']:.1%} (min {m['rag_plain']['min_share']:.0%})",
-            f"{m['rag_stable_keys']['mean_share']:.1%} (min {m['rag_stable_keys']['min_share']:.0%})",
-            f"{lp['ttft_cold_s'] * 1000:.0f} ms",
-            f"{lp['ttft_cached_s'] * 1000:.0f} ms",
-            f"{lp['ratio']:.3f}",
-            f"{m['interleaved_8']['share']:.1%}",
+            "tokenseam",
+            f"{m['rag_plain']['mean_share']:.1%} (min {m['rag_plain']['min_share']:.0%}) / "
+            f"{m['rag_stable_keys']['mean_share']:.1%}",
+            ttft,
+            f"{il['share']:.1%}, TTFT {il['ttft_median_s'] * 1000:.0f} ms",
         )
+        for name, ls in m.get("llama_server", {}).items():
+            ttft = "; ".join(
+                f"{n}: {lp['ttft_cold_s'] * 1000:.0f} → {lp['ttft_cached_s'] * 1000:.0f} ms "
+                f"(tokenseam {m['long_prefix'][n]['ttft_cached_s'] / lp['ttft_cached_s']:.2f}x)"
+                for n, lp in ls["long_prefix"].items()
+            )
+            table.add_row(
+                model,
+                f"llama-server -{name}",
+                "–",
+                ttft,
+                f"{ls['interleaved_share']:.1%}, TTFT {ls['interleaved_ttft_median_s'] * 1000:.0f} ms "
+                f"(tokenseam {il['ttft_median_s'] / ls['interleaved_ttft_median_s']:.2f}x)",
+            )
     console.print(table)
-    for model, m in res["models"].items():
-        if "llama_server" in m:
-            console.print(f"llama-server anchor ({model}): {m['llama_server']}")
 
 
 def _llama_server(args, path, tok) -> dict:
     """llama-server -np 1 and -np 8 on the same long-prefix TTFT and interleaved workloads (cache_prompt on)."""
-    doc_ids = tok.encode("Document:\n" + document(int(args.long_prefix_tokens * 0.8), seed=1))
-    doc_ids = doc_ids[: args.long_prefix_tokens]
-    heads = [
-        tok.encode(f"System {k}: you are assistant number {k}.\n" + document(220, seed=10 + k) + "\n")
-        for k in range(8)
-    ]
+    heads = _heads(tok)
 
     async def ttft(c: httpx.AsyncClient, base: str, prompt: list[int]) -> tuple[float, int]:
         t0 = time.perf_counter()
@@ -259,27 +280,39 @@ def _llama_server(args, path, tok) -> dict:
         return first or float("nan"), cached
 
     async def workload(base: str) -> dict:
+        out: dict = {"long_prefix": {}}
         async with httpx.AsyncClient(timeout=600) as c:
-            cold, _ = await ttft(c, base, doc_ids + tok.encode("\nQuestion: A?\nAnswer:"))
-            warm, _ = await ttft(c, base, doc_ids + tok.encode("\nQuestion: B?\nAnswer:"))
+            for n in _lengths(args):
+                cold, warm = [], []
+                for k in range(3):  # a new document each time: its first request is cold
+                    ids = _doc_ids(tok, n, seed=1 + k)
+                    t, _ = await ttft(c, base, ids + tok.encode(f"\nQuestion: {QUESTIONS[k]}\nAnswer:"))
+                    cold.append(t)
+                    t2, _ = await ttft(c, base, ids + tok.encode(f"\nQuestion: {QUESTIONS[k + 3]}\nAnswer:"))
+                    warm.append(t2)
+                out["long_prefix"][str(n)] = {
+                    "ttft_cold_s": median(cold),
+                    "ttft_cached_s": median(warm),
+                    "ttft_cached_all_s": warm,
+                    "ratio": median(warm) / median(cold),
+                }
             total = served = 0
+            ttfts: list[float] = []
             for rnd in range(args.rounds):
                 outs = await asyncio.gather(
                     *[ttft(c, base, h + tok.encode(f"Question {rnd}: what?")) for h in heads]
                 )
                 if rnd:
-                    for h, (_, cached) in zip(heads, outs, strict=True):
+                    for h, (t, cached) in zip(heads, outs, strict=True):
+                        ttfts.append(t)
                         total += len(h)
                         served += min(cached, len(h))
-        return {
-            "ttft_cold_s": cold,
-            "ttft_cached_s": warm,
-            "ratio": warm / cold,
-            "interleaved_share": served / max(total, 1),
-        }
+        out["interleaved_share"] = served / max(total, 1)
+        out["interleaved_ttft_median_s"] = median(ttfts)
+        return out
 
     out = {}
     for np_ in (1, 8):
-        with LlamaServer(args.llama_server, path, np_, args.threads, 2048) as ls:
+        with LlamaServer(args.llama_server, path, np_, args.threads, _ctx(args)) as ls:
             out[f"np{np_}"] = asyncio.run(workload(ls.url))
     return out

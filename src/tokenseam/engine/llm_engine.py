@@ -250,9 +250,10 @@ class Engine:
             limit = len(prompt) - 1
             home, held = (-1, 0) if wants_lps else self._resident_match(prompt, limit)
             cached = 0 if wants_lps or held == limit else min(self.prefix_cache.match(prompt)[0], limit)
-            held_toks = self._resident.get(home)
-            slots = self._take_slots(st.request.params.n, home if held > 0 and held >= cached else -1)
-            if slots[0] == home and held > 0 and held >= cached:
+            use_home = held > 0 and held >= cached
+            held_toks = self._resident.get(home) if use_home else None
+            slots = self._take_slots(st.request.params.n, home if use_home else -1)
+            if use_home:
                 reuse = held  # the slot still holds this prefix: keep it, drop the rest
                 self.backend.seq_rm(home, reuse, -1)
                 self.resident_hits += 1
@@ -266,9 +267,7 @@ class Engine:
                 st.prefix_report = (
                     {"prompt_tokens": len(prompt), "matched_tokens": 0, "cause": "disabled"}
                     if wants_lps or not self.prefix_cache.enabled
-                    else self.prefix_cache.explain(
-                        prompt, reuse, self.vocab, held=held_toks if slots[0] == home else None
-                    )
+                    else self.prefix_cache.explain(prompt, reuse, self.vocab, held=held_toks)
                 )
             self._slot_tokens[slots[0]] = list(prompt[:reuse])
             st.prefill_pos = reuse
@@ -405,6 +404,11 @@ class Engine:
             old, toks = self._resident.popitem(last=False)
             self.backend.seq_rm(old)
             held -= len(toks)
+
+    @property
+    def resident_held(self) -> int:
+        """KV tokens the free slots keep for a next turn (read from other threads: a snapshot)."""
+        return sum(len(t) for t in list(self._resident.values()))
 
     def _resident_match(self, prompt: list[int], limit: int) -> tuple[int, int]:
         """(free slot, length) of the longest prefix of `prompt` (at most `limit`) a resident slot holds."""

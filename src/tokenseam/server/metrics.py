@@ -81,10 +81,43 @@ class EngineCollector:
             ),
             ("tokenseam_engine_steps", "Scheduler steps (one batched decode each)", st.steps),
             ("tokenseam_engine_generated_tokens", "Tokens sampled by the engine", st.generated_tokens),
+            (
+                "tokenseam_prefix_resident_hits",
+                "Prompts decoded in a free slot that still held their prefix (nothing restored)",
+                self.engine.resident_hits,
+            ),
         ):
             m = CounterMetricFamily(name, doc)
             m.add_metric([], value)
             yield m
+        g = GaugeMetricFamily("tokenseam_prefix_resident_tokens", "KV tokens free slots keep for a next turn")
+        g.add_metric([], self.engine.resident_held)
+        yield g
+
+
+class TurnMemoryCollector:
+    """The turn memory (engine/turn_memory.py): the ids of earlier chat answers, read at scrape time."""
+
+    def __init__(self, memory) -> None:
+        self.memory = memory
+
+    def collect(self):
+        m = self.memory
+        for name, doc, value in (
+            ("tokenseam_turn_memory_bytes", "Bytes held by remembered answers", m.bytes_held),
+            ("tokenseam_turn_memory_budget_bytes", "The turn memory budget (--turn-memory-mb)", m.max_bytes),
+            ("tokenseam_turn_memory_prompts", "Prompts with remembered answers", len(m)),
+        ):
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], value)
+            yield g
+        for name, doc, value in (
+            ("tokenseam_turn_memory_hits", "Chat prompts that got earlier answers back as their ids", m.hits),
+            ("tokenseam_turn_memory_evictions", "Prompts whose answers were evicted (LRU)", m.evictions),
+        ):
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], value)
+            yield c
 
 
 class GrammarCollector:

@@ -15,7 +15,7 @@ import numpy as np
 from ..engine import Engine
 from ..engine.chat_template import ChatTemplate
 from .errors import known_error
-from .metrics import EngineCollector, GrammarCollector, ServerMetrics
+from .metrics import EngineCollector, GrammarCollector, ServerMetrics, TurnMemoryCollector
 from .pool import WorkPool
 from .protocol import ParsedRequest
 from .relay import EventRelay
@@ -85,6 +85,8 @@ class ServerState:
         self.turns = (
             TurnMemory(turn_memory_mb * MB) if turn_memory_mb and engine.prefix_cache.enabled else None
         )
+        if self.turns is not None:
+            self.metrics.registry.register(TurnMemoryCollector(self.turns))
         self.started = int(time.time())
         self.system_fingerprint = "ts-" + self.vocab.fingerprint[:12]  # the OpenAI routes' system_fingerprint
         # Extra per-request constraint source (an embedding application's own rules; tests use it to force
