@@ -324,7 +324,9 @@ class Engine:
         self._tails = []
         for slot, tok, _ in tails:
             self._slot_tokens[slot].append(tok)
-            self._release(slot)
+        # Cache inserts copy a path's KV to host memory (tens of ms for a long one): they wait until this
+        # step's tokens are out, so no request's next token waits for them.
+        saves: list[tuple[list[int], int]] = []
         logits = logits[len(tails) :]
         items = items[len(tails) :]
         out: dict[int, list] = {}
@@ -343,7 +345,7 @@ class Engine:
                 self._slot_tokens[st.seqs[0].seq_id].extend(toks)
                 if lg is None:
                     continue
-                self.prefix_cache.insert(st.prompt, st.seqs[0].seq_id)
+                saves.append((st.prompt, st.seqs[0].seq_id))
                 for sib in st.seqs[1:]:
                     self.backend.seq_cp(st.seqs[0].seq_id, sib.seq_id)
                     sib.n_past = st.prefill_pos
@@ -384,6 +386,11 @@ class Engine:
                 ]
             if events:
                 st.emit(events)
+        for slot, _, _ in tails:
+            self._release(slot)
+        for prompt, slot in saves:
+            if self._slot_tokens[slot][: len(prompt)] == prompt:  # still held (not aborted meanwhile)
+                self.prefix_cache.insert(prompt, slot)
         self.stats.generated_tokens += n_sampled
         self.stats.steps += 1
         self.stats.overhead_seconds += (time.perf_counter() - t0) - (self.backend.decode_seconds - dec0)
