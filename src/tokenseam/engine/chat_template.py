@@ -24,12 +24,12 @@ CHATML = (
 )
 
 _MARK = "\x00tokenseam-content-{}\x00"
-# The window around an answer's end that decides how much of it the text after it may re-tokenize.
-SEAM_TOKENS = 8
-SEAM_BYTES = 64
 _END = "\x00tokenseam-final-end\x00"  # marks where the final message's content ends (continue_final_message)
 # Template variables a request's chat_template_kwargs may not set: the ones the server renders with.
 RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+# The window around an answer's end that decides how much of it the text after it may re-tokenize.
+SEAM_TOKENS = 8
+SEAM_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -197,9 +197,9 @@ class ChatTemplate:
         to exactly the text before it (same tenant), and the text goes on with that answer's bytes, the
         answer's ids are used for those bytes. The text between is tokenized as usual, piece by piece, which
         is how every earlier turn's prompt was built too, so the ids repeat turn after turn. An answer the
-        client changed is used up to the last whole id before the first changed byte, then rolled back to
-        its stable point (token healing) and the rest re-tokenized; one followed by a special token (the
-        end of turn) is used whole."""
+        client changed is used up to the last whole id before the first changed byte; where text other than
+        a special token follows the ids used, they end before any token the text's own tokenization would
+        run across that seam (`_seam`)."""
         tb = text.encode("utf-8", "surrogatepass")
         ids: list[int] = []
         done = 0  # bytes of tb already turned into ids
