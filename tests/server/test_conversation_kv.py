@@ -6,6 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from tokenseam.engine.turn_memory import make_answer
+
 from .sse import stream_events
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
@@ -223,3 +225,17 @@ def test_metrics_export_the_turn_memory_and_resident_slots(smollm2_server):
     assert values["tokenseam_turn_memory_bytes"] <= values["tokenseam_turn_memory_budget_bytes"]
     assert "tokenseam_turn_memory_hits_total" in values and "tokenseam_prefix_resident_hits_total" in values
     assert values["tokenseam_prefix_resident_tokens"] >= 0
+
+
+def test_a_long_hostile_history_is_handled_in_one_pass(smollm2_server):
+    """Thousands of assistant messages (found, or missing from the rendered text): the prompt is keyed and
+    scanned in one pass, and its ids are still the rendered text."""
+    st = smollm2_server.state
+    st.turns.put(st.turns.key("", b"warm"), make_answer([300], st.vocab.token_bytes, st.vocab.is_special))
+    msgs = []
+    for i in range(3000):
+        msgs += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"answer {i}"}]
+    msgs.append({"role": "user", "content": "last"})
+    enc = st.chat.encode_prompt(msgs, memory=st.turns)
+    assert st.vocab.decode_bytes(enc.ids) == st.vocab.decode_bytes(st.chat.encode(msgs))
+    assert enc.spliced == []

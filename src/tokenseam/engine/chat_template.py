@@ -30,6 +30,9 @@ RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token",
 # The window around an answer's end that decides how much of it the text after it may re-tokenize.
 SEAM_TOKENS = 8
 SEAM_BYTES = 64
+# Assistant contents a prompt may hold that its rendered text does not show (a template that rewrites them):
+# past this many, the rest of the prompt is tokenized as usual (each one costs a scan of the text).
+MAX_UNFOUND = 8
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,8 @@ class ChatTemplate:
         reused: list[SplicedAnswer] = []
         char_at, byte_at = 0, 0  # a char offset and its byte offset, to convert find()'s results cheaply
         search = 0
+        h, hashed = memory.hasher(tenant), 0  # the key of tb[:byte_at], fed once over the text
+        misses = 0  # contents not found in the text: each costs a scan to its end, so they are bounded
         for m in messages:
             content = m.get("content")
             if m.get("role") != "assistant" or not isinstance(content, str) or not content:
@@ -214,12 +219,17 @@ class ChatTemplate:
             if s < 0:
                 s = text.find(content.strip(), search) if content.strip() else -1
                 if s < 0:
+                    misses += 1
+                    if misses > MAX_UNFOUND:
+                        break
                     continue
                 content = content.strip()
             search = s + len(content)
             byte_at += len(text[char_at:s].encode("utf-8", "surrogatepass"))
             char_at = s
-            got = self._reuse(tb, done, byte_at, memory.get(memory.key(tenant, tb[:byte_at])))
+            h.update(tb[hashed:byte_at])
+            hashed = byte_at
+            got = self._reuse(tb, done, byte_at, memory.get(h.copy().digest()))
             if got is None:
                 continue
             seg_ids, answer_ids, start, end, cut = got

@@ -83,10 +83,17 @@ class TurnMemory:
         return len(self._entries)
 
     @staticmethod
-    def key(tenant: str, prompt: bytes) -> bytes:
+    def hasher(tenant: str):
+        """A hash of the tenant that the prompt's bytes are fed to (`key`); copy() it to key several prefixes
+        of one text in one pass."""
         t = tenant.encode("utf-8", "surrogatepass")
         h = hashlib.blake2b(digest_size=20)
         h.update(len(t).to_bytes(4, "little") + t)  # length-prefixed: no tenant/prompt split collides
+        return h
+
+    @classmethod
+    def key(cls, tenant: str, prompt: bytes) -> bytes:
+        h = cls.hasher(tenant)
         h.update(prompt)
         return h.digest()
 
