@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -16,6 +17,7 @@ from tokenseam.bench.conversation import (
     summarize,
     tool_result,
     ttft_ratio,
+    warmup_conversations,
 )
 from tokenseam.cli import main
 
@@ -28,6 +30,16 @@ def test_the_workload_is_deterministic_and_seed_dependent():
     assert a != make_conversations(8, 6, seed=4)
     assert [c.id for c in a] == [c.id for c in make_conversations(8, 6, seed=4)]  # ids name kind and index
     assert len({c.seed for c in a}) == 8  # one request seed per conversation
+
+
+def test_warmup_conversations_are_their_own():
+    args = argparse.Namespace(warmup=2, kinds="chat,tools", seed=5)
+    w = warmup_conversations(args)
+    assert [c.kind for c in w] == ["chat", "tools"] * 2 and all(len(c.steps) == 2 for c in w)
+    assert all(c.id.startswith("warmup-") for c in w)
+    measured = make_conversations(4, 2, seed=5, kinds=("chat", "tools"))
+    assert [c.steps for c in w] != [c.steps for c in measured]
+    assert warmup_conversations(argparse.Namespace(warmup=0, kinds="chat", seed=0)) == []
 
 
 def test_every_kind_is_played_in_turn():
@@ -189,7 +201,9 @@ def test_bad_inputs_are_clear_errors(argv, says, tmp_path, capsys):
 def test_a_small_run_on_smollm2(tmp_path):
     out = tmp_path / "conv.json"
     argv = ["bench", "conversation", "--models", "smollm2", "--conversations", "2", "--turns", "3"]
-    assert main([*argv, "--kinds", "chat,tools", "--max-tokens", "48", "--out", str(out)]) == 0
+    assert (
+        main([*argv, "--kinds", "chat,tools", "--max-tokens", "48", "--warmup", "0", "--out", str(out)]) == 0
+    )
     res = json.loads(out.read_text())
     assert {"machine", "config", "target", "metric", "workload", "models"} <= set(res)
     assert [w["kind"] for w in res["workload"]] == ["chat", "tools"]

@@ -259,20 +259,21 @@ def _steps(kind: str, rng: random.Random, turns: int) -> tuple[Step, ...]:
 
 
 def make_conversations(
-    n: int, turns: int, seed: int = 0, kinds: tuple[str, ...] = KINDS
+    n: int, turns: int, seed: int = 0, kinds: tuple[str, ...] = KINDS, label: str = ""
 ) -> list[Conversation]:
-    """`n` conversations of `turns` turns, the kinds taken in turn; the same arguments give the same list."""
+    """`n` conversations of `turns` turns, the kinds taken in turn; the same arguments give the same list.
+    A `label` (e.g. "warmup-") starts the ids and draws other texts from the same seed."""
     if not kinds:
         raise ValueError("no conversation kinds")
     out = []
     for i in range(n):
         kind = kinds[i % len(kinds)]
-        rng = random.Random(f"tokenseam-conversation:{seed}:{i}")
+        rng = random.Random(f"tokenseam-conversation:{label}{seed}:{i}")
         out.append(
             Conversation(
-                id=f"{kind}-{i:03d}",
+                id=f"{label}{kind}-{i:03d}",
                 kind=kind,
-                seed=seed * 100_003 + i,
+                seed=seed * 10_000 + i,
                 system=rng.choice(SYSTEM_PROMPTS[kind]),
                 steps=_steps(kind, rng, turns),
                 tools=tuple(TOOLS) if kind == "tools" else (),
@@ -497,6 +498,8 @@ async def run_conversation(client, server: Server, conv: Conversation, args, cou
         }
         if step.tool_choice == "required":
             rec["call_forced"] = True
+            if not res.tool_calls:
+                rec["call_missing"] = True  # the next turn nudges instead of sending results
         if res.prefix_cache is not None:
             rec["prefix_cache"] = {
                 k: res.prefix_cache.get(k) for k in ("matched_tokens", "prompt_tokens", "cause")
@@ -630,7 +633,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="smollm2,gemma3", help="comma-separated model aliases or .gguf paths")
     p.add_argument(
         "--conversations",
-        type=int_in_range("--conversations", 1, 100_000),
+        type=int_in_range("--conversations", 1, 9_999),
         default=12,
         help="conversations per model and server, the kinds taken in turn (12)",
     )
@@ -651,7 +654,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--temperature", type=_float_in_range("--temperature", 0.0, 2.0), default=0.8, help="(0.8)"
     )
-    p.add_argument("--seed", type=int, default=0, help="workload seed; conversation i sends seed*100003+i")
+    p.add_argument(
+        "--seed",
+        type=int_in_range("--seed", 0, 99_999),
+        default=0,
+        help="workload seed (0); conversation i sends the request seed seed*10000+i",
+    )
     p.add_argument("--threads", type=int_in_range("--threads", 1, 512), default=2)
     p.add_argument(
         "--ctx",
@@ -664,6 +672,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int_in_range("--parallel", 1, 256),
         default=1,
         help="tokenseam's sequences (1; the client plays one conversation at a time)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int_in_range("--warmup", 0, 100),
+        default=1,
+        help="unrecorded 2-turn conversations of each kind played first on every server (1): one-time costs "
+        "such as compiling the tools' grammars stay out of the figures",
     )
     p.add_argument("--llama-server", default=None, help="path to a llama-server binary (the anchor)")
     p.add_argument(
@@ -734,6 +749,7 @@ def run(args: argparse.Namespace) -> int:
                 "threads",
                 "ctx",
                 "parallel",
+                "warmup",
                 "llama_parallel",
             )
         }
@@ -758,12 +774,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def warmup_conversations(args) -> list[Conversation]:
+    """`--warmup` 2-turn conversations of each kind, from a seed the measured ones do not use."""
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    return make_conversations(args.warmup * len(kinds), 2, args.seed, kinds, label="warmup-")
+
+
 def _play(server: Server, convs: list[Conversation], args, count_tokens, console) -> dict:
     import httpx
 
     async def go() -> list[dict]:
         done = []
         async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=30)) as c:
+            for conv in warmup_conversations(args):
+                await run_conversation(c, server, conv, args, count_tokens)
             for conv in convs:
                 done.append(await run_conversation(c, server, conv, args, count_tokens))
         return done
