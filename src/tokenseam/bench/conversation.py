@@ -822,7 +822,12 @@ def _bench_model(model: str, convs: list[Conversation], args, console) -> dict:
     def count_tokens(text: str) -> int:
         return len(tok.encode(text))
 
-    m: dict[str, Any] = {"gguf": Path(path).name, "servers": {}}
+    # Without a template in the GGUF both servers render ChatML (tokenseam's fallback, llama-server's default)
+    m: dict[str, Any] = {
+        "gguf": Path(path).name,
+        "chat_template": "gguf" if state.backend.chat_template else "none in the GGUF: ChatML",
+        "servers": {},
+    }
     bg = BackgroundServer(app).start()
     try:
         ts = Server("tokenseam", bg.url + "/v1/chat/completions", state.model_id, {"prefix_cache": True})
