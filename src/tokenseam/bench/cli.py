@@ -14,6 +14,10 @@ BENCHES = {
     ),
     "healing": ("tokenseam.bench.healing", "token healing cost and canonicality"),
     "prefix-cache": ("tokenseam.bench.prefix_cache", "prefix KV cache reuse and TTFT on a RAG workload"),
+    "conversation": (
+        "tokenseam.bench.conversation",
+        "multi-turn chats re-sent whole each turn: previous context reused and TTFT per turn",
+    ),
     "cache": ("tokenseam.bench.cache", "response cache fingerprint, hit latency and gateway load"),
     "gateway": (
         "tokenseam.bench.gateway",

@@ -118,7 +118,13 @@ class LlamaServer(ServerProcess):
     name = "llama-server"
 
     def __init__(
-        self, binary: str, model: str | Path, parallel: int, threads: int, ctx_per_slot: int
+        self,
+        binary: str,
+        model: str | Path,
+        parallel: int,
+        threads: int,
+        ctx_per_slot: int,
+        extra_args: list[str] | None = None,
     ) -> None:
         port = free_port()
         super().__init__(
@@ -136,6 +142,7 @@ class LlamaServer(ServerProcess):
                 str(port),
                 "--host",
                 "127.0.0.1",
+                *(extra_args or []),
             ],
             port,
         )

@@ -1,0 +1,236 @@
+"""`tokenseam bench conversation`: the workload, the reuse arithmetic, and one small run on SmolLM2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from tokenseam.bench.conversation import (
+    KINDS,
+    TARGET,
+    TOOLS,
+    Step,
+    make_conversations,
+    reuse_fraction,
+    summarize,
+    tool_result,
+    ttft_ratio,
+    warmup_conversations,
+)
+from tokenseam.cli import main
+
+# ------------------------------------------------------------------------------------------- the workload
+
+
+def test_the_workload_is_deterministic_and_seed_dependent():
+    a = make_conversations(8, 6, seed=3)
+    assert a == make_conversations(8, 6, seed=3)
+    assert a != make_conversations(8, 6, seed=4)
+    assert [c.id for c in a] == [c.id for c in make_conversations(8, 6, seed=4)]  # ids name kind and index
+    assert len({c.seed for c in a}) == 8  # one request seed per conversation
+
+
+def test_warmup_conversations_are_their_own():
+    args = argparse.Namespace(warmup=2, kinds="chat,tools", seed=5)
+    w = warmup_conversations(args)
+    assert [c.kind for c in w] == ["chat", "tools"] * 2 and all(len(c.steps) == 2 for c in w)
+    assert all(c.id.startswith("warmup-") for c in w)
+    measured = make_conversations(4, 2, seed=5, kinds=("chat", "tools"))
+    assert [c.steps for c in w] != [c.steps for c in measured]
+    assert warmup_conversations(argparse.Namespace(warmup=0, kinds="chat", seed=0)) == []
+
+
+def test_every_kind_is_played_in_turn():
+    convs = make_conversations(8, 4)
+    assert [c.kind for c in convs] == list(KINDS) * 2
+    assert {c.kind for c in make_conversations(3, 4, kinds=("korean",))} == {"korean"}
+    with pytest.raises(ValueError):
+        make_conversations(2, 4, kinds=())
+
+
+@pytest.mark.parametrize("turns", [2, 5, 12, 20])
+def test_steps_are_well_formed(turns):
+    for c in make_conversations(8, turns, seed=1):
+        assert len(c.steps) == turns and all(isinstance(s, Step) for s in c.steps)
+        first = c.first_messages()
+        assert first[0]["role"] == "system" and isinstance(first[0]["content"], str) and first[0]["content"]
+        if c.kind == "tools":
+            assert c.tools == tuple(TOOLS)
+            for t, s in enumerate(c.steps):
+                if t % 2 == 0:  # a question that forces a call
+                    assert s.tool_choice == "required" and s.user
+                else:  # the results go back, nothing new from the user
+                    assert s.tool_choice == "none" and s.user is None
+        else:
+            assert c.tools == ()
+            assert all(s.user and s.tool_choice is None for s in c.steps)
+
+
+def test_the_kinds_carry_what_they_are_for():
+    convs = make_conversations(40, 8, seed=0)
+    text = {k: "\n".join(s.user or "" for c in convs if c.kind == k for s in c.steps) for k in KINDS}
+    assert "```" in text["code"] and "\n    " in text["code"] and "\t" in text["code"]
+    assert any("\uac00" <= ch <= "\ud7a3" for ch in text["korean"])  # Hangul syllables
+    assert any(ord(ch) >= 0x1F300 for ch in text["korean"])  # emoji beyond the BMP
+    assert "\u200d" in text["korean"]  # a ZWJ sequence
+    for t in TOOLS:
+        assert set(t) == {"type", "function"} and t["type"] == "function"
+        assert t["function"]["parameters"]["type"] == "object"
+
+
+def test_tool_results_are_json_and_depend_only_on_the_call():
+    (c,) = [c for c in make_conversations(4, 4) if c.kind == "tools"]
+    args = '{"city":"Seoul"}'
+    r = tool_result(c, 1, 0, "get_weather", args)
+    assert r == tool_result(c, 1, 0, "get_weather", args)
+    assert json.loads(r)["city"] == "Seoul"
+    assert json.loads(tool_result(c, 1, 0, "convert_currency", '{"amount":2,"from_currency":"EUR"}'))
+    assert json.loads(tool_result(c, 1, 0, "search_notes", "not json"))["query"] == ""
+    assert "error" in json.loads(tool_result(c, 1, 0, "nope", "{}"))
+
+
+# ------------------------------------------------------------------------------------- the reuse arithmetic
+
+
+def test_reuse_fraction():
+    assert reuse_fraction(None, 100) is None
+    assert reuse_fraction(50, None) is None  # turn 1
+    assert reuse_fraction(99, 100) == pytest.approx(0.99)
+    assert reuse_fraction(130, 100) == 1.0  # never more than the previous context
+
+
+def _rec(turn, prompt, completion, cached, prev, ttft, cause=None):
+    r = {
+        "turn": turn,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "cached_tokens": cached,
+        "previous_context": prev,
+        "reuse": reuse_fraction(cached, prev),
+        "ttft_s": ttft,
+    }
+    if cause:
+        r["prefix_cache_cause"] = cause
+    return r
+
+
+def test_summary_from_constructed_turns():
+    a = {
+        "id": "chat-000",
+        "kind": "chat",
+        "turns": [
+            _rec(1, 100, 50, 0, None, 1.0),
+            _rec(2, 200, 40, 150, 150, 0.1),  # all of it
+            _rec(3, 300, 30, 216, 240, 0.3, cause="retokenized"),  # 0.9
+        ],
+    }
+    b = {
+        "id": "code-001",
+        "kind": "code",
+        "turns": [
+            _rec(1, 80, 20, 16, None, 2.0),
+            _rec(2, 150, 10, 99, 100, 0.2),  # 0.99
+            {**_rec(3, 190, 30, 160, 160, 9.0), "call_forced": True},  # reuse counts, its TTFT does not
+        ],
+        "stopped": {"turn": 4, "reason": "context"},
+    }
+    s = summarize([a, b])
+    t1, t2, t3 = s["turns"]["1"], s["turns"]["2"], s["turns"]["3"]
+    assert t1["turns"] == 2 and t1["n"] == 0 and t1["reuse_median"] is None
+    assert t1["ttft_median_s"] == pytest.approx(1.5) and t1["ttft_p90_s"] == 2.0
+    assert t2["n"] == 2 and t2["reuse_median"] == pytest.approx(0.995) and t2["reuse_min"] == 0.99
+    assert t2["share_at_target"] == 0.5
+    assert t3["n"] == 2 and t3["reuse_min"] == pytest.approx(0.9) and t3["share_at_target"] == 0.5
+    assert t3["turns"] == 2 and t3["ttft_n"] == 1 and t3["ttft_median_s"] == 0.3
+    o = s["overall"]
+    assert o["n"] == 4 and o["reuse_median"] == pytest.approx(0.995) and o["reuse_min"] == pytest.approx(0.9)
+    assert o["share_at_target"] == 0.5 and o["target_met"] is False
+    assert s["by_kind"]["code"] == {"n": 2, "reuse_median": 0.995, "reuse_min": 0.99, "share_at_target": 0.5}
+    assert [(x["conversation"], x["turn"], x["cause"]) for x in s["below_target"]] == [
+        ("chat-000", 3, "retokenized"),
+        ("code-001", 2, None),
+    ]
+    assert s["stopped_early"] == [{"conversation": "code-001", "turn": 4, "reason": "context"}]
+    assert s["target"] == TARGET
+
+    whole = summarize([{**a, "turns": a["turns"][:2]}])
+    assert whole["overall"]["target_met"] is True and whole["below_target"] == []
+
+    anchor = summarize([{"id": "x", "kind": "chat", "turns": [_rec(1, 1, 1, 0, None, 0.5)]}])
+    assert ttft_ratio(s, anchor) == {"1": pytest.approx(3.0), "2": None, "3": None}
+    assert ttft_ratio(anchor, s) == {"1": pytest.approx(1 / 3)}
+
+
+# ----------------------------------------------------------------------------------------------- the CLI
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--turns", "0"], "--turns must be between"),
+        (["--conversations", "0"], "--conversations must be between"),
+        (["--temperature", "hot"], "--temperature must be a number"),
+    ],
+)
+def test_bad_counts_are_refused(argv, says, tmp_path, capsys):
+    with pytest.raises(SystemExit) as ei:
+        main(["bench", "conversation", *argv, "--out", str(tmp_path / "x.json")])
+    assert ei.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--models", "no-such-model"], "--models: no model 'no-such-model'"),
+        (["--kinds", "chat,poetry"], "unknown kind(s) poetry"),
+        (["--llama-server", "/nonexistent/llama-server"], "is not an executable file"),
+        (["--llama-parallel", "1,x"], "--llama-parallel"),
+    ],
+)
+def test_bad_inputs_are_clear_errors(argv, says, tmp_path, capsys):
+    out = tmp_path / "x.json"
+    assert main(["bench", "conversation", "--models", "smollm2", *argv, "--out", str(out)]) == 2
+    assert says in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_a_small_run_on_smollm2(tmp_path):
+    out = tmp_path / "conv.json"
+    argv = ["bench", "conversation", "--models", "smollm2", "--conversations", "2", "--turns", "3"]
+    assert (
+        main([*argv, "--kinds", "chat,tools", "--max-tokens", "48", "--warmup", "0", "--out", str(out)]) == 0
+    )
+    res = json.loads(out.read_text())
+    assert {"machine", "config", "target", "metric", "workload", "models"} <= set(res)
+    assert [w["kind"] for w in res["workload"]] == ["chat", "tools"]
+    m = res["models"]["smollm2"]
+    assert set(m["servers"]) == {"tokenseam"}  # no llama-server given
+    s = m["servers"]["tokenseam"]
+    assert [c["id"] for c in s["conversations"]] == ["chat-000", "tools-001"]
+    for conv in s["conversations"]:
+        assert "stopped" not in conv, conv.get("stopped")
+        assert [t["turn"] for t in conv["turns"]] == [1, 2, 3]
+        for t in conv["turns"]:
+            assert t["prompt_tokens"] > 0 and 0 < t["completion_tokens"] <= 48
+            assert 0 <= t["cached_tokens"] <= t["prompt_tokens"] and t["cached_source"] == "usage"
+            if t["turn"] == 1:
+                assert t["reuse"] is None and t["previous_context"] is None
+            else:
+                assert 0 <= t["reuse"] <= 1
+                prev = conv["turns"][t["turn"] - 2]
+                assert t["previous_context"] == prev["prompt_tokens"] + prev["completion_tokens"]
+                assert t["prompt_tokens"] > t["previous_context"]  # the history came back, and more
+    call, answer, _ = s["conversations"][1]["turns"]
+    assert call["call_forced"] and answer.get("call_forced") is None
+    if call["finish_reason"] == "tool_calls":  # the forced call fitted in max_tokens: one call
+        assert call["tool_calls"] == 1
+    else:
+        assert call["finish_reason"] == "length" and call["completion_tokens"] == 48
+    summary = s["summary"]
+    assert set(summary["turns"]) == {"1", "2", "3"} and summary["overall"]["n"] == 4
+    assert 0 <= summary["overall"]["reuse_min"] <= summary["overall"]["reuse_median"] <= 1
+    assert out.with_suffix(".png").stat().st_size > 0
