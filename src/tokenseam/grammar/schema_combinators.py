@@ -4,7 +4,7 @@ refused when that cannot be done exactly)."""
 from __future__ import annotations
 
 from .errors import GrammarError
-from .schema_keywords import ANNOTATIONS, SUPPORTED, TYPES, UNSUPPORTED, json_equal, json_type
+from .schema_keywords import ANNOTATIONS, SUPPORTED, TYPES, UNSUPPORTED, json_equal, json_type, spelled
 from .schema_negation import CONDITIONAL
 
 MAX_COMBOS = 64  # branches an allOf of two anyOf lists may make
@@ -180,6 +180,10 @@ class Combinators:
                     continue
                 ri, rj = resolved[i], resolved[j]
                 req_j = rj.get("required", []) if isinstance(rj, dict) else []
+                if isinstance(ri, dict) and ("enum" in ri or "const" in ri):
+                    # Finitely many values: the validator drops those branch j accepts (an enum beside `not`).
+                    extra.append({"not": subs[j][0] if raw is None else raw[j]})
+                    continue
                 neg = self.negate(rj if raw is None else raw[j], subs[j][1])
                 if neg is not None:
                     extra.append(neg)  # branch i and not branch j: exact
@@ -248,7 +252,7 @@ class Combinators:
         for x, y in ((a, b), (b, a)):
             if "const" in x or "enum" in x:
                 vals = [x["const"]] if "const" in x else list(x.get("enum") or [])
-                if not self.valid_values(vals, y, "a oneOf branch"):
+                if not self.valid_values(spelled(vals), y, "a oneOf branch"):
                     return True
         if inter == {"object"}:
             pa, pb = a.get("properties", {}), b.get("properties", {})

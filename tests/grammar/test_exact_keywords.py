@@ -1,0 +1,203 @@
+"""Keywords made exact after the first rounds of issue 21: each one checked against `jsonschema` over generated
+instances, valid and invalid, through the real compiled automaton; what stays inexact is a GrammarError."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import pytest
+
+from tokenseam.grammar import GrammarError
+from tokenseam.grammar.json_schema import _Compiler
+
+from .conftest import accepts_text
+
+KEYS = ["a", "b", "foo", "bar"]
+WORDS = ["", "a", "x", "ab", "foo", "bar", "é", "a1"]
+
+
+def _value(rng: random.Random, depth: int = 0):
+    k = rng.randrange(8 if depth < 3 else 5)
+    if k == 0:
+        return None
+    if k == 1:
+        return rng.random() < 0.5
+    if k == 2:
+        return rng.choice([0, 1, 2, 3, -1, 6, 100, 1.5, 2.5, -0.5, 0.25, 1e-05, 3.0])
+    if k in (3, 4):
+        return rng.choice(WORDS)
+    if k in (5, 6):
+        return [_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {key: _value(rng, depth + 1) for key in rng.sample(KEYS, rng.randrange(4))}
+
+
+def instances(schema, n: int = 300, seed: int = 1) -> list:
+    """Random JSON values of every type, the schema's own enum/const values, and values built from them."""
+    rng = random.Random(seed)
+    out = [_value(rng) for _ in range(n)]
+    found: list = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k in ("enum", "const"):
+                    found.extend(v if k == "enum" else [v])
+                else:
+                    walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(schema)
+    out += found
+    out += [[v] for v in found] + [[v, v] for v in found] + [found[:3], found[::-1][:3]]
+    return out
+
+
+def spellings(v) -> list[str]:
+    texts = [json.dumps(v), json.dumps(v, separators=(",", ":"))]
+    if isinstance(v, float) and v.is_integer():
+        texts.append(str(int(v)))  # the int spelling parses to another Python type
+    return texts
+
+
+def agree(compiler, schema, values, cls=jsonschema.Draft202012Validator, order="any"):
+    g = compiler.compile_json_schema(schema, property_order=order)
+    validator = cls(schema)
+    valid = 0
+    for v in values:
+        for text in spellings(v):
+            want = validator.is_valid(json.loads(text))
+            assert accepts_text(g, text) == want, (schema, text, want)
+            valid += want
+    return valid
+
+
+# -- enum/const beside keywords the validator decides -------------------------------------------------------
+DECIDED = [
+    {
+        "allOf": [
+            {"enum": [{"foo": 1}, {"foo": 1, "bar": True}]},
+            {"not": {"additionalProperties": {"type": "boolean"}}},
+        ]
+    },
+    {
+        "allOf": [
+            {"enum": [[[[1], [2]], [[3]]], [[["x"]]]]},
+            {"not": {"items": {"items": {"items": {"type": "number"}}}}},
+        ]
+    },
+    {
+        "enum": [{"bar": 2, "foo": "baz"}, {"bar": 2}, {"foo": "qux"}, 3],
+        "not": {
+            "oneOf": [
+                {"properties": {"bar": {"type": "integer"}}, "required": ["bar"]},
+                {"properties": {"foo": {"type": "string"}}, "required": ["foo"]},
+            ]
+        },
+    },
+    {"allOf": [{"enum": [3, 1, 1.5, "a"]}, {"not": {"oneOf": [{"type": "integer"}, {"minimum": 2}]}}]},
+    {
+        "enum": [{"a": "bar"}, {"a": 3}, {"aaa": 30}, {"b": 1}],
+        "not": {"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 20}}},
+    },
+    {"allOf": [{"enum": [True, 1, 1.0, 2.5, None]}, {"not": {"type": "integer"}}]},
+    {"enum": [[1, 2], [1, 1], ["a", "a"], []], "uniqueItems": True},
+    {"enum": [[1, 2], [3], ["a"], []], "contains": {"type": "integer"}},
+    {
+        "enum": ["a", "ab", "x", 3],
+        "if": {"minLength": 2},
+        "then": {"pattern": "b"},
+        "else": {"type": "string"},
+    },
+    # a oneOf whose branches are enums: each keeps the values the others lack
+    {"oneOf": [{"enum": [[1], [3, 4], [5]]}, {"enum": [[1], [1, 2]]}, {"enum": [[5], [6]]}]},
+]
+
+
+@pytest.mark.parametrize("schema", DECIDED, ids=lambda s: json.dumps(s)[:70])
+def test_an_enum_beside_what_the_validator_decides_agrees_with_jsonschema(compiler, schema):
+    assert agree(compiler, schema, instances(schema)) > 0
+
+
+def test_an_enum_value_is_checked_in_both_regex_readings(compiler):
+    # Python's \w takes é, ECMA-262's does not: a value one reading rejects is not written.
+    g = compiler.compile_json_schema({"enum": ["é", "a"], "pattern": "^\\w$"})
+    assert accepts_text(g, '"a"') and not accepts_text(g, '"é"')
+    schema = {"enum": [{"é": 1}, {"a": 1}], "not": {"patternProperties": {"^\\w$": {"type": "string"}}}}
+    g = compiler.compile_json_schema(schema)
+    # the key é is matched in Python's reading only: `not` holds for a Python validator, fails for an ECMA one
+    assert accepts_text(g, '{"a": 1}') and not accepts_text(g, '{"é": 1}')
+
+
+def test_an_enum_under_two_merged_patterns_is_checked_against_both(compiler):
+    g = compiler.compile_json_schema(
+        {"allOf": [{"pattern": "a"}, {"pattern": "b"}], "enum": ["ab", "a", "b"]}
+    )
+    assert accepts_text(g, '"ab"') and not accepts_text(g, '"a"') and not accepts_text(g, '"b"')
+
+
+def test_integral_enum_values_are_spelled_as_what_the_draft_accepts(compiler):
+    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "enum": [3.0, 4], "type": "integer"}
+    g = compiler.compile_json_schema(draft4)
+    # in draft 4 an integer has no fraction: 3.0 and 4.0 are not integers, 3 and 4 are
+    assert [accepts_text(g, t) for t in ("3", "3.0", "4", "4.0")] == [True, False, True, False]
+    assert agree(compiler, draft4, [3, 3.0, 4, 4.0, 5], cls=jsonschema.Draft4Validator) > 0
+    g = compiler.compile_json_schema({"enum": [3.0, 4], "type": "integer"})
+    assert all(accepts_text(g, t) for t in ("3", "3.0", "4", "4.0"))
+
+
+def test_without_schema_the_validator_reads_dependencies_as_the_compiler_does(compiler):
+    schema = {"enum": [{"a": 1}, {"a": 1, "b": 2}, {"b": 3}], "not": {"dependencies": {"a": ["b"]}}}
+    g = compiler.compile_json_schema(schema, property_order="any")
+    assert accepts_text(g, '{"a": 1}')
+    assert not accepts_text(g, '{"a": 1, "b": 2}') and not accepts_text(g, '{"b": 3}')
+    newer = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    with pytest.raises(GrammarError, match="accepts no"):  # `dependencies` asserts nothing in 2020-12
+        compiler.compile_json_schema(newer)
+
+
+def test_the_validator_reads_the_compilers_own_keywords():
+    root = {"enum": ["x"]}
+    v = _Compiler(root, False, False, False, 40).validator()
+    schema = {
+        "properties": {
+            "s": {"_not_strings": ["x"]},
+            "p": {"_not_pattern": ["^.+$"]},
+            "n": {"type": ["__none__"]},
+        }
+    }
+    vals = [{"s": "y"}, {"s": "x"}, {"p": ""}, {"p": "a\r"}, {"p": "a"}, {"n": 1}, {}]
+    assert v.accepted(vals, schema) == [{"s": "y"}, {"p": ""}, {}]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {
+            "enum": ["a@b.co", "x"],
+            "not": {"format": "email"},
+        },  # format: asserted by the compiler, not the validator
+        {"enum": [0.07, 0.5], "not": {"multipleOf": 0.01}},  # 0.07 / 0.01 is 7.000000000000001 in floats
+        {"enum": [1, 2], "not": {"$ref": "#/$defs/f"}, "$defs": {"f": {"format": "date"}}},
+    ],
+    ids=lambda s: json.dumps(s)[:60],
+)
+def test_an_enum_beside_what_validators_read_apart_stays_refused(compiler, schema):
+    with pytest.raises(GrammarError, match="not"):
+        compiler.compile_json_schema(schema)
+
+
+def test_a_huge_enum_beside_not_stays_within_the_limits(compiler):
+    vals = [{"k": i, "s": "v" * (i % 7)} for i in range(2000)]
+    g = compiler.compile_json_schema({"enum": vals, "not": {"properties": {"k": {"multipleOf": 2}}}})
+    assert accepts_text(g, json.dumps({"k": 1, "s": "v"})) and not accepts_text(g, json.dumps(vals[0]))
+    with pytest.raises(GrammarError, match="more than 2000 values"):
+        compiler.compile_json_schema({"enum": [*vals, 1], "not": {"const": 1}})
+    deep: object = 1
+    for _ in range(40):
+        deep = [deep]
+    g = compiler.compile_json_schema({"enum": [deep, [1]], "not": {"items": {"type": "integer"}}})
+    assert accepts_text(g, json.dumps(deep)) and not accepts_text(g, "[1]")
