@@ -27,7 +27,7 @@ from .ir import (
     seq,
     star,
 )
-from .schema_combinators import Combinators
+from .schema_combinators import Combinators, finite_keys
 from .schema_containers import ContainerLowering
 from .schema_keywords import ANNOTATIONS, TYPES, UNSUPPORTED, json_equal, spelled
 from .schema_negation import CONDITIONAL, Negation
@@ -348,7 +348,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 if isinstance(vals, list) and vals and all(isinstance(v, str) for v in vals):
                     excl = list(rest.get("_not_strings", [])) + vals
                     return self.compile({**rest, "_not_strings": excl}, ptr)
-        positive = self.negate(n, f"{ptr}/not")
+        positive = self.negate(n, f"{ptr}/not", keys=finite_keys(rest))
         if positive is not None:
             return self.compile({"allOf": [rest, positive]} if rest else positive, ptr)
         self.unsupported(

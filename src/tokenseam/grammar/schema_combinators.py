@@ -184,7 +184,7 @@ class Combinators:
                     # Finitely many values: the validator drops those branch j accepts (an enum beside `not`).
                     extra.append({"not": subs[j][0] if raw is None else raw[j]})
                     continue
-                neg = self.negate(rj if raw is None else raw[j], subs[j][1])
+                neg = self.negate(rj if raw is None else raw[j], subs[j][1], keys=finite_keys(ri))
                 if neg is not None:
                     extra.append(neg)  # branch i and not branch j: exact
                 elif (
@@ -263,7 +263,27 @@ class Combinators:
                     if self.disjoint(sa, sb, depth + 1):
                         return True
             for x, rx in ((a, rb), (b, ra)):
-                if x.get("additionalProperties", True) is False and "patternProperties" not in x:
-                    if any(n not in x.get("properties", {}) for n in rx):
-                        return True
+                # A property the other requires that x forbids: not declared, and no pattern of x matches it in
+                # either reading.
+                pprops = x.get("patternProperties", {})
+                if x.get("additionalProperties", True) is False and isinstance(pprops, dict):
+                    declared = x.get("properties", {})
+                    for n in rx:
+                        if n not in declared and not any(
+                            self.key_matches(p, "", n, r) for p in pprops for r in ("python", "ecma")
+                        ):
+                            return True
         return False
+
+
+def finite_keys(s) -> tuple[str, ...] | None:
+    """The only keys an object `s` accepts can have (`additionalProperties: false`, no `patternProperties`),
+    or None."""
+    if (
+        not isinstance(s, dict)
+        or s.get("additionalProperties", True) is not False
+        or s.get("patternProperties")
+    ):
+        return None
+    props = s.get("properties", {})
+    return tuple(props) if isinstance(props, dict) else None

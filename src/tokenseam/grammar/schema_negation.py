@@ -16,6 +16,7 @@ from .schema_keywords import ANNOTATIONS, TYPES, pointer_escape
 
 ALL_TYPES = set(TYPES)
 MAX_NEGATION_DEPTH = 8
+MAX_ONEOF_NEGATED = 6  # not oneOf takes every pair of branches
 # Keywords that constrain one type only, so every value of another type satisfies them and fails their
 # negation: keyword -> (its type, the keyword that states the complement, the bound's offset).
 _BOUNDS = {
@@ -44,8 +45,13 @@ def _other_types(t: str) -> dict:
 class Negation:
     """`negate` for the JSON Schema compiler (json_schema._Compiler): needs `deref`."""
 
-    def negate(self, s, ptr: str, depth: int = 0):
-        """A schema accepting exactly the values `s` rejects, or None when there is no exact one here."""
+    def negate(self, s, ptr: str, depth: int = 0, keys: tuple[str, ...] | None = None):
+        """A schema accepting exactly the values `s` rejects, or None when there is no exact one here.
+
+        `keys`: the only keys the objects the result will be intersected with can have (a schema with
+        `additionalProperties: false` and no `patternProperties`). Within those objects, `additionalProperties`
+        and `patternProperties` have an exact negation too: some key present whose value fails the schemas
+        that apply to it."""
         if depth > MAX_NEGATION_DEPTH:
             return None
         s = self.deref(s, ptr)
@@ -55,20 +61,20 @@ class Negation:
             return True
         if not isinstance(s, dict):
             return None
-        keys = [k for k in s if k not in ANNOTATIONS]
-        if not keys:
+        words = [k for k in s if k not in ANNOTATIONS]
+        if not words:
             return False
         parts = []
         done: set[str] = set()
-        for k in keys:
+        for k in words:
             if k in done:
                 continue
             if k in _OBJECT_GROUP:
                 done.update(_OBJECT_GROUP)
-                part = self._negate_properties(s, ptr, depth)
+                part = self._negate_properties(s, ptr, depth, keys)
             else:
                 done.add(k)
-                part = self._negate_keyword(k, s[k], ptr, depth)
+                part = self._negate_keyword(k, s[k], ptr, depth, keys)
             if part is None:
                 return None
             if part is not False:
@@ -77,7 +83,7 @@ class Negation:
             return False
         return parts[0] if len(parts) == 1 else {"anyOf": parts}
 
-    def _negate_keyword(self, k: str, v, ptr: str, depth: int):
+    def _negate_keyword(self, k: str, v, ptr: str, depth: int, keys: tuple[str, ...] | None = None):
         if k == "type":
             ts = [v] if isinstance(v, str) else v
             if not isinstance(ts, list) or not all(isinstance(t, str) for t in ts):
@@ -133,25 +139,38 @@ class Negation:
             if not v:
                 return False
             return {"type": "object", "anyOf": [{"properties": {x: False}} for x in v]}
-        if k == "anyOf" or k == "allOf":
+        if k == "anyOf" or k == "allOf" or k == "oneOf":
             if not isinstance(v, list) or not v:
                 return None
-            subs = [self.negate(b, f"{ptr}/{k}/{i}", depth + 1) for i, b in enumerate(v)]
-            if any(x is None for x in subs):
+            if k == "oneOf" and len(v) > MAX_ONEOF_NEGATED:
                 return None
-            return {"allOf" if k == "anyOf" else "anyOf": subs}
+            subs = []
+            for i, b in enumerate(v):
+                sub = self.negate(b, f"{ptr}/{k}/{i}", depth + 1, keys)
+                if sub is None:
+                    return None
+                subs.append(sub)
+            if k != "oneOf":
+                return {"allOf" if k == "anyOf" else "anyOf": subs}
+            # not oneOf: no branch holds, or two of them do.
+            pairs = [{"allOf": [v[i], v[j]]} for i in range(len(v)) for j in range(i + 1, len(v))]
+            return {"anyOf": [{"allOf": subs}, *pairs]}
         if k == "not":
             return v  # not not s = s
         return None
 
-    def _negate_properties(self, s: dict, ptr: str, depth: int):
-        """not {properties: P} = an object with some property k of P whose value fails P[k] (with pattern or
-        additional properties beside them, None)."""
-        if "patternProperties" in s or "additionalProperties" in s:
-            return None
-        props = s.get("properties")
+    def _negate_properties(self, s: dict, ptr: str, depth: int, keys: tuple[str, ...] | None = None):
+        """not {properties: P} = an object with some property k of P whose value fails P[k]. With pattern or
+        additional properties beside them: None, unless the objects can only have `keys`; then it is an object
+        with some key k of `keys` whose value fails what applies to k (P[k], the schemas of the patterns
+        matching k, or additionalProperties when neither does)."""
+        props = s.get("properties", {})
         if not isinstance(props, dict):
             return None
+        if "patternProperties" in s or "additionalProperties" in s:
+            if keys is None:
+                return None
+            return self._negate_members(s, props, ptr, depth, keys)
         branches = []
         for name, sub in props.items():
             neg = self.negate(sub, f"{ptr}/properties/{name}", depth + 1)
@@ -159,6 +178,41 @@ class Negation:
                 return None
             if neg is False:
                 continue  # a property no value fails
+            branches.append({"type": "object", "required": [name], "properties": {name: neg}})
+        if not branches:
+            return False
+        return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+    def _negate_members(self, s: dict, props: dict, ptr: str, depth: int, keys: tuple[str, ...]):
+        pprops = s.get("patternProperties", {})
+        if not isinstance(pprops, dict):
+            return None
+        addl = s.get("additionalProperties", True)
+        branches = []
+        for name in keys:
+            self.budget.tick()
+            sp = f"{ptr}/properties/{pointer_escape(name)}"
+            # What applies to the key for a validator reading the patterns as Python does, and as ECMA-262
+            # does: the value must fail both (each validator then rejects the object).
+            readings = []
+            for reading in ("python", "ecma"):
+                parts = [props[name]] if name in props else []
+                for p in pprops:
+                    if self.key_matches(p, ptr, name, reading):
+                        parts.append(pprops[p])
+                if not parts:
+                    parts.append(addl)
+                if parts not in readings:
+                    readings.append(parts)
+            negs = []
+            for parts in readings:
+                neg = self.negate(parts[0] if len(parts) == 1 else {"allOf": parts}, sp, depth + 1)
+                if neg is None:
+                    return None
+                negs.append(neg)
+            if False in negs:
+                continue  # a value no reading rejects
+            neg = negs[0] if len(negs) == 1 else {"allOf": negs}
             branches.append({"type": "object", "required": [name], "properties": {name: neg}})
         if not branches:
             return False
