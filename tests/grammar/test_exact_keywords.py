@@ -102,7 +102,9 @@ def spellings(v) -> list[str]:
     return texts
 
 
-def agree(compiler, schema, values, cls=jsonschema.Draft202012Validator, order="any"):
+def agree(compiler, schema, values, cls=jsonschema.Draft202012Validator, order="any") -> int:
+    """Assert the compiled grammar accepts exactly the spellings of `values` the validator accepts; return
+    how many of the values are valid (a test wants some of each)."""
     g = compiler.compile_json_schema(schema, property_order=order)
     validator = cls(schema)
     valid = 0
@@ -110,7 +112,7 @@ def agree(compiler, schema, values, cls=jsonschema.Draft202012Validator, order="
         for text in spellings(v):
             want = validator.is_valid(json.loads(text))
             assert accepts_text(g, text) == want, (schema, text, want)
-            valid += want
+        valid += validator.is_valid(v)
     return valid
 
 
@@ -329,3 +331,65 @@ def test_a_key_the_other_branch_forbids_makes_branches_disjoint(compiler):
         ]
     }
     assert agree(compiler, schema, instances(schema) + [{"size": 1}, {"ab": 1}, {"size": 1, "ab": 2}]) > 0
+
+
+# -- contains, and not items ------------------------------------------------------------------------------
+STR = {"type": "string"}
+CONTAINS = [
+    {"type": "array", "contains": STR},
+    {"type": "array", "contains": STR, "minItems": 3, "maxItems": 4},
+    {"type": "array", "contains": {"const": "a"}, "items": {"type": ["string", "null"]}, "minItems": 2},
+    {"type": "array", "prefixItems": [{"type": "number"}, STR], "contains": {"type": "number"}},
+    {"type": "array", "prefixItems": [True, True], "items": False, "contains": STR},
+    {"contains": {"type": "array", "contains": {"const": "x"}}},
+    {"contains": STR, "minContains": 0, "maxItems": 2},
+    {"not": {"items": STR}},
+    {"not": {"items": {"not": {"const": "a"}}}},  # some item is "a"
+    {"not": {"prefixItems": [STR, {"type": "null"}], "items": False}},
+    {"type": "array", "items": {"type": ["string", "boolean"]}, "not": {"items": {"type": "boolean"}}},
+    {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "not": {"items": [STR], "additionalItems": {"type": "boolean"}},
+    },
+    # branches that share the empty array: each takes "and some item is not of the other's kind"
+    {"oneOf": [{"type": "array", "items": STR}, {"type": "array", "items": {"type": "array", "items": STR}}]},
+    {"allOf": [{"contains": STR}, {"contains": STR, "maxItems": 3}]},
+]
+
+
+@pytest.mark.parametrize("schema", CONTAINS, ids=lambda s: json.dumps(s)[:70])
+def test_contains_and_not_items_agree_with_jsonschema(compiler, schema):
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    assert agree(compiler, schema, instances(schema, 400), cls=cls) > 0
+
+
+def test_contains_is_no_keyword_in_draft_4(compiler):
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "array", "contains": STR}
+    assert agree(compiler, schema, [[], [1], ["a"]], cls=jsonschema.Draft4Validator) == 3
+
+
+@pytest.mark.parametrize(
+    "schema,match",
+    [
+        ({"type": "array", "contains": STR, "maxContains": 2}, "'maxContains'"),
+        ({"type": "array", "contains": STR, "minContains": 2}, "'minContains' above 1"),
+        ({"allOf": [{"contains": STR}, {"contains": {"type": "null"}}]}, "'contains' twice"),
+        ({"type": "array", "contains": STR, "maxItems": 1000}, "more than 64 positions"),
+        ({"type": "array", "contains": STR, "minItems": 10**9}, "more than 64 positions"),
+        ({"type": "array", "prefixItems": [True] * 100, "contains": STR}, "more than 64 positions"),
+    ],
+)
+def test_contains_beyond_what_is_built_exactly_is_refused(compiler, schema, match):
+    with pytest.raises(GrammarError, match=match):
+        compiler.compile_json_schema(schema)
+
+
+def test_contains_deep_in_arrays_compiles_within_bounds(compiler):
+    schema: dict = {"const": "x"}
+    for _ in range(20):
+        schema = {"type": "array", "contains": schema, "maxItems": 3}
+    g = compiler.compile_json_schema(schema)
+    text = json.dumps("x")
+    for _ in range(20):
+        text = f"[1, {text}]"
+    assert accepts_text(g, text) and not accepts_text(g, text.replace('"x"', '"y"'))

@@ -222,6 +222,8 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             s = {k: v for k, v in s.items() if k not in self.not_in_draft}
         if ("enum" in s or "const" in s) and self.validator_decides(s):
             return self.enum(s, ptr)
+        if any(k in s for k in CONTAINS):
+            s = self.contains_keyword(s, ptr)
         for k in s:
             if k in UNSUPPORTED:
                 if k == "propertyNames":
@@ -317,6 +319,22 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         for t in tlist:
             parts.append(getattr(self, "t_" + t)(s, ptr))
         return alt(*parts)
+
+    def contains_keyword(self, s: dict, ptr: str) -> dict:
+        """`contains` (with `minContains` 1 or 0, no `maxContains`) as the `_contains` entry t_array builds:
+        some item, at any position, also satisfies its schema."""
+        out = {k: v for k, v in s.items() if k not in CONTAINS}
+        if "maxContains" in s:
+            self.unsupported("keyword 'maxContains'", ptr)
+        if "contains" not in s:
+            return out  # minContains / maxContains alone assert nothing
+        lo = s.get("minContains", 1)
+        if lo == 0:
+            return out
+        if lo != 1:
+            self.unsupported("keyword 'minContains' above 1", ptr)
+        out["_contains"] = [*s.get("_contains", []), [s["contains"], 0, None]]
+        return out
 
     def negation(self, s: dict, ptr: str) -> Node:
         """`not` in the forms that have an exact (or subset) positive rewrite; others are unsupported."""
@@ -457,6 +475,7 @@ DECIDED = (
     "unevaluatedProperties",
 )
 ENUM_DATA = ("enum", "const", "default", "examples", "example")
+CONTAINS = ("contains", "minContains", "maxContains")
 
 PROPERTY_ORDERS = ("schema", "any")
 # The drafts a root `$schema` can name, and the keywords that did not exist yet in each (a validator for that
@@ -470,8 +489,19 @@ _DRAFTS = (
     ("2020-12", 2020),
 )
 _NEWER = (
+    (6, ("contains",)),
     (7, ("if", "then", "else")),
-    (2019, ("dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems")),
+    (
+        2019,
+        (
+            "dependentRequired",
+            "dependentSchemas",
+            "unevaluatedProperties",
+            "unevaluatedItems",
+            "minContains",
+            "maxContains",
+        ),
+    ),
 )
 
 

@@ -51,6 +51,8 @@ class Combinators:
                 cur = self.conditionals(cur, p)
                 if not isinstance(cur, dict):
                     raise GrammarError(f"schema at {p} must be an object or boolean")
+            if any(k in cur for k in ("contains", "minContains", "maxContains")):
+                cur = self.contains_keyword(cur, p)
             if "allOf" in cur:
                 subs = cur["allOf"]
                 if not isinstance(subs, list):
@@ -109,7 +111,7 @@ class Combinators:
                 out[k] = props
             elif k in ("additionalProperties", "items", "additionalItems"):
                 out[k] = {"allOf": [u, v]}
-            elif k in ("_not_strings", "_not_pattern"):
+            elif k in ("_not_strings", "_not_pattern", "_contains"):
                 out[k] = list(u) + list(v)
             elif k == "not":
                 out[k] = {"anyOf": [u, v]}  # not u and not v = not (u or v)

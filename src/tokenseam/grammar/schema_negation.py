@@ -34,7 +34,19 @@ _NUMBER_BOUNDS = {
     "exclusiveMinimum": "maximum",
 }
 _OBJECT_GROUP = ("properties", "patternProperties", "additionalProperties")
+_ARRAY_GROUP = ("items", "prefixItems", "additionalItems")
 CONDITIONAL = ("if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies")
+
+
+def array_parts(s: dict) -> tuple[object, object, str]:
+    """An array schema's positional item schemas, the schema of the items past them, and the keyword naming
+    the former: `prefixItems` and `items` (2020-12), or `items` as a list and `additionalItems` (earlier)."""
+    items = s.get("items", True)
+    if "prefixItems" in s:
+        return s["prefixItems"], items, "prefixItems"
+    if isinstance(items, list):
+        return items, s.get("additionalItems", True), "items"
+    return [], items, "items"
 
 
 def _other_types(t: str) -> dict:
@@ -72,6 +84,9 @@ class Negation:
             if k in _OBJECT_GROUP:
                 done.update(_OBJECT_GROUP)
                 part = self._negate_properties(s, ptr, depth, keys)
+            elif k in _ARRAY_GROUP:
+                done.update(_ARRAY_GROUP)
+                part = self._negate_items(s, ptr, depth)
             else:
                 done.add(k)
                 part = self._negate_keyword(k, s[k], ptr, depth, keys)
@@ -179,6 +194,29 @@ class Negation:
             if neg is False:
                 continue  # a property no value fails
             branches.append({"type": "object", "required": [name], "properties": {name: neg}})
+        if not branches:
+            return False
+        return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+    def _negate_items(self, s: dict, ptr: str, depth: int):
+        """not {prefixItems: P, items: I} (or draft-07's items: P, additionalItems: I) = an array with an item
+        at some position i < len(P) failing P[i], or at a position past P failing I: `_contains` entries
+        [schema, first position, position past the last (None: no end)], read as t_array reads them."""
+        prefix, rest, where = array_parts(s)
+        if not isinstance(prefix, list):
+            return None
+        branches = []
+        for i, sub in enumerate(prefix):
+            neg = self.negate(sub, f"{ptr}/{where}/{i}", depth + 1)
+            if neg is None:
+                return None
+            if neg is not False:
+                branches.append({"type": "array", "_contains": [[neg, i, i + 1]]})
+        neg = self.negate(rest, f"{ptr}/items", depth + 1)
+        if neg is None:
+            return None
+        if neg is not False:
+            branches.append({"type": "array", "_contains": [[neg, len(prefix), None]]})
         if not branches:
             return False
         return branches[0] if len(branches) == 1 else {"anyOf": branches}

@@ -73,7 +73,7 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 # Keywords whose value is data, never a schema (nothing inside is a keyword).
 _DATA = ("enum", "const", "default", "examples", "example")
 # Keys the compiler itself adds to merged schemas; a request may not supply them.
-RESERVED = ("_not_strings", "_not_pattern")
+RESERVED = ("_not_strings", "_not_pattern", "_contains")
 
 
 def _show(v) -> str:
@@ -278,6 +278,18 @@ def _regex_keywords(dialect: str) -> dict:
     }
 
 
+def _contains(validator, entries, instance, schema):
+    # [[schema, start, stop]]: some item at a position in [start, stop) satisfies the schema.
+    from jsonschema.exceptions import ValidationError
+
+    if not isinstance(instance, list):
+        return
+    for sub, start, stop in entries:
+        check = validator.evolve(schema=sub)
+        if not any(check.is_valid(x) for x in instance[start:stop]):
+            yield ValidationError(f"no item from position {start} satisfies {sub!r}")
+
+
 def _not_strings(validator, words, instance, schema):
     from jsonschema.exceptions import ValidationError
 
@@ -313,6 +325,7 @@ def _validator_class(
         if name in kws or name.startswith("_"):
             kws[name] = fn
     kws["_not_strings"] = _not_strings
+    kws["_contains"] = _contains
     if dependencies and "dependencies" not in kws:
         kws["dependencies"] = jsonschema.Draft7Validator.VALIDATORS["dependencies"]
     if "unevaluatedProperties" in kws and has_pattern_properties:
