@@ -283,6 +283,12 @@ CLOSED = [
         "not": {"patternProperties": {"o": {"type": "string"}}, "additionalProperties": {"maximum": 2}},
     },
     {"not": {"oneOf": [{"type": "string"}, {"maxLength": 2}, {"type": "array", "maxItems": 1}]}},
+    {
+        "oneOf": [
+            {"type": "object", "properties": {"root": {"type": "integer"}}, "additionalProperties": False},
+            {"type": "object", "properties": {"root": {}, "boot": {}}, "additionalProperties": False},
+        ]
+    },
     {"oneOf": [{"type": "object", "required": ["a"]}, {"oneOf": [{"required": ["b"]}, {"type": "string"}]}]},
 ]
 
@@ -393,3 +399,115 @@ def test_contains_deep_in_arrays_compiles_within_bounds(compiler):
     for _ in range(20):
         text = f"[1, {text}]"
     assert accepts_text(g, text) and not accepts_text(g, text.replace('"x"', '"y"'))
+
+
+# -- not {type: integer} over numbers ---------------------------------------------------------------------
+NUMBER_TEXTS = [
+    "0",
+    "-0",
+    "1",
+    "-7",
+    "1.0",
+    "-0.0",
+    "1.5",
+    "-2.25",
+    "3.75",
+    "0.001",
+    "1.50",
+    "1e-05",
+    "2.5e-07",
+    "1e2",
+    "1.5e+3",
+    "15e-1",
+    "100e-2",
+    "0.5E+0",
+    "1E-1",
+    "10e-1",
+    "1.0e-5",
+    "123456789.5",
+    "1e400",
+    "-1e-400",
+]
+
+
+def _number_agree(compiler, schema, cls, exact_spellings: bool):
+    """Every number spelling the grammar accepts is valid; a valid one is accepted when `exact_spellings`, or
+    when json.dumps writes it so (bounded numbers are written without exponent: that is not checked)."""
+    g = compiler.compile_json_schema(schema)
+    validator = cls(schema)
+    bounded = "maximum" in json.dumps(schema) or "minimum" in json.dumps(schema)
+    for text in NUMBER_TEXTS:
+        got, want = accepts_text(g, text), validator.is_valid(json.loads(text))
+        written = json.dumps(json.loads(text)) == text and not (bounded and "e" in text)
+        if got or exact_spellings or written:
+            assert got == want, (schema, text, want)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "number", "not": {"type": "integer"}},
+        {"not": {"type": "integer"}},
+        {"type": "number", "minimum": 1, "exclusiveMaximum": 3.75, "not": {"type": "integer"}},
+        {"oneOf": [{"type": "integer"}, {"type": "number", "maximum": 2}]},
+        {"type": "array", "items": {"type": ["number", "string"]}, "not": {"items": {"type": "integer"}}},
+    ],
+    ids=lambda s: json.dumps(s)[:70],
+)
+def test_non_integral_numbers_agree_with_jsonschema(compiler, schema):
+    # From draft 6 on, an integer is an integral value: json.dumps spellings are exact, others may be left out
+    # (never one whose value is an integer).
+    if schema.get("type") == "array":
+        assert agree(compiler, schema, instances(schema, 400) + [[1.5], [1, 2], [1, "a"], []]) > 0
+        return
+    _number_agree(compiler, schema, jsonschema.Draft202012Validator, exact_spellings=False)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "number", "minimum": -1, "maximum": 3.75, "not": {"type": "integer"}},
+        {"oneOf": [{"type": "integer"}, {"type": "string"}, {"type": "number"}, {"type": "null"}]},
+    ],
+    ids=lambda s: json.dumps(s)[:70],
+)
+def test_draft_4_non_integers_are_the_spellings_with_fraction_or_exponent(compiler, schema):
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", **schema}
+    bounded = "minimum" in schema
+    g = compiler.compile_json_schema(schema)
+    v = jsonschema.Draft4Validator(schema)
+    for text in NUMBER_TEXTS:
+        value = json.loads(text)
+        if value in (float("inf"), float("-inf")) or (
+            bounded and ("e" in text.lower() or text.startswith("-0"))
+        ):
+            continue  # bounded numbers are written without exponent, and zero without a sign
+        assert accepts_text(g, text) == v.is_valid(value), (schema, text)
+
+
+def test_non_integral_numbers_under_an_integer_multiple_are_empty(compiler):
+    with pytest.raises(GrammarError, match="accepts no"):
+        compiler.compile_json_schema({"type": "number", "multipleOf": 2, "not": {"type": "integer"}})
+    with pytest.raises(GrammarError, match="non-integer multipleOf.*0.07 is no multiple of 0.01"):
+        compiler.compile_json_schema({"type": "number", "multipleOf": 0.01})
+
+
+@pytest.mark.parametrize(
+    "schema,blocker",
+    [
+        (
+            {"type": "object", "properties": {"a": {"not": {"multipleOf": 3}}}},
+            "'multipleOf' at /properties/a/not",
+        ),
+        ({"not": {"properties": {"a": {"format": "email"}}}}, "'format' at /not/properties/a"),
+        (
+            {"oneOf": [{"type": "number"}, {"enum": [1, 2]}]},
+            "branch 1 has no exact negation: 'enum' at /oneOf/1",
+        ),
+    ],
+)
+def test_a_refused_negation_names_the_keyword_that_has_none(compiler, schema, blocker):
+    with pytest.raises(GrammarError) as info:
+        compiler.compile_json_schema(schema)
+    assert blocker in str(info.value)

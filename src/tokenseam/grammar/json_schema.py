@@ -353,7 +353,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 excl = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
                 cur = rest.get("type", list(TYPES))
                 cur = [cur] if isinstance(cur, str) else list(cur)
-                # "not integer" over "number" would need non-integral numbers only: not representable here.
+                # "not integer" over "number" (the non-integral numbers) is left to negate().
                 if excl is not None and not ("integer" in excl and "number" not in excl and "number" in cur):
                     keep = [x for x in cur if x not in excl and not (x == "integer" and "number" in excl)]
                     return self.compile({**rest, "type": keep or ["__none__"]}, ptr)
@@ -370,10 +370,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         if positive is not None:
             return self.compile({"allOf": [rest, positive]} if rest else positive, ptr)
         self.unsupported(
-            "keyword 'not' whose negation has no exact form here (an enum/const of numbers, arrays or "
-            "objects, format, multipleOf, items, patternProperties, additionalProperties, a non-integral "
-            "number)",
-            ptr,
+            f"keyword 'not' whose negation has no exact form here ({self.negation_blocker} has none)", ptr
         )
         return self.compile(rest, ptr)
 

@@ -199,7 +199,11 @@ class Combinators:
                 ):
                     extra.append({"anyOf": [{"properties": {k: False}} for k in req_j]})
                 else:
-                    self.unsupported(f"oneOf whose branches {min(i, j)} and {max(i, j)} may overlap", ptr)
+                    self.unsupported(
+                        f"oneOf whose branches {min(i, j)} and {max(i, j)} may overlap (branch {j} has no exact "
+                        f"negation: {self.negation_blocker} has none)",
+                        ptr,
+                    )
                     return subs
             out.append(({"allOf": [b, *extra]} if extra else b, bp))
         return out

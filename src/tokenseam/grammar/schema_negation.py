@@ -63,8 +63,13 @@ class Negation:
         `keys`: the only keys the objects the result will be intersected with can have (a schema with
         `additionalProperties: false` and no `patternProperties`). Within those objects, `additionalProperties`
         and `patternProperties` have an exact negation too: some key present whose value fails the schemas
-        that apply to it."""
+        that apply to it.
+
+        When it returns None, `negation_blocker` names the first keyword met without an exact negation."""
+        if depth == 0:
+            self.negation_blocker = None
         if depth > MAX_NEGATION_DEPTH:
+            self._blocked(f"a negation nested more than {MAX_NEGATION_DEPTH} deep at {ptr or '#'}")
             return None
         s = self.deref(s, ptr)
         if s is True:
@@ -72,6 +77,7 @@ class Negation:
         if s is False:
             return True
         if not isinstance(s, dict):
+            self._blocked(f"a schema that is no object at {ptr or '#'}")
             return None
         words = [k for k in s if k not in ANNOTATIONS]
         if not words:
@@ -91,6 +97,7 @@ class Negation:
                 done.add(k)
                 part = self._negate_keyword(k, s[k], ptr, depth, keys)
             if part is None:
+                self._blocked(f"{k!r} at {ptr or '#'}")
                 return None
             if part is not False:
                 parts.append(part)
@@ -98,15 +105,22 @@ class Negation:
             return False
         return parts[0] if len(parts) == 1 else {"anyOf": parts}
 
+    def _blocked(self, what: str) -> None:
+        if getattr(self, "negation_blocker", None) is None:
+            self.negation_blocker = what  # the innermost keyword, met first
+
     def _negate_keyword(self, k: str, v, ptr: str, depth: int, keys: tuple[str, ...] | None = None):
         if k == "type":
             ts = [v] if isinstance(v, str) else v
             if not isinstance(ts, list) or not all(isinstance(t, str) for t in ts):
                 return None
             names = set(ts)
-            if "integer" in names and "number" not in names:
-                return None  # the non-integral numbers: not a language the number automata spell here
             left = ALL_TYPES - names
+            if "integer" in names and "number" not in names:
+                # every other type, and the numbers that are not integers (t_number's `_not_integer`)
+                left.discard("number")
+                rest = [{"type": "number", "_not_integer": True}]
+                return {"anyOf": [{"type": sorted(left)}, *rest]} if left else rest[0]
             if not left:
                 return False
             return {"type": sorted(left)}

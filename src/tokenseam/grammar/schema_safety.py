@@ -73,7 +73,7 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 # Keywords whose value is data, never a schema (nothing inside is a keyword).
 _DATA = ("enum", "const", "default", "examples", "example")
 # Keys the compiler itself adds to merged schemas; a request may not supply them.
-RESERVED = ("_not_strings", "_not_pattern", "_contains")
+RESERVED = ("_not_strings", "_not_pattern", "_contains", "_not_integer")
 
 
 def _show(v) -> str:
@@ -290,6 +290,13 @@ def _contains(validator, entries, instance, schema):
             yield ValidationError(f"no item from position {start} satisfies {sub!r}")
 
 
+def _not_integer(validator, flag, instance, schema):
+    from jsonschema.exceptions import ValidationError
+
+    if flag and validator.is_type(instance, "integer"):
+        yield ValidationError(f"{instance!r} is an integer")
+
+
 def _not_strings(validator, words, instance, schema):
     from jsonschema.exceptions import ValidationError
 
@@ -326,6 +333,7 @@ def _validator_class(
             kws[name] = fn
     kws["_not_strings"] = _not_strings
     kws["_contains"] = _contains
+    kws["_not_integer"] = _not_integer
     if dependencies and "dependencies" not in kws:
         kws["dependencies"] = jsonschema.Draft7Validator.VALIDATORS["dependencies"]
     if "unevaluatedProperties" in kws and has_pattern_properties:
