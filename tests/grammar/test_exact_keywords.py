@@ -511,3 +511,89 @@ def test_a_refused_negation_names_the_keyword_that_has_none(compiler, schema, bl
     with pytest.raises(GrammarError) as info:
         compiler.compile_json_schema(schema)
     assert blocker in str(info.value)
+
+
+# -- uniqueItems ------------------------------------------------------------------------------------------
+UNIQUE = [
+    {"type": "array", "uniqueItems": True, "items": {"enum": ["a", "b", "foo", 1, 1.0, 2.5, True, None]}},
+    {
+        "type": "array",
+        "uniqueItems": True,
+        "items": {"type": "string", "enum": ["a", "x", "ab", 3]},
+        "minItems": 1,
+        "maxItems": 2,
+    },
+    {"type": "array", "uniqueItems": True, "items": {"type": ["boolean", "null"]}},
+    {"type": "array", "uniqueItems": True, "items": {"enum": [[1], [1.0], {"a": 1}, {"a": 1.0}, [2]]}},
+    {
+        "type": "array",
+        "uniqueItems": True,
+        "items": {"$ref": "#/$defs/e"},
+        "$defs": {"e": {"enum": ["a", "b"]}},
+    },
+    {"type": "array", "uniqueItems": True, "items": {"enum": ["a", "b", "x"], "not": {"const": "x"}}},
+    {
+        "type": "array",
+        "uniqueItems": True,
+        "prefixItems": [STR, {"type": "number"}, {"type": "null"}],
+        "items": False,
+    },
+    {"type": "array", "uniqueItems": True, "prefixItems": [STR], "items": {"type": "boolean"}, "maxItems": 2},
+    {"type": "array", "uniqueItems": True, "items": STR, "maxItems": 1},
+    {"type": ["array", "string"], "uniqueItems": True, "items": {"const": "a"}},
+    {"allOf": [{"uniqueItems": True}, {"uniqueItems": False, "items": {"type": "boolean"}}]},
+]
+
+
+@pytest.mark.parametrize("schema", UNIQUE, ids=lambda s: json.dumps(s)[:70])
+def test_unique_items_agree_with_jsonschema(compiler, schema):
+    for order in ("any", "schema"):
+        assert agree(compiler, schema, instances(schema, 400), order=order) > 0
+
+
+@pytest.mark.parametrize(
+    "schema,match",
+    [
+        ({"type": "array", "uniqueItems": True, "items": STR}, "'uniqueItems'"),
+        ({"type": "array", "uniqueItems": True}, "'uniqueItems'"),
+        (
+            {"type": "array", "uniqueItems": True, "items": {"enum": list(range(2000))}},
+            "over 2000 distinct values",
+        ),
+        (
+            {"type": "array", "uniqueItems": True, "items": {"enum": list(range(2001))}},
+            "more than 2000 values",
+        ),
+        (
+            {"type": "array", "uniqueItems": True, "items": {"enum": list(range(60))}, "maxItems": 40},
+            "over 60",
+        ),
+        ({"type": "array", "uniqueItems": True, "prefixItems": [STR, STR], "items": False}, "'uniqueItems'"),
+        ({"type": "array", "uniqueItems": True, "items": {"const": "a"}, "contains": STR}, "'uniqueItems'"),
+    ],
+)
+def test_unique_items_beyond_what_is_exact_is_refused(compiler, schema, match):
+    with pytest.raises(GrammarError, match=match):
+        compiler.compile_json_schema(schema)
+
+
+def test_unique_items_over_many_values_stays_small(compiler):
+    vals = [f"v{i}" for i in range(60)]
+    g = compiler.compile_json_schema({"type": "array", "uniqueItems": True, "items": {"enum": vals}})
+    assert accepts_text(g, json.dumps(vals[::-1]))
+    assert not accepts_text(g, json.dumps([*vals, "v3"]))
+    with pytest.raises(GrammarError, match="accepts no value"):
+        compiler.compile_json_schema(
+            {"type": "array", "uniqueItems": True, "items": {"enum": vals}, "minItems": 61}
+        )
+
+
+def test_json_key_tells_values_apart_as_json_equal_does():
+    from tokenseam.grammar.schema_keywords import json_equal, json_key
+
+    rng = random.Random(3)
+    edges = [1, 1.0, True, 0, False, 0.0, [1], [1.0], {"a": 1}, {"a": True}]
+    pool = [_value(rng) for _ in range(300)] + edges
+    for a in pool:
+        for b in pool[:80]:
+            assert (json_key(a) == json_key(b)) == json_equal(a, b), (a, b)

@@ -235,8 +235,6 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             return self.compile(self.conditionals(s, ptr), ptr)
         if "not" in s:
             return self.negation(s, ptr)
-        if s.get("uniqueItems") is True:
-            self.unsupported("keyword 'uniqueItems'", ptr)
         if "$ref" in s:
             ref = s["$ref"]
             rest = {k: v for k, v in s.items() if k not in ANNOTATIONS and k != "$ref"}

@@ -111,6 +111,8 @@ class Combinators:
                 out[k] = props
             elif k in ("additionalProperties", "items", "additionalItems"):
                 out[k] = {"allOf": [u, v]}
+            elif k == "uniqueItems" and isinstance(u, bool) and isinstance(v, bool):
+                out[k] = u or v  # false asserts nothing
             elif k in ("_not_strings", "_not_pattern", "_contains"):
                 out[k] = list(u) + list(v)
             elif k == "not":

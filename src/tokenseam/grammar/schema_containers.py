@@ -19,12 +19,13 @@ from .ir import (
     lit,
     seq,
 )
-from .schema_keywords import ANNOTATIONS, pointer_escape
+from .schema_keywords import ANNOTATIONS, json_equal, json_key, pointer_escape, spelled
 from .schema_negation import array_parts
 from .schema_safety import searcher
 
 NAME_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "enum", "const"}
-MAX_CONTAINS_UNROLL = 64  # positions of an array with `contains` built one by one
+MAX_CONTAINS_UNROLL = 64
+MAX_ENUM_VALUES = 2000  # as json_schema.MAX_ENUM  # positions of an array with `contains` built one by one
 
 
 class ContainerLowering:
@@ -48,6 +49,16 @@ class ContainerLowering:
         ws = self.ws
         empty = seq(lit("["), ws, lit("]"))
         contains = s.get("_contains")
+        if s.get("uniqueItems") is True and (mx is None or mx > 1):
+            unique = None if contains else self._unique_array(ptr, prefix, rest, rnode, mn, mx)
+            if unique is None:
+                self.unsupported(
+                    "keyword 'uniqueItems' (exact for at most one item, items of listed values, booleans or "
+                    f"null, up to {anyorder.MAX_VALUE_BITS} of them, and positions whose schemas share no value)",
+                    ptr,
+                )
+            elif unique is not True:
+                return unique
         if contains:
             return self._contains_array(s, ptr, contains, prefix, rest, pnodes, rnode, mn, mx)
 
@@ -154,6 +165,85 @@ class ContainerLowering:
         if can_meet(0):
             first.append(seq(item(0, True), after(1, True)))
         return seq(lit("["), self.ws, alt(*first), self.ws, lit("]"))
+
+    def _unique_array(self, ptr, prefix, rest, rnode, mn, mx):
+        """`uniqueItems` where it is exact: True when no two items can be equal anyway (the schemas of the
+        positions that can be filled share no value); for items drawn from finitely many values (an enum or
+        const, booleans, null), the array of distinct values in any order, as an any-order Members node (each
+        value at most once, grammar/anyorder.py); None otherwise."""
+        P = len(prefix)
+        many = rnode != NOTHING and (mx is None or mx > P + 1)
+        if not many:
+            positions = list(prefix) + ([rest] if rnode != NOTHING and (mx is None or mx > P) else [])
+            if mx is not None:
+                positions = positions[:mx]
+            resolved = [self._resolved(x, f"{ptr}/items") for x in positions]
+            if all(
+                self.disjoint(resolved[i], resolved[j], 0)
+                for i in range(len(resolved))
+                for j in range(i + 1, len(resolved))
+            ):
+                return True
+            return None
+        if P:
+            return None
+        groups = self.finite_values(rest, f"{ptr}/items")
+        if groups is None:
+            return None
+        if mn > len(groups):
+            return NOTHING
+        if not anyorder.fits(len(groups), mn, mx):
+            self.unsupported(
+                f"keyword 'uniqueItems' over {len(groups)} distinct values (the any-order set holds "
+                f"{anyorder.MAX_VALUE_BITS - (mx if mx is not None else mn).bit_length()})",
+                ptr,
+            )
+            return None
+        self.budget.spend(2 * len(groups))
+        items = tuple((alt(*[self.literal(v) for v in g]), False) for g in groups)
+        members = Members(items, None, self.sep, mn, mx, True)
+        return seq(lit("["), self.ws, members, self.ws, lit("]"))
+
+    def _resolved(self, s, ptr):
+        r = self.deref(s, ptr)
+        if isinstance(r, dict) and "allOf" in r:
+            r = self.merge_all(r, ptr)
+        return r
+
+    def finite_values(self, s, ptr) -> list[list] | None:
+        """The values schema `s` accepts, if it lists them (enum / const, with the keywords beside them
+        checked by the validator) or is booleans and null: one group per JSON value, holding the Python values
+        that spell it (`1` and `1.0`); None if there are endlessly many (or too many to list)."""
+        r = self._resolved(s, ptr)
+        if r is False:
+            return []
+        if not isinstance(r, dict):
+            return None
+        if "enum" in r or "const" in r:
+            vals = [r["const"]] if "const" in r else r["enum"]
+            if not isinstance(vals, list) or len(vals) > MAX_ENUM_VALUES:
+                return None
+            if "const" in r and "enum" in r:
+                vals = [v for v in vals if any(json_equal(v, e) for e in r["enum"])]
+            rest = {k: v for k, v in r.items() if k not in ("enum", "const") and k not in ANNOTATIONS}
+            forms = spelled(vals)
+            if rest:
+                forms = self.valid_values(forms, rest, ptr)
+        else:
+            t = r.get("type")
+            ts = [t] if isinstance(t, str) else t
+            if any(k not in ANNOTATIONS and k != "type" for k in r) or not isinstance(ts, list) or not ts:
+                return None
+            if not set(ts) <= {"boolean", "null"}:
+                return None
+            forms = ([True, False] if "boolean" in ts else []) + ([None] if "null" in ts else [])
+        groups: dict = {}
+        for v in forms:
+            self.budget.tick()
+            g = groups.setdefault(json_key(v), [])
+            if not any(type(x) is type(v) and json.dumps(x) == json.dumps(v) for x in g):
+                g.append(v)
+        return list(groups.values())
 
     def _as_rule(self, node):
         if node in (NOTHING, EMPTY) or isinstance(node, Ref):

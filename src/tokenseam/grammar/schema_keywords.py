@@ -103,6 +103,21 @@ def json_type(v) -> str:
     return "object"
 
 
+def json_key(v):
+    """A hashable key that two JSON values share exactly when `json_equal` says they are equal."""
+    if isinstance(v, bool):
+        return ("b", v)
+    if isinstance(v, int | float):
+        if isinstance(v, float) and v.is_integer():
+            return ("n", int(v))
+        return ("n", v)
+    if isinstance(v, list):
+        return ("l", tuple(json_key(x) for x in v))
+    if isinstance(v, dict):
+        return ("d", frozenset((k, json_key(x)) for k, x in v.items()))
+    return (type(v).__name__, v)
+
+
 def json_equal(a, b) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
