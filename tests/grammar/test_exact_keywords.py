@@ -190,14 +190,26 @@ def test_integral_enum_values_are_spelled_as_what_the_draft_accepts(compiler):
     assert all(accepts_text(g, t) for t in ("3", "3.0", "4", "4.0"))
 
 
-def test_without_schema_the_validator_reads_dependencies_as_the_compiler_does(compiler):
-    schema = {"enum": [{"a": 1}, {"a": 1, "b": 2}, {"b": 3}], "not": {"dependencies": {"a": ["b"]}}}
-    g = compiler.compile_json_schema(schema, property_order="any")
-    assert accepts_text(g, '{"a": 1}')
-    assert not accepts_text(g, '{"a": 1, "b": 2}') and not accepts_text(g, '{"b": 3}')
-    newer = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-    with pytest.raises(GrammarError, match="accepts no"):  # `dependencies` asserts nothing in 2020-12
-        compiler.compile_json_schema(newer)
+def test_without_schema_dependencies_holds_in_both_readings(compiler):
+    # Without $schema, `dependencies` asserts for a draft-07 reader and nothing for a 2020-12 one: a value must
+    # pass both, so it applies, and no value fails it for both.
+    vals = [{"a": 1}, {"a": 1, "b": 2}, {"b": 3}]
+    g = compiler.compile_json_schema({"enum": vals, "dependencies": {"a": ["b"]}}, property_order="any")
+    assert not accepts_text(g, '{"a": 1}') and accepts_text(g, '{"a": 1, "b": 2}')
+    for schema in (
+        {"enum": vals, "not": {"dependencies": {"a": ["b"]}}},
+        {"not": {"dependencies": {"a": ["b"]}}},
+    ):
+        with pytest.raises(GrammarError, match="accepts no"):
+            compiler.compile_json_schema(schema)
+    draft7 = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "enum": vals,
+        "not": {"dependencies": {"a": ["b"]}},
+    }
+    g = compiler.compile_json_schema(draft7, property_order="any")
+    assert accepts_text(g, '{"a": 1}') and not accepts_text(g, '{"a": 1, "b": 2}')
+    assert agree(compiler, draft7, vals, cls=jsonschema.Draft7Validator) == 1
 
 
 def test_the_validator_reads_the_compilers_own_keywords():
@@ -597,3 +609,49 @@ def test_json_key_tells_values_apart_as_json_equal_does():
     for a in pool:
         for b in pool[:80]:
             assert (json_key(a) == json_key(b)) == json_equal(a, b), (a, b)
+
+
+# -- not of conditions, and of keywords no draft defines --------------------------------------------------
+CONDITIONS = [
+    {"not": {"if": {"type": "string"}, "then": {"maxLength": 1}, "else": {"type": "array"}}},
+    {"not": {"if": {"required": ["a"]}, "then": {"required": ["b"]}}},
+    {"not": {"dependentRequired": {"foo": ["bar"], "a": ["b"]}}},
+    {"not": {"dependentSchemas": {"foo": {"properties": {"bar": STR}}}}},
+    {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "not": {"dependencies": {"foo": ["bar"], "a": {"maxProperties": 1}}},
+    },
+    {
+        "$schema": "http://json-schema.org/draft-07/schema#",  # `dependencies` read as one reading only
+        "oneOf": [
+            {
+                "anyOf": [
+                    {"required": ["a"], "not": {"required": ["b"]}},
+                    {"required": ["b"], "not": {"required": ["a"]}},
+                ]
+            },
+            {"type": "object", "dependencies": {"a": {"not": {"required": ["b"]}, "x-note": "vendor"}}},
+        ],
+    },
+    {"not": {"type": "string", "x-vendor": {"type": "integer"}}},
+]
+
+
+@pytest.mark.parametrize("schema", CONDITIONS, ids=lambda s: json.dumps(s)[:70])
+def test_not_of_conditions_agrees_with_jsonschema(compiler, schema):
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    assert agree(compiler, schema, instances(schema, 400), cls=cls) > 0
+
+
+def test_not_reads_keywords_as_the_declared_draft_does(compiler):
+    # draft 4 has no if/then: not {minLength: 2, if, then} is not {minLength: 2}
+    schema = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "not": {"minLength": 2, "if": {"type": "string"}, "then": {"maxLength": 0}},
+    }
+    assert agree(compiler, schema, instances(schema, 300), cls=jsonschema.Draft4Validator) > 0
+
+
+def test_not_if_whose_condition_has_no_exact_negation_is_refused(compiler):
+    with pytest.raises(GrammarError, match="'format' at /not/if has none"):
+        compiler.compile_json_schema({"not": {"if": {"format": "email"}, "then": {"maxLength": 3}}})

@@ -12,7 +12,7 @@ caller then refuses the schema: the language is never loosened.
 from __future__ import annotations
 
 from .errors import GrammarError
-from .schema_keywords import ANNOTATIONS, TYPES, pointer_escape
+from .schema_keywords import ANNOTATIONS, SUPPORTED, TYPES, UNSUPPORTED, pointer_escape
 
 ALL_TYPES = set(TYPES)
 MAX_NEGATION_DEPTH = 8
@@ -36,6 +36,14 @@ _NUMBER_BOUNDS = {
 _OBJECT_GROUP = ("properties", "patternProperties", "additionalProperties")
 _ARRAY_GROUP = ("items", "prefixItems", "additionalItems")
 CONDITIONAL = ("if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies")
+# Keywords some draft defines, and the compiler's own: any other keyword asserts nothing.
+KNOWN = (
+    SUPPORTED
+    | UNSUPPORTED
+    | set(CONDITIONAL)
+    | {"extends", "disallow", "divisibleBy", "$dynamicRef", "$recursiveRef", "$ref"}
+    | {"_not_strings", "_not_pattern", "_contains", "_not_integer"}
+)
 
 
 def array_parts(s: dict) -> tuple[object, object, str]:
@@ -79,6 +87,8 @@ class Negation:
         if not isinstance(s, dict):
             self._blocked(f"a schema that is no object at {ptr or '#'}")
             return None
+        if self.not_in_draft and not self.not_in_draft.isdisjoint(s):
+            s = {k: v for k, v in s.items() if k not in self.not_in_draft}  # no keyword in this draft
         words = [k for k in s if k not in ANNOTATIONS]
         if not words:
             return False
@@ -93,6 +103,9 @@ class Negation:
             elif k in _ARRAY_GROUP:
                 done.update(_ARRAY_GROUP)
                 part = self._negate_items(s, ptr, depth)
+            elif k in CONDITIONAL:
+                done.update(CONDITIONAL)
+                part = self._negate_conditionals(s, ptr, depth, keys)
             else:
                 done.add(k)
                 part = self._negate_keyword(k, s[k], ptr, depth, keys)
@@ -186,6 +199,10 @@ class Negation:
             return {"anyOf": [{"allOf": subs}, *pairs]}
         if k == "not":
             return v  # not not s = s
+        if k not in KNOWN:
+            return (
+                False  # a vendor keyword asserts nothing (for the compiler and the validators): none fails it
+            )
         return None
 
     def _negate_properties(self, s: dict, ptr: str, depth: int, keys: tuple[str, ...] | None = None):
@@ -211,6 +228,17 @@ class Negation:
         if not branches:
             return False
         return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+    def _negate_conditionals(self, s: dict, ptr: str, depth: int, keys: tuple[str, ...] | None):
+        """not of `if` / `then` / `else` and the dependency keywords: the negation of their rewrite as
+        `conditionals` makes it (an `if` needs an exact negation of its condition)."""
+        if "if" in s and self.negate(s["if"], f"{ptr}/if", depth + 1) is None:
+            return None
+        # Without a root $schema, `dependencies` asserts for a draft-07 reader and nothing for a 2020-12 one:
+        # no value fails it for both, so its negation is empty.
+        ambiguous = ("dependencies",) if self.draft is None else ()
+        rewritten = self.conditionals({k: s[k] for k in CONDITIONAL if k in s and k not in ambiguous}, ptr)
+        return self.negate(rewritten, ptr, depth + 1, keys)
 
     def _negate_items(self, s: dict, ptr: str, depth: int):
         """not {prefixItems: P, items: I} (or draft-07's items: P, additionalItems: I) = an array with an item

@@ -24,8 +24,8 @@ and `patternProperties` with Python's backtracking `re` (exponential on patterns
 - an integral number is checked both as an int and as a float (`3` and `3.0` parse to different Python
   types, which draft 4's `integer` tells apart);
 - the keywords the compiler adds to merged schemas (`_not_strings`, `_not_pattern`, the `__none__` type) are
-  read as the compiler means them, and with no root `$schema`, draft-07's `dependencies` applies beside the
-  2020-12 keywords, as the compiler reads it;
+  read as the compiler means them, and with no root `$schema` a value must pass with draft-07's
+  `dependencies` read beside the 2020-12 keywords and without it (the compiler's two readings);
 - the validator runs over a view of the document without `$schema` below its root: `jsonschema` switches to
   its stock validator class for a sub-schema declaring a known `$schema`, which would escape all of the above.
 """
@@ -357,8 +357,9 @@ def _validator_class(
 class EnumValidator:
     """The document's validator, for checking enum/const values against the schema around them.
 
-    `dependencies`: whether draft-07's `dependencies` asserts (the compiler reads it so without a root
-    `$schema` naming 2019-09 or later; jsonschema's 2020-12 validator does not know it)."""
+    `dependencies`: whether draft-07's `dependencies` is read both ways, asserting and not (the compiler's
+    reading without a root `$schema`: 2020-12, whose validators do not know it, and draft-07's), a value
+    being accepted only if both accept it."""
 
     def __init__(self, root, dependencies: bool = False) -> None:
         import jsonschema
@@ -369,13 +370,17 @@ class EnumValidator:
         self.charged = 0  # budget units spent on views
         self._has_pprops = False
         self._has_regex = False  # a pattern seen in a view: values are then checked in both regex readings
+        self._has_deps = False  # `dependencies` seen in a view: then checked both ways if `dependencies`
         view = self.view(root, top=True)
         base = jsonschema.validators.validator_for(
             view if isinstance(view, dict) else {}, default=jsonschema.Draft202012Validator
         )
-        self._classes = [
-            _validator_class(base, self._has_pprops, dialect, dependencies) for dialect in DIALECTS
-        ]
+        self._both_deps = dependencies and "dependencies" not in base.VALIDATORS
+        self._classes = {
+            (dialect, deps): _validator_class(base, self._has_pprops, dialect, deps)
+            for dialect in DIALECTS
+            for deps in (False, True)
+        }
         # The resource is made as jsonschema makes it, but in a registry of its own: without the bundled
         # metaschemas, and with a retrieval that refuses.
         spec = referencing.jsonschema.specification_with(
@@ -385,10 +390,10 @@ class EnumValidator:
         self._view = view
         self._roots: dict[int, object] = {}
 
-    def _root(self, i: int):
-        r = self._roots.get(i)
+    def _root(self, key: tuple[str, bool]):
+        r = self._roots.get(key)
         if r is None:
-            r = self._roots[i] = self._classes[i](self._view, _resolver=self._resolver)
+            r = self._roots[key] = self._classes[key](self._view, _resolver=self._resolver)
         return r
 
     def view(self, x, top: bool = False):
@@ -411,6 +416,8 @@ class EnumValidator:
             if k in _DATA:
                 out[k] = v
             elif (k in _SCHEMA_MAPS or k == "dependencies") and isinstance(v, dict):
+                if k == "dependencies":
+                    self._has_deps = True
                 if k == "patternProperties" and v:
                     self._has_pprops = self._has_regex = True
                 out[k] = {name: self.view(sub) for name, sub in v.items()}
@@ -427,8 +434,13 @@ class EnumValidator:
         view = self.view(schema)
         b = current()
         out = values
-        for i in range(len(DIALECTS) if self._has_regex else 1):
-            check = self._root(i).evolve(schema=view)
+        readings = [
+            (dialect, deps)
+            for dialect in (DIALECTS if self._has_regex else DIALECTS[:1])
+            for deps in ((False, True) if self._both_deps and self._has_deps else (False,))
+        ]
+        for key in readings:
+            check = self._root(key).evolve(schema=view)
             kept = []
             for v in out:
                 b.tick()
