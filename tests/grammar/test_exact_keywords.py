@@ -655,3 +655,38 @@ def test_not_reads_keywords_as_the_declared_draft_does(compiler):
 def test_not_if_whose_condition_has_no_exact_negation_is_refused(compiler):
     with pytest.raises(GrammarError, match="'format' at /not/if has none"):
         compiler.compile_json_schema({"not": {"if": {"format": "email"}, "then": {"maxLength": 3}}})
+
+
+# -- hostile values ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "schema,match",
+    [
+        ({"enum": [float("nan"), 1], "not": {"const": 1}}, "NaN and Infinity"),
+        ({"const": float("inf")}, "NaN and Infinity"),
+        ({"type": "number", "multipleOf": 1e-300}, "non-integer multipleOf"),
+        ({"type": "number", "multipleOf": 0}, "'multipleOf' at # must be a positive number"),
+        ({"type": "number", "multipleOf": -2}, "'multipleOf' at # must be a positive number"),
+        ({"type": "array", "contains": STR, "maxItems": 10**12}, "more than 64 positions"),
+        (
+            {"type": "array", "uniqueItems": True, "items": {"enum": [{"k": i} for i in range(1500)]}},
+            "over 1500",
+        ),
+        ({"$dynamicRef": "#x", "enum": [1], "not": {"const": 2}}, "dynamicRef"),
+    ],
+    ids=lambda s: json.dumps(s, default=str)[:60],
+)
+def test_hostile_keyword_values_are_clear_errors(compiler, schema, match):
+    with pytest.raises(GrammarError, match=match):
+        compiler.compile_json_schema(schema)
+
+
+def test_deep_negations_and_large_values_stay_exact(compiler):
+    deep: dict = {"type": "string"}
+    for _ in range(70):
+        deep = {"not": deep}
+    g = compiler.compile_json_schema(deep)  # 70 nots: an even count, a string
+    assert accepts_text(g, '"a"') and not accepts_text(g, "1")
+    g = compiler.compile_json_schema({"type": "number", "maximum": 1e300, "not": {"type": "integer"}})
+    assert accepts_text(g, "1.5") and not accepts_text(g, "1") and not accepts_text(g, "NaN")
+    g = compiler.compile_json_schema({"enum": ["NaN", "Infinity"], "not": {"type": "number"}})
+    assert accepts_text(g, '"NaN"') and not accepts_text(g, "NaN")

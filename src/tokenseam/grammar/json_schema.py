@@ -145,7 +145,8 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         (`not`, `if`, `uniqueItems`, `contains`, ...): the values are finite, and the validator reads every
         keyword as the compiler does, except `format` (an annotation to it, asserted by the compiler) and a
         non-integral `multipleOf` (float division to it: 0.07 is no multiple of 0.01), so a schema reaching
-        either of them is left to the compiler's own rules."""
+        either of them (or a dynamic reference, which the compiler does not follow) is left to the
+        compiler's own rules."""
         if not any(k in s for k in DECIDED) and s.get("uniqueItems") is not True:
             return False
         hit = self._plain.get(id(s))
@@ -165,7 +166,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             if not isinstance(x, dict) or id(x) in seen:
                 continue
             seen.add(id(x))
-            if "format" in x:
+            if "format" in x or "$dynamicRef" in x or "$recursiveRef" in x:
                 return False
             m = x.get("multipleOf")
             if isinstance(m, float) and not m.is_integer():
@@ -440,7 +441,12 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         `spelled`), anything else as json.dumps writes it, compact and spaced."""
         if isinstance(v, int | float) and not isinstance(v, bool) and float(v).is_integer() and abs(v) < 1e15:
             return lit(str(int(v)) if isinstance(v, int) else f"{int(v)}.0")
-        compact = json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        try:
+            compact = json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except ValueError:
+            raise GrammarError(
+                f"enum/const value {str(v)[:60]} is not JSON (NaN and Infinity are not)"
+            ) from None
         spaced = json.dumps(v, ensure_ascii=False, allow_nan=False)
         self.budget.spend(1 + (len(compact) + len(spaced)) // 8)  # a node per character, 8 bytes each
         if self.ws == EMPTY or compact == spaced:
