@@ -281,8 +281,11 @@ def test_extra_key_cannot_alias_declared_key(compiler):
         ({"type": "array", "uniqueItems": True}, "'uniqueItems'", "#"),
         ({"if": {"const": 1.5}, "then": {"minLength": 2}}, "'if'", "#"),
         (
-            {"$defs": {"x": {"type": "array", "contains": {"type": "integer"}}}, "$ref": "#/$defs/x"},
-            "'contains'",
+            {
+                "$defs": {"x": {"type": "array", "contains": {"type": "integer"}, "maxContains": 2}},
+                "$ref": "#/$defs/x",
+            },
+            "'maxContains'",
             "#/$defs/x",
         ),
         ({"type": "object", "propertyNames": {"format": "email"}}, "'propertyNames'", "/propertyNames"),

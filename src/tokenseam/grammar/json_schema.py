@@ -27,9 +27,9 @@ from .ir import (
     seq,
     star,
 )
-from .schema_combinators import Combinators
+from .schema_combinators import Combinators, finite_keys
 from .schema_containers import ContainerLowering
-from .schema_keywords import ANNOTATIONS, TYPES, UNSUPPORTED, json_equal
+from .schema_keywords import ANNOTATIONS, TYPES, UNSUPPORTED, json_equal, spelled
 from .schema_negation import CONDITIONAL, Negation
 from .schema_numbers import NUMBER, NumberLowering
 from .schema_safety import EnumValidator, check_keywords, refused_uri, searcher
@@ -82,6 +82,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         self.scratch = 0  # budget units of memo keys and validator views, freed with this compiler
         self._depth = 0
         self._any_rule = None
+        self._plain: dict[int, bool] = {}
 
     # -- helpers -----------------------------------------------------------------------------------------
     def hold(self, n: int) -> None:
@@ -136,8 +137,46 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
 
     def validator(self) -> EnumValidator:
         if self._validator is None:
-            self._validator = EnumValidator(self.root)
+            self._validator = EnumValidator(self.root, "dependencies" not in self.not_in_draft)
         return self._validator
+
+    def validator_decides(self, s: dict) -> bool:
+        """Whether the validator decides `s`, an enum/const beside keywords the grammar cannot build exactly
+        (`not`, `if`, `uniqueItems`, `contains`, ...): the values are finite, and the validator reads every
+        keyword as the compiler does, except `format` (an annotation to it, asserted by the compiler) and a
+        non-integral `multipleOf` (float division to it: 0.07 is no multiple of 0.01), so a schema reaching
+        either of them (or a dynamic reference, which the compiler does not follow) is left to the
+        compiler's own rules."""
+        if not any(k in s for k in DECIDED) and s.get("uniqueItems") is not True:
+            return False
+        hit = self._plain.get(id(s))
+        if hit is None:
+            hit = self._plain[id(s)] = self._reads_alike(s)
+        return hit
+
+    def _reads_alike(self, s) -> bool:
+        seen: set[int] = set()
+        stack = [s]
+        while stack:
+            x = stack.pop()
+            self.budget.tick()
+            if isinstance(x, list):
+                stack.extend(x)
+                continue
+            if not isinstance(x, dict) or id(x) in seen:
+                continue
+            seen.add(id(x))
+            if "format" in x or "$dynamicRef" in x or "$recursiveRef" in x:
+                return False
+            m = x.get("multipleOf")
+            if isinstance(m, float) and not m.is_integer():
+                return False
+            for k, v in x.items():
+                if k == "$ref" and isinstance(v, str):
+                    stack.append(self.resolve(v, "a $ref met checking enum/const values"))
+                elif k not in ENUM_DATA and isinstance(v, (dict, list)):
+                    stack.append(v)
+        return True
 
     def valid_values(self, values: list, schema, ptr: str = "") -> list:
         """The values that `schema` accepts (one validator for them all: an enum may hold thousands)."""
@@ -182,6 +221,10 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             raise GrammarError(f"schema at {ptr or '#'} must be an object or boolean, got {type(s).__name__}")
         if self.not_in_draft and not self.not_in_draft.isdisjoint(s):
             s = {k: v for k, v in s.items() if k not in self.not_in_draft}
+        if ("enum" in s or "const" in s) and self.validator_decides(s):
+            return self.enum(s, ptr)
+        if any(k in s for k in CONTAINS):
+            s = self.contains_keyword(s, ptr)
         for k in s:
             if k in UNSUPPORTED:
                 if k == "propertyNames":
@@ -193,8 +236,6 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             return self.compile(self.conditionals(s, ptr), ptr)
         if "not" in s:
             return self.negation(s, ptr)
-        if s.get("uniqueItems") is True:
-            self.unsupported("keyword 'uniqueItems'", ptr)
         if "$ref" in s:
             ref = s["$ref"]
             rest = {k: v for k, v in s.items() if k not in ANNOTATIONS and k != "$ref"}
@@ -278,6 +319,22 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             parts.append(getattr(self, "t_" + t)(s, ptr))
         return alt(*parts)
 
+    def contains_keyword(self, s: dict, ptr: str) -> dict:
+        """`contains` (with `minContains` 1 or 0, no `maxContains`) as the `_contains` entry t_array builds:
+        some item, at any position, also satisfies its schema."""
+        out = {k: v for k, v in s.items() if k not in CONTAINS}
+        if "maxContains" in s:
+            self.unsupported("keyword 'maxContains'", ptr)
+        if "contains" not in s:
+            return out  # minContains / maxContains alone assert nothing
+        lo = s.get("minContains", 1)
+        if lo == 0:
+            return out
+        if lo != 1:
+            self.unsupported("keyword 'minContains' above 1", ptr)
+        out["_contains"] = [*s.get("_contains", []), [s["contains"], 0, None]]
+        return out
+
     def negation(self, s: dict, ptr: str) -> Node:
         """`not` in the forms that have an exact (or subset) positive rewrite; others are unsupported."""
         n = self.deref(s["not"], f"{ptr}/not")
@@ -295,7 +352,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 excl = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
                 cur = rest.get("type", list(TYPES))
                 cur = [cur] if isinstance(cur, str) else list(cur)
-                # "not integer" over "number" would need non-integral numbers only: not representable here.
+                # "not integer" over "number" (the non-integral numbers) is left to negate().
                 if excl is not None and not ("integer" in excl and "number" not in excl and "number" in cur):
                     keep = [x for x in cur if x not in excl and not (x == "integer" and "number" in excl)]
                     return self.compile({**rest, "type": keep or ["__none__"]}, ptr)
@@ -308,14 +365,11 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 if isinstance(vals, list) and vals and all(isinstance(v, str) for v in vals):
                     excl = list(rest.get("_not_strings", [])) + vals
                     return self.compile({**rest, "_not_strings": excl}, ptr)
-        positive = self.negate(n, f"{ptr}/not")
+        positive = self.negate(n, f"{ptr}/not", keys=finite_keys(rest))
         if positive is not None:
             return self.compile({"allOf": [rest, positive]} if rest else positive, ptr)
         self.unsupported(
-            "keyword 'not' whose negation has no exact form here (an enum/const of numbers, arrays or "
-            "objects, format, multipleOf, items, patternProperties, additionalProperties, a non-integral "
-            "number)",
-            ptr,
+            f"keyword 'not' whose negation has no exact form here ({self.negation_blocker} has none)", ptr
         )
         return self.compile(rest, ptr)
 
@@ -367,11 +421,14 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         t = rest.get("type")
         if t == "__none__" or (isinstance(t, list) and "__none__" in t):
             # the marker of an empty type intersection (allOf of disjoint types, `not` of every type): no value
-            # satisfies it; the validator must not see it
+            # satisfies it
             keep = [x for x in t if x != "__none__"] if isinstance(t, list) else []
             if not keep:
                 return NOTHING
             rest["type"] = keep
+        # 2 and 2.0 are one JSON value: an integral number takes both spellings, each one if the schema
+        # accepts what it parses to (draft 4's `integer` is only the first).
+        vals = spelled(vals)
         if rest:
             vals = self.valid_values(vals, rest, ptr)
         alts = []
@@ -380,10 +437,16 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         return alt(*alts) if alts else NOTHING
 
     def literal(self, v) -> Node:
+        """The spellings of one enum/const value: an integral int as `2`, an integral float as `2.0` (see
+        `spelled`), anything else as json.dumps writes it, compact and spaced."""
         if isinstance(v, int | float) and not isinstance(v, bool) and float(v).is_integer() and abs(v) < 1e15:
-            # 2 and 2.0 are one JSON value: an integral number in an enum takes both spellings.
-            return alt(lit(str(int(v))), lit(f"{int(v)}.0"))
-        compact = json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            return lit(str(int(v)) if isinstance(v, int) else f"{int(v)}.0")
+        try:
+            compact = json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except ValueError:
+            raise GrammarError(
+                f"enum/const value {str(v)[:60]} is not JSON (NaN and Infinity are not)"
+            ) from None
         spaced = json.dumps(v, ensure_ascii=False, allow_nan=False)
         self.budget.spend(1 + (len(compact) + len(spaced)) // 8)  # a node per character, 8 bytes each
         if self.ws == EMPTY or compact == spaced:
@@ -401,6 +464,20 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         return alt(lit("true"), lit("false"))
 
 
+# Keywords beside an enum/const that the validator decides (see _Compiler.validator_decides); the values of
+# enum/const and of annotations are data, not schemas.
+DECIDED = (
+    "not",
+    "if",
+    "contains",
+    "minContains",
+    "maxContains",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+)
+ENUM_DATA = ("enum", "const", "default", "examples", "example")
+CONTAINS = ("contains", "minContains", "maxContains")
+
 PROPERTY_ORDERS = ("schema", "any")
 # The drafts a root `$schema` can name, and the keywords that did not exist yet in each (a validator for that
 # draft reads them as unknown keywords: no assertion).
@@ -413,8 +490,19 @@ _DRAFTS = (
     ("2020-12", 2020),
 )
 _NEWER = (
+    (6, ("contains",)),
     (7, ("if", "then", "else")),
-    (2019, ("dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems")),
+    (
+        2019,
+        (
+            "dependentRequired",
+            "dependentSchemas",
+            "unevaluatedProperties",
+            "unevaluatedItems",
+            "minContains",
+            "maxContains",
+        ),
+    ),
 )
 
 

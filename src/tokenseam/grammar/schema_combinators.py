@@ -4,7 +4,7 @@ refused when that cannot be done exactly)."""
 from __future__ import annotations
 
 from .errors import GrammarError
-from .schema_keywords import ANNOTATIONS, SUPPORTED, TYPES, UNSUPPORTED, json_equal, json_type
+from .schema_keywords import ANNOTATIONS, SUPPORTED, TYPES, UNSUPPORTED, json_equal, json_type, spelled
 from .schema_negation import CONDITIONAL
 
 MAX_COMBOS = 64  # branches an allOf of two anyOf lists may make
@@ -51,6 +51,8 @@ class Combinators:
                 cur = self.conditionals(cur, p)
                 if not isinstance(cur, dict):
                     raise GrammarError(f"schema at {p} must be an object or boolean")
+            if any(k in cur for k in ("contains", "minContains", "maxContains")):
+                cur = self.contains_keyword(cur, p)
             if "allOf" in cur:
                 subs = cur["allOf"]
                 if not isinstance(subs, list):
@@ -109,7 +111,9 @@ class Combinators:
                 out[k] = props
             elif k in ("additionalProperties", "items", "additionalItems"):
                 out[k] = {"allOf": [u, v]}
-            elif k in ("_not_strings", "_not_pattern"):
+            elif k == "uniqueItems" and isinstance(u, bool) and isinstance(v, bool):
+                out[k] = u or v  # false asserts nothing
+            elif k in ("_not_strings", "_not_pattern", "_contains"):
                 out[k] = list(u) + list(v)
             elif k == "not":
                 out[k] = {"anyOf": [u, v]}  # not u and not v = not (u or v)
@@ -180,7 +184,11 @@ class Combinators:
                     continue
                 ri, rj = resolved[i], resolved[j]
                 req_j = rj.get("required", []) if isinstance(rj, dict) else []
-                neg = self.negate(rj if raw is None else raw[j], subs[j][1])
+                if isinstance(ri, dict) and ("enum" in ri or "const" in ri):
+                    # Finitely many values: the validator drops those branch j accepts (an enum beside `not`).
+                    extra.append({"not": subs[j][0] if raw is None else raw[j]})
+                    continue
+                neg = self.negate(rj if raw is None else raw[j], subs[j][1], keys=finite_keys(ri))
                 if neg is not None:
                     extra.append(neg)  # branch i and not branch j: exact
                 elif (
@@ -193,7 +201,11 @@ class Combinators:
                 ):
                     extra.append({"anyOf": [{"properties": {k: False}} for k in req_j]})
                 else:
-                    self.unsupported(f"oneOf whose branches {min(i, j)} and {max(i, j)} may overlap", ptr)
+                    self.unsupported(
+                        f"oneOf whose branches {min(i, j)} and {max(i, j)} may overlap (branch {j} has no exact "
+                        f"negation: {self.negation_blocker} has none)",
+                        ptr,
+                    )
                     return subs
             out.append(({"allOf": [b, *extra]} if extra else b, bp))
         return out
@@ -248,7 +260,7 @@ class Combinators:
         for x, y in ((a, b), (b, a)):
             if "const" in x or "enum" in x:
                 vals = [x["const"]] if "const" in x else list(x.get("enum") or [])
-                if not self.valid_values(vals, y, "a oneOf branch"):
+                if not self.valid_values(spelled(vals), y, "a oneOf branch"):
                     return True
         if inter == {"object"}:
             pa, pb = a.get("properties", {}), b.get("properties", {})
@@ -259,7 +271,27 @@ class Combinators:
                     if self.disjoint(sa, sb, depth + 1):
                         return True
             for x, rx in ((a, rb), (b, ra)):
-                if x.get("additionalProperties", True) is False and "patternProperties" not in x:
-                    if any(n not in x.get("properties", {}) for n in rx):
-                        return True
+                # A property the other requires that x forbids: not declared, and no pattern of x matches it in
+                # either reading.
+                pprops = x.get("patternProperties", {})
+                if x.get("additionalProperties", True) is False and isinstance(pprops, dict):
+                    declared = x.get("properties", {})
+                    for n in rx:
+                        if n not in declared and not any(
+                            self.key_matches(p, "", n, r) for p in pprops for r in ("python", "ecma")
+                        ):
+                            return True
         return False
+
+
+def finite_keys(s) -> tuple[str, ...] | None:
+    """The only keys an object `s` accepts can have (`additionalProperties: false`, no `patternProperties`),
+    or None."""
+    if (
+        not isinstance(s, dict)
+        or s.get("additionalProperties", True) is not False
+        or s.get("patternProperties")
+    ):
+        return None
+    props = s.get("properties", {})
+    return tuple(props) if isinstance(props, dict) else None

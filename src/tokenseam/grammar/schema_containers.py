@@ -19,10 +19,13 @@ from .ir import (
     lit,
     seq,
 )
-from .schema_keywords import ANNOTATIONS, pointer_escape
+from .schema_keywords import ANNOTATIONS, json_equal, json_key, pointer_escape, spelled
+from .schema_negation import array_parts
 from .schema_safety import searcher
 
 NAME_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "enum", "const"}
+MAX_CONTAINS_UNROLL = 64
+MAX_ENUM_VALUES = 2000  # as json_schema.MAX_ENUM  # positions of an array with `contains` built one by one
 
 
 class ContainerLowering:
@@ -34,16 +37,7 @@ class ContainerLowering:
         for key, v in (("minItems", mn), ("maxItems", mx)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise GrammarError(f"{key} at {ptr} must be a non-negative integer")
-        items = s.get("items", True)
-        prefix: list = []
-        if "prefixItems" in s:
-            prefix = s["prefixItems"]
-            rest = items
-        elif isinstance(items, list):
-            prefix = items
-            rest = s.get("additionalItems", True)
-        else:
-            rest = items
+        prefix, rest, _ = array_parts(s)
         if not isinstance(prefix, list):
             raise GrammarError(f"prefixItems at {ptr} must be an array")
         P = len(prefix)
@@ -54,6 +48,19 @@ class ContainerLowering:
             return NOTHING
         ws = self.ws
         empty = seq(lit("["), ws, lit("]"))
+        contains = s.get("_contains")
+        if s.get("uniqueItems") is True and (mx is None or mx > 1):
+            unique = None if contains else self._unique_array(ptr, prefix, rest, rnode, mn, mx)
+            if unique is None:
+                self.unsupported(
+                    "keyword 'uniqueItems' (exact for at most one item, items of listed values, booleans or "
+                    f"null, up to {anyorder.MAX_VALUE_BITS} of them, and positions whose schemas share no value)",
+                    ptr,
+                )
+            elif unique is not True:
+                return unique
+        if contains:
+            return self._contains_array(s, ptr, contains, prefix, rest, pnodes, rnode, mn, mx)
 
         first = pnodes[0] if P else rnode
         if mx == 0 or first == NOTHING:
@@ -76,6 +83,175 @@ class ContainerLowering:
             tail = alt(*options) if options else NOTHING
         full = seq(lit("["), ws, first, tail, ws, lit("]"))
         return alt(empty, full) if mn == 0 else full
+
+    def _contains_array(self, s, ptr, contains, prefix, rest, pnodes, rnode, mn, mx):
+        """An array with, besides its item schemas and counts, an item at a position in [start, stop) that
+        also satisfies `schema` (`_contains`: [[schema, start, stop]], from `contains` or `not items`).
+        Built as the items from each position on, before and after that item has been met: the positions
+        before the point where nothing changes any more (past the prefix, `start` and `minItems`, or up to
+        `maxItems`) are unrolled, so their number is bounded."""
+        distinct = []
+        for c in contains:
+            if c not in distinct:
+                distinct.append(c)
+        if len(distinct) > 1:
+            self.unsupported(
+                "keyword 'contains' twice on one array (two contains, or contains and not items)", ptr
+            )
+        cs, start, stop = distinct[0]
+        P = len(prefix)
+        # Positions past the prefix built one by one while the item is not met yet: up to `stop`, else up to
+        # maxItems, else up to where minItems and `start` are behind (then a loop takes the rest).
+        needed = stop if stop is not None else max(start, mn) if mx is None else mx
+        unrolled = max(P, needed if mx is None else min(needed, mx))
+        if unrolled - P > MAX_CONTAINS_UNROLL or P > MAX_CONTAINS_UNROLL:
+            self.unsupported(
+                f"keyword 'contains' on an array whose items, minItems or maxItems need more than "
+                f"{MAX_CONTAINS_UNROLL} positions built one by one",
+                ptr,
+            )
+            return self.t_array({k: v for k, v in s.items() if k != "_contains"}, ptr)
+        self.budget.spend(2 * (unrolled + 1))
+        hit = [
+            self.compile({"allOf": [x, cs]}, f"{ptr}/prefixItems/{i}")
+            if start <= i and (stop is None or i < stop)
+            else NOTHING
+            for i, x in enumerate(prefix)
+        ]
+        rhit = self.compile({"allOf": [rest, cs]}, f"{ptr}/items") if stop is None or stop > P else NOTHING
+        if unrolled > P:
+            # Unrolled positions refer to the item rules instead of copying them.
+            rnode, rhit = self._as_rule(rnode), self._as_rule(rhit)
+        sep = self.sep
+        memo: dict[tuple[int, bool], object] = {}
+
+        def item(pos: int, met: bool):
+            if met:
+                return hit[pos] if pos < P else rhit
+            return pnodes[pos] if pos < P else rnode
+
+        def can_meet(pos: int) -> bool:
+            return start <= pos and (stop is None or pos < stop)
+
+        def after(pos: int, met: bool):
+            """The items after the first `pos` (each with its separator), `met` once the item is among them."""
+            key = (pos, met)
+            if key in memo:
+                return memo[key]
+            if pos >= P and met:
+                node = (
+                    Repeat(seq(sep, rnode), max(0, mn - pos), None if mx is None else mx - pos)
+                    if rnode != NOTHING
+                    else (EMPTY if pos >= mn else NOTHING)
+                )
+            elif pos >= P and mx is None and pos >= max(mn, start) and stop is None:
+                loop = Repeat(seq(sep, rnode), 0, None) if rnode != NOTHING else EMPTY
+                node = seq(loop, sep, rhit, loop)
+            elif pos >= unrolled and not met:
+                node = NOTHING
+            else:
+                options = [EMPTY] if met and pos >= mn else []
+                if mx is None or pos < mx:
+                    options.append(seq(sep, item(pos, False), after(pos + 1, met)))
+                    if not met and can_meet(pos):
+                        options.append(seq(sep, item(pos, True), after(pos + 1, True)))
+                node = alt(*options) if options else NOTHING
+            memo[key] = node
+            return node
+
+        if mx == 0:
+            return NOTHING
+        first = [seq(item(0, False), after(1, False))]
+        if can_meet(0):
+            first.append(seq(item(0, True), after(1, True)))
+        return seq(lit("["), self.ws, alt(*first), self.ws, lit("]"))
+
+    def _unique_array(self, ptr, prefix, rest, rnode, mn, mx):
+        """`uniqueItems` where it is exact: True when no two items can be equal anyway (the schemas of the
+        positions that can be filled share no value); for items drawn from finitely many values (an enum or
+        const, booleans, null), the array of distinct values in any order, as an any-order Members node (each
+        value at most once, grammar/anyorder.py); None otherwise."""
+        P = len(prefix)
+        many = rnode != NOTHING and (mx is None or mx > P + 1)
+        if not many:
+            positions = list(prefix) + ([rest] if rnode != NOTHING and (mx is None or mx > P) else [])
+            if mx is not None:
+                positions = positions[:mx]
+            resolved = [self._resolved(x, f"{ptr}/items") for x in positions]
+            if all(
+                self.disjoint(resolved[i], resolved[j], 0)
+                for i in range(len(resolved))
+                for j in range(i + 1, len(resolved))
+            ):
+                return True
+            return None
+        if P:
+            return None
+        groups = self.finite_values(rest, f"{ptr}/items")
+        if groups is None:
+            return None
+        if mn > len(groups):
+            return NOTHING
+        if not anyorder.fits(len(groups), mn, mx):
+            self.unsupported(
+                f"keyword 'uniqueItems' over {len(groups)} distinct values (the any-order set holds "
+                f"{anyorder.MAX_VALUE_BITS - (mx if mx is not None else mn).bit_length()})",
+                ptr,
+            )
+            return None
+        self.budget.spend(2 * len(groups))
+        items = tuple((alt(*[self.literal(v) for v in g]), False) for g in groups)
+        members = Members(items, None, self.sep, mn, mx, True)
+        return seq(lit("["), self.ws, members, self.ws, lit("]"))
+
+    def _resolved(self, s, ptr):
+        r = self.deref(s, ptr)
+        if isinstance(r, dict) and "allOf" in r:
+            r = self.merge_all(r, ptr)
+        return r
+
+    def finite_values(self, s, ptr) -> list[list] | None:
+        """The values schema `s` accepts, if it lists them (enum / const, with the keywords beside them
+        checked by the validator) or is booleans and null: one group per JSON value, holding the Python values
+        that spell it (`1` and `1.0`); None if there are endlessly many (or too many to list)."""
+        r = self._resolved(s, ptr)
+        if r is False:
+            return []
+        if not isinstance(r, dict):
+            return None
+        if "enum" in r or "const" in r:
+            vals = [r["const"]] if "const" in r else r["enum"]
+            if not isinstance(vals, list) or len(vals) > MAX_ENUM_VALUES:
+                return None
+            if "const" in r and "enum" in r:
+                vals = [v for v in vals if any(json_equal(v, e) for e in r["enum"])]
+            rest = {k: v for k, v in r.items() if k not in ("enum", "const") and k not in ANNOTATIONS}
+            forms = spelled(vals)
+            if rest:
+                forms = self.valid_values(forms, rest, ptr)
+        else:
+            t = r.get("type")
+            ts = [t] if isinstance(t, str) else t
+            if any(k not in ANNOTATIONS and k != "type" for k in r) or not isinstance(ts, list) or not ts:
+                return None
+            if not set(ts) <= {"boolean", "null"}:
+                return None
+            forms = ([True, False] if "boolean" in ts else []) + ([None] if "null" in ts else [])
+        groups: dict = {}
+        for v in forms:
+            self.budget.tick()
+            g = groups.setdefault(json_key(v), [])
+            if not any(type(x) is type(v) and json.dumps(x) == json.dumps(v) for x in g):
+                g.append(v)
+        return list(groups.values())
+
+    def _as_rule(self, node):
+        if node in (NOTHING, EMPTY) or isinstance(node, Ref):
+            return node
+        name = f"%item{self.extra_rules}"
+        self.extra_rules += 1
+        self.rules[name] = node
+        return Ref(name)
 
     def property_names(self, pn, ptr: str):
         """The keys `propertyNames` allows, as a code point automaton (None: every key). Exact for schemas of

@@ -103,6 +103,21 @@ def json_type(v) -> str:
     return "object"
 
 
+def json_key(v):
+    """A hashable key that two JSON values share exactly when `json_equal` says they are equal."""
+    if isinstance(v, bool):
+        return ("b", v)
+    if isinstance(v, int | float):
+        if isinstance(v, float) and v.is_integer():
+            return ("n", int(v))
+        return ("n", v)
+    if isinstance(v, list):
+        return ("l", tuple(json_key(x) for x in v))
+    if isinstance(v, dict):
+        return ("d", frozenset((k, json_key(x)) for k, x in v.items()))
+    return (type(v).__name__, v)
+
+
 def json_equal(a, b) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
@@ -113,3 +128,16 @@ def json_equal(a, b) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
+
+
+def spelled(vals: list) -> list:
+    """Enum/const values, each integral number below 1e15 as both the int and the float it may be written as
+    (`2` parses to an int, `2.0` to a float), so each spelling is checked for what it parses to."""
+    out = []
+    for v in vals:
+        if isinstance(v, int | float) and not isinstance(v, bool) and float(v).is_integer() and abs(v) < 1e15:
+            out.append(int(v))
+            out.append(float(v))
+        else:
+            out.append(v)
+    return out

@@ -12,10 +12,11 @@ caller then refuses the schema: the language is never loosened.
 from __future__ import annotations
 
 from .errors import GrammarError
-from .schema_keywords import ANNOTATIONS, TYPES, pointer_escape
+from .schema_keywords import ANNOTATIONS, SUPPORTED, TYPES, UNSUPPORTED, pointer_escape
 
 ALL_TYPES = set(TYPES)
 MAX_NEGATION_DEPTH = 8
+MAX_ONEOF_NEGATED = 6  # not oneOf takes every pair of branches
 # Keywords that constrain one type only, so every value of another type satisfies them and fails their
 # negation: keyword -> (its type, the keyword that states the complement, the bound's offset).
 _BOUNDS = {
@@ -33,7 +34,27 @@ _NUMBER_BOUNDS = {
     "exclusiveMinimum": "maximum",
 }
 _OBJECT_GROUP = ("properties", "patternProperties", "additionalProperties")
+_ARRAY_GROUP = ("items", "prefixItems", "additionalItems")
 CONDITIONAL = ("if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies")
+# Keywords some draft defines, and the compiler's own: any other keyword asserts nothing.
+KNOWN = (
+    SUPPORTED
+    | UNSUPPORTED
+    | set(CONDITIONAL)
+    | {"extends", "disallow", "divisibleBy", "$dynamicRef", "$recursiveRef", "$ref"}
+    | {"_not_strings", "_not_pattern", "_contains", "_not_integer"}
+)
+
+
+def array_parts(s: dict) -> tuple[object, object, str]:
+    """An array schema's positional item schemas, the schema of the items past them, and the keyword naming
+    the former: `prefixItems` and `items` (2020-12), or `items` as a list and `additionalItems` (earlier)."""
+    items = s.get("items", True)
+    if "prefixItems" in s:
+        return s["prefixItems"], items, "prefixItems"
+    if isinstance(items, list):
+        return items, s.get("additionalItems", True), "items"
+    return [], items, "items"
 
 
 def _other_types(t: str) -> dict:
@@ -44,9 +65,19 @@ def _other_types(t: str) -> dict:
 class Negation:
     """`negate` for the JSON Schema compiler (json_schema._Compiler): needs `deref`."""
 
-    def negate(self, s, ptr: str, depth: int = 0):
-        """A schema accepting exactly the values `s` rejects, or None when there is no exact one here."""
+    def negate(self, s, ptr: str, depth: int = 0, keys: tuple[str, ...] | None = None):
+        """A schema accepting exactly the values `s` rejects, or None when there is no exact one here.
+
+        `keys`: the only keys the objects the result will be intersected with can have (a schema with
+        `additionalProperties: false` and no `patternProperties`). Within those objects, `additionalProperties`
+        and `patternProperties` have an exact negation too: some key present whose value fails the schemas
+        that apply to it.
+
+        When it returns None, `negation_blocker` names the first keyword met without an exact negation."""
+        if depth == 0:
+            self.negation_blocker = None
         if depth > MAX_NEGATION_DEPTH:
+            self._blocked(f"a negation nested more than {MAX_NEGATION_DEPTH} deep at {ptr or '#'}")
             return None
         s = self.deref(s, ptr)
         if s is True:
@@ -54,22 +85,32 @@ class Negation:
         if s is False:
             return True
         if not isinstance(s, dict):
+            self._blocked(f"a schema that is no object at {ptr or '#'}")
             return None
-        keys = [k for k in s if k not in ANNOTATIONS]
-        if not keys:
+        if self.not_in_draft and not self.not_in_draft.isdisjoint(s):
+            s = {k: v for k, v in s.items() if k not in self.not_in_draft}  # no keyword in this draft
+        words = [k for k in s if k not in ANNOTATIONS]
+        if not words:
             return False
         parts = []
         done: set[str] = set()
-        for k in keys:
+        for k in words:
             if k in done:
                 continue
             if k in _OBJECT_GROUP:
                 done.update(_OBJECT_GROUP)
-                part = self._negate_properties(s, ptr, depth)
+                part = self._negate_properties(s, ptr, depth, keys)
+            elif k in _ARRAY_GROUP:
+                done.update(_ARRAY_GROUP)
+                part = self._negate_items(s, ptr, depth)
+            elif k in CONDITIONAL:
+                done.update(CONDITIONAL)
+                part = self._negate_conditionals(s, ptr, depth, keys)
             else:
                 done.add(k)
-                part = self._negate_keyword(k, s[k], ptr, depth)
+                part = self._negate_keyword(k, s[k], ptr, depth, keys)
             if part is None:
+                self._blocked(f"{k!r} at {ptr or '#'}")
                 return None
             if part is not False:
                 parts.append(part)
@@ -77,15 +118,22 @@ class Negation:
             return False
         return parts[0] if len(parts) == 1 else {"anyOf": parts}
 
-    def _negate_keyword(self, k: str, v, ptr: str, depth: int):
+    def _blocked(self, what: str) -> None:
+        if getattr(self, "negation_blocker", None) is None:
+            self.negation_blocker = what  # the innermost keyword, met first
+
+    def _negate_keyword(self, k: str, v, ptr: str, depth: int, keys: tuple[str, ...] | None = None):
         if k == "type":
             ts = [v] if isinstance(v, str) else v
             if not isinstance(ts, list) or not all(isinstance(t, str) for t in ts):
                 return None
             names = set(ts)
-            if "integer" in names and "number" not in names:
-                return None  # the non-integral numbers: not a language the number automata spell here
             left = ALL_TYPES - names
+            if "integer" in names and "number" not in names:
+                # every other type, and the numbers that are not integers (t_number's `_not_integer`)
+                left.discard("number")
+                rest = [{"type": "number", "_not_integer": True}]
+                return {"anyOf": [{"type": sorted(left)}, *rest]} if left else rest[0]
             if not left:
                 return False
             return {"type": sorted(left)}
@@ -133,25 +181,42 @@ class Negation:
             if not v:
                 return False
             return {"type": "object", "anyOf": [{"properties": {x: False}} for x in v]}
-        if k == "anyOf" or k == "allOf":
+        if k == "anyOf" or k == "allOf" or k == "oneOf":
             if not isinstance(v, list) or not v:
                 return None
-            subs = [self.negate(b, f"{ptr}/{k}/{i}", depth + 1) for i, b in enumerate(v)]
-            if any(x is None for x in subs):
+            if k == "oneOf" and len(v) > MAX_ONEOF_NEGATED:
                 return None
-            return {"allOf" if k == "anyOf" else "anyOf": subs}
+            subs = []
+            for i, b in enumerate(v):
+                sub = self.negate(b, f"{ptr}/{k}/{i}", depth + 1, keys)
+                if sub is None:
+                    return None
+                subs.append(sub)
+            if k != "oneOf":
+                return {"allOf" if k == "anyOf" else "anyOf": subs}
+            # not oneOf: no branch holds, or two of them do.
+            pairs = [{"allOf": [v[i], v[j]]} for i in range(len(v)) for j in range(i + 1, len(v))]
+            return {"anyOf": [{"allOf": subs}, *pairs]}
         if k == "not":
             return v  # not not s = s
+        if k not in KNOWN:
+            return (
+                False  # a vendor keyword asserts nothing (for the compiler and the validators): none fails it
+            )
         return None
 
-    def _negate_properties(self, s: dict, ptr: str, depth: int):
-        """not {properties: P} = an object with some property k of P whose value fails P[k] (with pattern or
-        additional properties beside them, None)."""
-        if "patternProperties" in s or "additionalProperties" in s:
-            return None
-        props = s.get("properties")
+    def _negate_properties(self, s: dict, ptr: str, depth: int, keys: tuple[str, ...] | None = None):
+        """not {properties: P} = an object with some property k of P whose value fails P[k]. With pattern or
+        additional properties beside them: None, unless the objects can only have `keys`; then it is an object
+        with some key k of `keys` whose value fails what applies to k (P[k], the schemas of the patterns
+        matching k, or additionalProperties when neither does)."""
+        props = s.get("properties", {})
         if not isinstance(props, dict):
             return None
+        if "patternProperties" in s or "additionalProperties" in s:
+            if keys is None:
+                return None
+            return self._negate_members(s, props, ptr, depth, keys)
         branches = []
         for name, sub in props.items():
             neg = self.negate(sub, f"{ptr}/properties/{name}", depth + 1)
@@ -159,6 +224,75 @@ class Negation:
                 return None
             if neg is False:
                 continue  # a property no value fails
+            branches.append({"type": "object", "required": [name], "properties": {name: neg}})
+        if not branches:
+            return False
+        return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+    def _negate_conditionals(self, s: dict, ptr: str, depth: int, keys: tuple[str, ...] | None):
+        """not of `if` / `then` / `else` and the dependency keywords: the negation of their rewrite as
+        `conditionals` makes it (an `if` needs an exact negation of its condition)."""
+        if "if" in s and self.negate(s["if"], f"{ptr}/if", depth + 1) is None:
+            return None
+        # Without a root $schema, `dependencies` asserts for a draft-07 reader and nothing for a 2020-12 one:
+        # no value fails it for both, so its negation is empty.
+        ambiguous = ("dependencies",) if self.draft is None else ()
+        rewritten = self.conditionals({k: s[k] for k in CONDITIONAL if k in s and k not in ambiguous}, ptr)
+        return self.negate(rewritten, ptr, depth + 1, keys)
+
+    def _negate_items(self, s: dict, ptr: str, depth: int):
+        """not {prefixItems: P, items: I} (or draft-07's items: P, additionalItems: I) = an array with an item
+        at some position i < len(P) failing P[i], or at a position past P failing I: `_contains` entries
+        [schema, first position, position past the last (None: no end)], read as t_array reads them."""
+        prefix, rest, where = array_parts(s)
+        if not isinstance(prefix, list):
+            return None
+        branches = []
+        for i, sub in enumerate(prefix):
+            neg = self.negate(sub, f"{ptr}/{where}/{i}", depth + 1)
+            if neg is None:
+                return None
+            if neg is not False:
+                branches.append({"type": "array", "_contains": [[neg, i, i + 1]]})
+        neg = self.negate(rest, f"{ptr}/items", depth + 1)
+        if neg is None:
+            return None
+        if neg is not False:
+            branches.append({"type": "array", "_contains": [[neg, len(prefix), None]]})
+        if not branches:
+            return False
+        return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+    def _negate_members(self, s: dict, props: dict, ptr: str, depth: int, keys: tuple[str, ...]):
+        pprops = s.get("patternProperties", {})
+        if not isinstance(pprops, dict):
+            return None
+        addl = s.get("additionalProperties", True)
+        branches = []
+        for name in keys:
+            self.budget.tick()
+            sp = f"{ptr}/properties/{pointer_escape(name)}"
+            # What applies to the key for a validator reading the patterns as Python does, and as ECMA-262
+            # does: the value must fail both (each validator then rejects the object).
+            readings = []
+            for reading in ("python", "ecma"):
+                parts = [props[name]] if name in props else []
+                for p in pprops:
+                    if self.key_matches(p, ptr, name, reading):
+                        parts.append(pprops[p])
+                if not parts:
+                    parts.append(addl)
+                if parts not in readings:
+                    readings.append(parts)
+            negs = []
+            for parts in readings:
+                neg = self.negate(parts[0] if len(parts) == 1 else {"allOf": parts}, sp, depth + 1)
+                if neg is None:
+                    return None
+                negs.append(neg)
+            if False in negs:
+                continue  # a value no reading rejects
+            neg = negs[0] if len(negs) == 1 else {"allOf": negs}
             branches.append({"type": "object", "required": [name], "properties": {name: neg}})
         if not branches:
             return False

@@ -84,6 +84,33 @@ FRAC = seq(lit("."), Repeat(DIG, 1, None))
 EXP = seq(cls("eE"), opt(cls("+-")), Repeat(DIG, 1, None))
 NUMBER = seq(INT, opt(FRAC), opt(EXP))
 
+# Numbers that are not integers (`not {type: integer}` over numbers). Up to draft 4 an integer is a number
+# written without fraction or exponent (a validator sees `1.0` parse to a float, not an int), so the others
+# are exactly the spellings with either. From draft 6 on an integer is an integral value (`1.0` and `1e2`
+# are integers), and a spelling's value is integral or not depending on how its exponent compares with its
+# digits, which no automaton decides; the spellings below have non-integral values whatever their digits:
+# a fraction with a non-zero digit and no positive exponent (`1.50`, `2.5e-7`, `0.5E+0`), or an integer part
+# ending in a non-zero digit and a negative exponent (`1e-05`), which covers what json.dumps writes.
+# Validators parse numbers to doubles, where `1.00000000000000001` is 1.0 and `1e-400` is 0.0: at most 15
+# significant digits and exponents down to -300 keep the parsed value non-integral too.
+_NONZERO_FRAC = seq(lit("."), star(DIG), DIG19, star(DIG))
+_EXP300 = seq(star(lit("0")), alt(Repeat(DIG, 1, 2), seq(cls("12"), DIG, DIG), lit("300")))
+_EXP_NOT_POSITIVE = seq(cls("eE"), alt(seq(lit("-"), _EXP300), seq(opt(lit("+")), Repeat(lit("0"), 1, None))))
+_ENDS_NONZERO = alt(DIG19, seq(DIG19, star(DIG), DIG19))
+_NON_INTEGRAL = seq(
+    opt(lit("-")),
+    alt(
+        seq(alt(lit("0"), seq(DIG19, star(DIG))), _NONZERO_FRAC, opt(_EXP_NOT_POSITIVE)),
+        seq(_ENDS_NONZERO, cls("eE"), lit("-"), _EXP300),
+    ),
+)
+NON_INT_DRAFT4 = seq(INT, alt(FRAC, EXP, seq(FRAC, EXP)))
+# The same, without exponent, to intersect with the bounded-number automata (which have none).
+_FRACTIONAL = {
+    4: seq(opt(lit("-")), Repeat(DIG, 1, None), lit("."), Repeat(DIG, 1, None)),
+    6: seq(opt(lit("-")), Repeat(DIG, 1, None), _NONZERO_FRAC),
+}
+
 
 def _frac_digits(x: Decimal) -> str:
     """Digits after the point of a non-negative decimal, without trailing zeros."""
@@ -178,6 +205,33 @@ def _sig_digits_dfa(limit: int) -> cpauto.CPNFA:
 _SIG15 = _sig_digits_dfa(15)
 
 
+def _mantissa_sig_digits_dfa(limit: int) -> cpauto.CPNFA:
+    """Number spellings whose digits before any exponent have at most `limit` significant digits."""
+    d = _sig_digits_dfa(limit)
+    exp = d.add()
+    d.finals.add(exp)
+    for q in range(d.size - 1):
+        d.edges[q].append((ord("E"), ord("E"), exp))
+        d.edges[q].append((ord("e"), ord("e"), exp))
+        d.edges[q].sort()
+    d.edges[exp].append((ord("+"), ord("+"), exp))
+    d.edges[exp].append((ord("-"), ord("-"), exp))
+    d.edges[exp].append((ord("0"), ord("9"), exp))
+    d.edges[exp].sort()
+    return d
+
+
+_NON_INTEGRAL_AUTO: list = []
+
+
+def non_integral() -> Node:
+    """The non-integral numbers from draft 6 on (see _NON_INTEGRAL), built once."""
+    if not _NON_INTEGRAL_AUTO:
+        base = cpauto.determinize(cpauto.from_ir(_NON_INTEGRAL))
+        _NON_INTEGRAL_AUTO.append(Auto(cpauto.product(base, _mantissa_sig_digits_dfa(15))))
+    return _NON_INTEGRAL_AUTO[0]
+
+
 def _mod_dfa(k: int) -> cpauto.CPNFA:
     """Integers without leading zeros divisible by k (digits read left to right, residue as the state)."""
     d = cpauto.CPNFA()
@@ -226,7 +280,13 @@ class NumberLowering:
             hi, hi_ex = min(cands_hi, key=lambda x: (x[0], not x[1]))
         return lo, lo_ex, hi, hi_ex
 
+    def _old_integers(self) -> bool:
+        """Whether an integer is a spelling without fraction or exponent (drafts 3 and 4), not a value."""
+        return self.draft is not None and self.draft <= 4
+
     def t_integer(self, s, ptr):
+        if s.get("_not_integer"):
+            return NOTHING
         lo, lo_ex, hi, hi_ex = self._bounds(s, ptr)
         ilo = None if lo is None else _int_bound(lo, True, lo_ex)
         ihi = None if hi is None else _int_bound(hi, False, hi_ex)
@@ -259,12 +319,19 @@ class NumberLowering:
             except InvalidOperation:
                 integral = False
             if not integral:
-                self.unsupported("non-integer multipleOf", ptr)
+                self.unsupported(
+                    "non-integer multipleOf (validators divide in floats, where 0.07 is no multiple of 0.01, "
+                    "or in decimals, where it is)",
+                    ptr,
+                )
                 s = {k: v for k, v in s.items() if k != "multipleOf"}
             else:
                 return self.t_integer(s, ptr)
+        not_int = bool(s.get("_not_integer"))
         lo, lo_ex, hi, hi_ex = self._bounds(s, ptr)
         if lo is None and hi is None:
+            if not_int:
+                return NON_INT_DRAFT4 if self._old_integers() else non_integral()
             return NUMBER
         if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_ex or hi_ex))):
             return NOTHING
@@ -272,10 +339,15 @@ class NumberLowering:
             if b is not None and len(b.normalize().as_tuple().digits) > 15:
                 self.unsupported("number bound with more than 15 significant digits", ptr)
         # The same bounds recur (a schema merged into several allOf/oneOf branches): one automaton for each.
-        key = (lo, lo_ex, hi, hi_ex)
+        frac = (4 if self._old_integers() else 6) if not_int else None
+        key = (lo, lo_ex, hi, hi_ex, frac)
         hit = self.number_autos.get(key)
         if hit is None:
-            hit = self.number_autos[key] = self._number_range(lo, lo_ex, hi, hi_ex)
+            hit = self._number_range(lo, lo_ex, hi, hi_ex)
+            if frac is not None and hit != NOTHING:
+                both = cpauto.product(hit.auto, cpauto.determinize(cpauto.from_ir(_FRACTIONAL[frac])))
+                hit = NOTHING if cpauto.is_empty(both) else Auto(both)
+            self.number_autos[key] = hit
         return hit
 
     @staticmethod

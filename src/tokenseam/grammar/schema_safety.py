@@ -15,9 +15,17 @@ and `patternProperties` with Python's backtracking `re` (exponential on patterns
 - references are resolved by a registry holding only the document, whose retrieval refuses every URI (the
   bundled metaschemas are left out too, so even a `$ref` to a metaschema URL is refused, not followed);
 - every keyword evaluation ticks the compile budget;
-- `pattern`, `patternProperties` and `additionalProperties` match with `cpauto.Searcher` (linear time, the
-  pattern read as Python's `re` reads it), and `unevaluatedProperties`, whose implementation calls `re`
-  directly, is refused in a document that has `patternProperties`;
+- `pattern`, `patternProperties` and `additionalProperties` match with `cpauto.Searcher` (linear time), and
+  `unevaluatedProperties`, whose implementation calls `re` directly, is refused in a document that has
+  `patternProperties`;
+- a value is accepted only if it is valid with every regex read as Python's `re` reads it and, when the
+  document has a regex, also with every regex read as ECMA-262 reads it (what the grammar's patterns require:
+  no output can fail either kind of validator);
+- an integral number is checked both as an int and as a float (`3` and `3.0` parse to different Python
+  types, which draft 4's `integer` tells apart);
+- the keywords the compiler adds to merged schemas (`_not_strings`, `_not_pattern`, the `__none__` type) are
+  read as the compiler means them, and with no root `$schema` a value must pass with draft-07's
+  `dependencies` read beside the 2020-12 keywords and without it (the compiler's two readings);
 - the validator runs over a view of the document without `$schema` below its root: `jsonschema` switches to
   its stock validator class for a sub-schema declaring a known `$schema`, which would escape all of the above.
 """
@@ -65,7 +73,7 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 # Keywords whose value is data, never a schema (nothing inside is a keyword).
 _DATA = ("enum", "const", "default", "examples", "example")
 # Keys the compiler itself adds to merged schemas; a request may not supply them.
-RESERVED = ("_not_strings", "_not_pattern")
+RESERVED = ("_not_strings", "_not_pattern", "_contains", "_not_integer")
 
 
 def _show(v) -> str:
@@ -195,62 +203,105 @@ def refused_uri(exc: BaseException) -> str | None:
 
 
 # -- linear-time regex matching for the validator and the compiler ---------------------------------------
-_SEARCHERS: dict[str, cpauto.Searcher] = {}
+_SEARCHERS: dict[tuple[str, str], cpauto.Searcher] = {}
 _SEARCHERS_LOCK = threading.Lock()
 MAX_SEARCHERS = 512
 MAX_SEARCHER_STATES = 20_000  # larger pattern automata are built again when needed rather than kept
+DIALECTS = ("python", "ecma")
 
 
-def searcher(pattern: str, where: str) -> cpauto.Searcher:
+def searcher(pattern: str, where: str, dialect: str = "python") -> cpauto.Searcher:
     """Whether `pattern` matches somewhere in a string, read as Python's `re` reads it (what the validator's
-    `re.search` did), in time linear in the string. Kept per pattern, across compiles (patterns recur)."""
+    `re.search` did) or, with dialect "ecma", as ECMA-262 reads it, in time linear in the string. Kept per
+    pattern, across compiles (patterns recur)."""
     if not isinstance(pattern, str):
         raise GrammarError(f"{where}: regex must be a string, got {_show(pattern)}")
-    hit = _SEARCHERS.get(pattern)
+    hit = _SEARCHERS.get((dialect, pattern))
     if hit is not None:
         return hit
-    s = cpauto.Searcher(cpauto.from_ir(parse_regex(pattern, search=True, where=where, dialect="python")))
+    s = cpauto.Searcher(cpauto.from_ir(parse_regex(pattern, search=True, where=where, dialect=dialect)))
     if s.nfa.size <= MAX_SEARCHER_STATES:
         with _SEARCHERS_LOCK:
             if len(_SEARCHERS) >= MAX_SEARCHERS:
                 _SEARCHERS.clear()
-            _SEARCHERS[pattern] = s
+            _SEARCHERS[(dialect, pattern)] = s
     return s
 
 
-def _pattern(validator, patrn, instance, schema):
+def _regex_keywords(dialect: str) -> dict:
+    """`pattern`, `patternProperties` and `additionalProperties` with their regexes read in `dialect`, and the
+    compiler's `_not_pattern` (a string no reading of the pattern matches, whatever the dialect)."""
     from jsonschema.exceptions import ValidationError
 
-    if validator.is_type(instance, "string") and not searcher(patrn, "pattern").accepts(instance):
-        yield ValidationError(f"{instance!r} does not match {patrn!r}")
+    def pattern(validator, patrn, instance, schema):
+        # A list: the patterns of merged allOf parts, each of which must match.
+        if validator.is_type(instance, "string"):
+            for p in patrn if isinstance(patrn, list) else [patrn]:
+                if not searcher(p, "pattern", dialect).accepts(instance):
+                    yield ValidationError(f"{instance!r} does not match {p!r}")
+
+    def pattern_properties(validator, pprops, instance, schema):
+        if not validator.is_type(instance, "object"):
+            return
+        for patrn, sub in pprops.items():
+            s = searcher(patrn, "patternProperties", dialect)
+            for k, v in instance.items():
+                if s.accepts(k):
+                    yield from validator.descend(v, sub, path=k, schema_path=patrn)
+
+    def additional_properties(validator, addl, instance, schema):
+        # jsonschema's own, with the patternProperties match done by `searcher` instead of re.search.
+        if not validator.is_type(instance, "object"):
+            return
+        props = schema.get("properties", {})
+        matchers = [searcher(p, "patternProperties", dialect) for p in schema.get("patternProperties", {})]
+        extras = {k for k in instance if k not in props and not any(m.accepts(k) for m in matchers)}
+        if validator.is_type(addl, "object"):
+            for extra in extras:
+                yield from validator.descend(instance[extra], addl, path=extra)
+        elif not addl and extras:
+            yield ValidationError(
+                f"additional properties are not allowed ({', '.join(sorted(map(repr, extras)))})"
+            )
+
+    def not_pattern(validator, pats, instance, schema):
+        if isinstance(instance, str):
+            for p in pats:
+                if any(searcher(p, "pattern", d).accepts(instance) for d in DIALECTS):
+                    yield ValidationError(f"{instance!r} matches {p!r}")
+
+    return {
+        "pattern": pattern,
+        "patternProperties": pattern_properties,
+        "additionalProperties": additional_properties,
+        "_not_pattern": not_pattern,
+    }
 
 
-def _pattern_properties(validator, pprops, instance, schema):
-    if not validator.is_type(instance, "object"):
-        return
-    for pattern, sub in pprops.items():
-        s = searcher(pattern, "patternProperties")
-        for k, v in instance.items():
-            if s.accepts(k):
-                yield from validator.descend(v, sub, path=k, schema_path=pattern)
-
-
-def _additional_properties(validator, addl, instance, schema):
-    # jsonschema's own, with the patternProperties match done by `searcher` instead of re.search.
+def _contains(validator, entries, instance, schema):
+    # [[schema, start, stop]]: some item at a position in [start, stop) satisfies the schema.
     from jsonschema.exceptions import ValidationError
 
-    if not validator.is_type(instance, "object"):
+    if not isinstance(instance, list):
         return
-    props = schema.get("properties", {})
-    matchers = [searcher(p, "patternProperties") for p in schema.get("patternProperties", {})]
-    extras = {k for k in instance if k not in props and not any(m.accepts(k) for m in matchers)}
-    if validator.is_type(addl, "object"):
-        for extra in extras:
-            yield from validator.descend(instance[extra], addl, path=extra)
-    elif not addl and extras:
-        yield ValidationError(
-            f"additional properties are not allowed ({', '.join(sorted(map(repr, extras)))})"
-        )
+    for sub, start, stop in entries:
+        check = validator.evolve(schema=sub)
+        if not any(check.is_valid(x) for x in instance[start:stop]):
+            yield ValidationError(f"no item from position {start} satisfies {sub!r}")
+
+
+def _not_integer(validator, flag, instance, schema):
+    from jsonschema.exceptions import ValidationError
+
+    if flag and validator.is_type(instance, "integer"):
+        yield ValidationError(f"{instance!r} is an integer")
+
+
+def _not_strings(validator, words, instance, schema):
+    from jsonschema.exceptions import ValidationError
+
+    if isinstance(instance, str) and instance in words:
+        yield ValidationError(f"{instance!r} is excluded")
 
 
 def _budgeted(fn):
@@ -261,26 +312,30 @@ def _budgeted(fn):
     return keyword
 
 
-_CLASSES: dict[type, type] = {}
+_CLASSES: dict[tuple, type] = {}
 
 
-def _validator_class(base: type, has_pattern_properties: bool) -> type:
+def _validator_class(
+    base: type, has_pattern_properties: bool, dialect: str = "python", dependencies: bool = False
+) -> type:
     """`base` (a stock jsonschema validator class) with the keyword functions described in the module
-    docstring; made once per base class and flag."""
-    key = (base, has_pattern_properties)
+    docstring, its regexes read in `dialect`, and draft-07's `dependencies` when asked; made once per base
+    class and flags."""
+    key = (base, has_pattern_properties, dialect, dependencies)
     cls = _CLASSES.get(key)
     if cls is not None:
         return cls
     import jsonschema
 
     kws = dict(base.VALIDATORS)
-    for name, fn in (
-        ("pattern", _pattern),
-        ("patternProperties", _pattern_properties),
-        ("additionalProperties", _additional_properties),
-    ):
-        if name in kws:
+    for name, fn in _regex_keywords(dialect).items():
+        if name in kws or name.startswith("_"):
             kws[name] = fn
+    kws["_not_strings"] = _not_strings
+    kws["_contains"] = _contains
+    kws["_not_integer"] = _not_integer
+    if dependencies and "dependencies" not in kws:
+        kws["dependencies"] = jsonschema.Draft7Validator.VALIDATORS["dependencies"]
     if "unevaluatedProperties" in kws and has_pattern_properties:
 
         def unevaluated(validator, value, instance, schema):
@@ -290,15 +345,23 @@ def _validator_class(base: type, has_pattern_properties: bool) -> type:
             )
 
         kws["unevaluatedProperties"] = unevaluated
-    cls = jsonschema.validators.extend(base, {k: _budgeted(fn) for k, fn in kws.items()})
+    # `__none__`: the compiler's marker of an empty type intersection, which no value has.
+    checker = base.TYPE_CHECKER.redefine("__none__", lambda _checker, _instance: False)
+    cls = jsonschema.validators.extend(
+        base, {k: _budgeted(fn) for k, fn in kws.items()}, type_checker=checker
+    )
     _CLASSES[key] = cls
     return cls
 
 
 class EnumValidator:
-    """The document's validator, for checking enum/const values against the schema around them."""
+    """The document's validator, for checking enum/const values against the schema around them.
 
-    def __init__(self, root) -> None:
+    `dependencies`: whether draft-07's `dependencies` is read both ways, asserting and not (the compiler's
+    reading without a root `$schema`: 2020-12, whose validators do not know it, and draft-07's), a value
+    being accepted only if both accept it."""
+
+    def __init__(self, root, dependencies: bool = False) -> None:
         import jsonschema
         import referencing
         import referencing.jsonschema
@@ -306,18 +369,32 @@ class EnumValidator:
         self._memo: dict[int, tuple[object, object]] = {}
         self.charged = 0  # budget units spent on views
         self._has_pprops = False
+        self._has_regex = False  # a pattern seen in a view: values are then checked in both regex readings
+        self._has_deps = False  # `dependencies` seen in a view: then checked both ways if `dependencies`
         view = self.view(root, top=True)
         base = jsonschema.validators.validator_for(
             view if isinstance(view, dict) else {}, default=jsonschema.Draft202012Validator
         )
-        cls = _validator_class(base, self._has_pprops)
+        self._both_deps = dependencies and "dependencies" not in base.VALIDATORS
+        self._classes = {
+            (dialect, deps): _validator_class(base, self._has_pprops, dialect, deps)
+            for dialect in DIALECTS
+            for deps in (False, True)
+        }
         # The resource is made as jsonschema makes it, but in a registry of its own: without the bundled
         # metaschemas, and with a retrieval that refuses.
         spec = referencing.jsonschema.specification_with(
             base.ID_OF(base.META_SCHEMA) or "urn:unknown-dialect", default=referencing.Specification.OPAQUE
         )
-        resolver = referencing.Registry(retrieve=_refuse).resolver_with_root(spec.create_resource(view))
-        self._root = cls(view, _resolver=resolver)
+        self._resolver = referencing.Registry(retrieve=_refuse).resolver_with_root(spec.create_resource(view))
+        self._view = view
+        self._roots: dict[int, object] = {}
+
+    def _root(self, key: tuple[str, bool]):
+        r = self._roots.get(key)
+        if r is None:
+            r = self._roots[key] = self._classes[key](self._view, _resolver=self._resolver)
+        return r
 
     def view(self, x, top: bool = False):
         """The same schema without `$schema` below the document's root (see the module docstring), built
@@ -339,21 +416,35 @@ class EnumValidator:
             if k in _DATA:
                 out[k] = v
             elif (k in _SCHEMA_MAPS or k == "dependencies") and isinstance(v, dict):
+                if k == "dependencies":
+                    self._has_deps = True
                 if k == "patternProperties" and v:
-                    self._has_pprops = True
+                    self._has_pprops = self._has_regex = True
                 out[k] = {name: self.view(sub) for name, sub in v.items()}
             else:
+                if k == "pattern":
+                    self._has_regex = True
                 out[k] = self.view(v)
         self._memo[id(x)] = (x, out)  # the original is kept alive with its view, so its id stays unique
         return out
 
     def accepted(self, values: list, schema) -> list:
-        """The values that `schema` (a part of the document, or a schema merged from its parts) accepts."""
-        check = self._root.evolve(schema=self.view(schema))
+        """The values that `schema` (a part of the document, or a schema merged from its parts) accepts, with
+        its regexes read as Python's `re` reads them and, if it has any, as ECMA-262 reads them."""
+        view = self.view(schema)
         b = current()
-        out = []
-        for v in values:
-            b.tick()
-            if check.is_valid(v):
-                out.append(v)
+        out = values
+        readings = [
+            (dialect, deps)
+            for dialect in (DIALECTS if self._has_regex else DIALECTS[:1])
+            for deps in ((False, True) if self._both_deps and self._has_deps else (False,))
+        ]
+        for key in readings:
+            check = self._root(key).evolve(schema=view)
+            kept = []
+            for v in out:
+                b.tick()
+                if check.is_valid(v):
+                    kept.append(v)
+            out = kept
         return out

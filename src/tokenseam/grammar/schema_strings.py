@@ -20,6 +20,7 @@ from .ir import (
     seq,
 )
 from .regex import parse_regex
+from .schema_safety import searcher
 
 HEX = cls("0-9a-fA-F")
 
@@ -227,6 +228,12 @@ class StringLowering:
         """Whether a declared property name is matched by `pattern` in either reading (`python`: its
         linear-time Python searcher)."""
         return python.accepts(name) or cpauto.accepts(self._pattern(pattern, ptr)["ecma"], name)
+
+    def key_matches(self, pattern: str, ptr: str, name: str, reading: str) -> bool:
+        """Whether a patternProperties regex matches the key `name` in one reading ("python" or "ecma")."""
+        if reading == "python":
+            return searcher(pattern, f"patternProperties at {ptr}").accepts(name)
+        return cpauto.accepts(self._pattern(pattern, ptr)["ecma"], name)
 
     def patterns_overlap(self, p: str, q: str, ptr: str) -> bool:
         """Whether some key matches both patternProperties regexes (each in either reading)."""
