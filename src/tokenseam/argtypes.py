@@ -19,3 +19,18 @@ def int_in_range(name: str, lo: int, hi: int) -> Callable[[str], int]:
         return v
 
     return conv
+
+
+def float_in_range(name: str, lo: float, hi: float) -> Callable[[str], float]:
+    """An argparse type: a number from lo to hi, with an error that names the flag."""
+
+    def conv(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{name} must be between {lo} and {hi}, got {v}")
+        return v
+
+    return conv

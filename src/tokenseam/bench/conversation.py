@@ -614,21 +614,8 @@ def ttft_ratio(ours: dict, anchor: dict) -> dict[str, float | None]:
 # ---------------------------------------------------------------------------------------------- the run
 
 
-def _float_in_range(name: str, lo: float, hi: float):
-    def conv(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{name} must be between {lo} and {hi}, got {v}")
-        return v
-
-    return conv
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..argtypes import int_in_range
+    from ..argtypes import float_in_range, int_in_range
 
     p.add_argument("--models", default="smollm2,gemma3", help="comma-separated model aliases or .gguf paths")
     p.add_argument(
@@ -651,9 +638,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=128,
         help="max_tokens of every request (128)",
     )
-    p.add_argument(
-        "--temperature", type=_float_in_range("--temperature", 0.0, 2.0), default=0.8, help="(0.8)"
-    )
+    p.add_argument("--temperature", type=float_in_range("--temperature", 0.0, 2.0), default=0.8, help="(0.8)")
     p.add_argument(
         "--seed",
         type=int_in_range("--seed", 0, 99_999),
