@@ -963,6 +963,9 @@ def _report(console, res: dict) -> None:
                 end_section=True,
             )
     console.print(table)
+    anchors = [next(iter(m["ttft_ratio_vs"])) for m in res["models"].values() if m.get("ttft_ratio_vs")]
+    if anchors:
+        console.print(f"TTFT / anchor: tokenseam's median TTFT over {anchors[0]}'s, per turn")
     for model, m in res["models"].items():
         for name, s in m["servers"].items():
             low = s["summary"]["below_target"]
@@ -991,6 +994,7 @@ def plot(res: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     models = list(res["models"])
     if not models:
@@ -1016,6 +1020,8 @@ def plot(res: dict, path: Path) -> None:
         b.set_xlabel("turn")
         b.set_ylim(bottom=0)
         b.legend(fontsize=7)
+        for ax in (a, b):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
