@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 
+import httpx
 import pytest
 
+from tokenseam.bench import conversation as cv
 from tokenseam.bench.conversation import (
     KINDS,
     TARGET,
     TOOLS,
     Step,
+    TurnResult,
+    _assistant_message,
+    _read_chunk,
+    cached_tokens,
     make_conversations,
     reuse_fraction,
     summarize,
@@ -91,6 +98,79 @@ def test_tool_results_are_json_and_depend_only_on_the_call():
     assert "error" in json.loads(tool_result(c, 1, 0, "nope", "{}"))
 
 
+# ------------------------------------------------------------------------------------------- the client
+
+
+def test_streamed_chunks_make_the_answer():
+    res = TurnResult(status=200)
+
+    def chunk(delta=None, **top):
+        return {"choices": [] if delta is None else [{"index": 0, "delta": delta}], **top}
+
+    _read_chunk(res, chunk({"role": "assistant", "content": ""}), 0.0)
+    assert res.ttft_s is None  # the opening chunk is not the first token
+    _read_chunk(res, chunk({}), 0.0)
+    assert res.ttft_s is None
+    # a call in pieces (as llama-server streams it), then the usage chunk
+    _read_chunk(
+        res, chunk({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "get_weather"}}]}), 0.0
+    )
+    assert res.ttft_s is not None
+    _read_chunk(res, chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]}), 0.0)
+    _read_chunk(res, chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Seoul"}'}}]}), 0.0)
+    usage = {"prompt_tokens": 9, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}}
+    _read_chunk(res, chunk(usage=usage, prefix_cache={"matched_tokens": 4, "cause": "new text"}), 0.0)
+    assert res.usage == usage and res.prefix_cache["cause"] == "new text"
+    assert _assistant_message(res) == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city":"Seoul"}'},
+            }
+        ],
+    }
+    text = TurnResult(status=200)
+    for piece in ["안녕", "하세요 👋", "\n"]:
+        _read_chunk(text, chunk({"content": piece}), 0.0)
+    assert _assistant_message(text) == {"role": "assistant", "content": "안녕하세요 👋\n"}
+
+
+def test_cached_tokens_come_from_usage_or_llama_timings():
+    assert cached_tokens(TurnResult(200, usage={"prompt_tokens_details": {"cached_tokens": 7}})) == (
+        7,
+        "usage",
+    )
+    assert cached_tokens(TurnResult(200, usage={"prompt_tokens": 9}, timings={"cache_n": 5})) == (
+        5,
+        "timings.cache_n",
+    )
+    assert cached_tokens(TurnResult(200)) == (None, "none")
+
+
+def test_a_request_without_a_response_is_sent_once_more(monkeypatch):
+    calls = []
+
+    async def flaky(client, url, body):
+        calls.append(url)
+        if len(calls) % 2:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return cv.TurnResult(status=200)
+
+    monkeypatch.setattr(cv, "stream_chat", flaky)
+    res = asyncio.run(cv._send(None, "u", {}))
+    assert res.retried and len(calls) == 2
+
+    async def dead(client, url, body):
+        raise httpx.ConnectError("refused")
+
+    monkeypatch.setattr(cv, "stream_chat", dead)
+    with pytest.raises(httpx.ConnectError):
+        asyncio.run(cv._send(None, "u", {}))
+
+
 # ------------------------------------------------------------------------------------- the reuse arithmetic
 
 
@@ -154,6 +234,7 @@ def test_summary_from_constructed_turns():
     ]
     assert s["stopped_early"] == [{"conversation": "code-001", "turn": 4, "reason": "context"}]
     assert s["target"] == TARGET
+    assert s["forced_calls"] == {"forced": 1, "missing": 0} and s["retried_turns"] == 0
 
     whole = summarize([{**a, "turns": a["turns"][:2]}])
     assert whole["overall"]["target_met"] is True and whole["below_target"] == []

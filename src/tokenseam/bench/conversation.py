@@ -338,6 +338,7 @@ class TurnResult:
     prefix_cache: dict | None = None  # tokenseam's, when the server reports it
     prefix_header: str | None = None
     error: str | None = None
+    retried: bool = False  # the first try got no response
 
 
 def _merge_tool_deltas(calls: list[dict], deltas: list[dict]) -> None:
@@ -358,7 +359,10 @@ def _merge_tool_deltas(calls: list[dict], deltas: list[dict]) -> None:
 
 async def stream_chat(client, url: str, body: dict) -> TurnResult:
     """One streamed chat request. TTFT is measured to the first chunk whose delta carries content, reasoning
-    or a tool call (tokenseam opens every stream with an empty role chunk before the prompt is read)."""
+    or a tool call (tokenseam opens every stream with an empty role chunk before the prompt is read).
+    An error before the response begins (a kept-alive connection the server had closed) is raised."""
+    import httpx
+
     t0 = time.perf_counter()
     async with client.stream("POST", url, json=body) as r:
         res = TurnResult(status=r.status_code, prefix_header=r.headers.get("x-tokenseam-prefix"))
@@ -370,29 +374,34 @@ async def stream_chat(client, url: str, body: dict) -> TurnResult:
             except (ValueError, AttributeError):
                 res.error = text[:500]
             return res
-        async for line in r.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            obj = json.loads(line[6:])
-            if isinstance(obj.get("prefix_cache"), dict):
-                res.prefix_cache = obj["prefix_cache"]
-            if obj.get("usage"):
-                res.usage = obj["usage"]
-            if isinstance(obj.get("timings"), dict):
-                res.timings = obj["timings"]
-            if isinstance(obj.get("error"), dict):
-                res.error = obj["error"].get("message", str(obj["error"]))
-            for ch in obj.get("choices") or []:
-                delta = ch.get("delta") or {}
-                text = delta.get("content") or ""
-                if res.ttft_s is None and (text or delta.get("tool_calls") or delta.get("reasoning_content")):
-                    res.ttft_s = time.perf_counter() - t0
-                res.content += text
-                if delta.get("tool_calls"):
-                    _merge_tool_deltas(res.tool_calls, delta["tool_calls"])
-                if ch.get("finish_reason"):
-                    res.finish_reason = ch["finish_reason"]
+        try:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    _read_chunk(res, json.loads(line[6:]), t0)
+        except httpx.HTTPError as e:  # the response had begun: not retried, the turn is lost
+            res.error = f"the stream broke: {type(e).__name__}: {e}"
     return res
+
+
+def _read_chunk(res: TurnResult, obj: dict, t0: float) -> None:
+    if isinstance(obj.get("prefix_cache"), dict):
+        res.prefix_cache = obj["prefix_cache"]
+    if obj.get("usage"):
+        res.usage = obj["usage"]
+    if isinstance(obj.get("timings"), dict):
+        res.timings = obj["timings"]
+    if isinstance(obj.get("error"), dict):
+        res.error = obj["error"].get("message", str(obj["error"]))
+    for ch in obj.get("choices") or []:
+        delta = ch.get("delta") or {}
+        text = delta.get("content") or ""
+        if res.ttft_s is None and (text or delta.get("tool_calls") or delta.get("reasoning_content")):
+            res.ttft_s = time.perf_counter() - t0
+        res.content += text
+        if delta.get("tool_calls"):
+            _merge_tool_deltas(res.tool_calls, delta["tool_calls"])
+        if ch.get("finish_reason"):
+            res.finish_reason = ch["finish_reason"]
 
 
 def cached_tokens(res: TurnResult) -> tuple[int | None, str]:
@@ -441,9 +450,24 @@ def _message_text(m: dict) -> str:
     return "".join(parts)
 
 
+async def _send(client, url: str, body: dict) -> TurnResult:
+    """stream_chat, sent once more when no response began, as OpenAI's client does: a server may close a
+    kept-alive connection just as the next request goes out on it. The second try's TTFT is the one kept."""
+    import httpx
+
+    try:
+        return await stream_chat(client, url, body)
+    except (httpx.RemoteProtocolError, httpx.ConnectError, httpx.ReadError, httpx.WriteError):
+        res = await stream_chat(client, url, body)
+        res.retried = True
+        return res
+
+
 async def run_conversation(client, server: Server, conv: Conversation, args, count_tokens) -> dict:
     """Play one conversation against one server: a record per turn, and why it stopped early if it did.
     `count_tokens(text)` estimates a message's tokens, to stop before the history outgrows the context."""
+    import httpx
+
     messages = conv.first_messages()
     turns: list[dict] = []
     out: dict[str, Any] = {"id": conv.id, "kind": conv.kind, "seed": conv.seed, "turns": turns}
@@ -477,7 +501,11 @@ async def run_conversation(client, server: Server, conv: Conversation, args, cou
             body["tool_choice"] = step.tool_choice or "auto"
             # one call per answer: it ends with the call, so the answer fits in max_tokens
             body["parallel_tool_calls"] = False
-        res = await stream_chat(client, server.url, body)
+        try:
+            res = await _send(client, server.url, body)
+        except httpx.HTTPError as e:  # twice no response: record it and go on with the next conversation
+            out["stopped"] = {"turn": t, "reason": "error", "message": f"{type(e).__name__}: {e}"}
+            break
         if res.status != 200 or res.error is not None:
             out["stopped"] = {"turn": t, "reason": "error", "status": res.status, "message": res.error}
             break
@@ -496,6 +524,8 @@ async def run_conversation(client, server: Server, conv: Conversation, args, cou
             "finish_reason": res.finish_reason,
             "tool_calls": len(res.tool_calls),
         }
+        if res.retried:
+            rec["retried"] = True
         if step.tool_choice == "required":
             rec["call_forced"] = True
             if not res.tool_calls:
@@ -590,12 +620,21 @@ def summarize(conversations: list[dict], target: float = TARGET) -> dict:
         }
     overall = reuse_stats(scored)
     overall["target_met"] = bool(scored) and all(x >= target for x in scored)
+    recs = [r for conv in conversations for r in conv["turns"]]
+    # forced calls that did not come back (a server may drop `tools` its template cannot render): those
+    # conversations went on as text, with the user nudging, so their tools turns measure another workload
+    calls = {
+        "forced": sum(bool(r.get("call_forced")) for r in recs),
+        "missing": sum(bool(r.get("call_missing")) for r in recs),
+    }
     return {
         "target": target,
         "turns": turns,
         "overall": overall,
         "by_kind": {k: reuse_stats(v) for k, v in sorted(by_kind.items())},
         "below_target": low,
+        "forced_calls": calls,
+        "retried_turns": sum(bool(r.get("retried")) for r in recs),
         "conversations": len(conversations),
         "stopped_early": [{"conversation": c["id"], **c["stopped"]} for c in conversations if "stopped" in c],
     }
@@ -667,6 +706,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--llama-server", default=None, help="path to a llama-server binary (the anchor)")
     p.add_argument(
+        "--llama-swa-full",
+        action="store_true",
+        help="run llama-server with --swa-full: a full-size cache for sliding-window models (Gemma 3), whose "
+        "default cache cannot roll back past the window and restores the last prompt checkpoint instead",
+    )
+    p.add_argument(
         "--llama-parallel",
         default="1",
         help="comma-separated llama-server -np values, one run each (1)",
@@ -736,6 +781,7 @@ def run(args: argparse.Namespace) -> int:
                 "parallel",
                 "warmup",
                 "llama_parallel",
+                "llama_swa_full",
             )
         }
         | {"llama_server": bool(args.llama_server)},
@@ -825,14 +871,13 @@ def _bench_model(model: str, convs: list[Conversation], args, console) -> dict:
     if args.llama_server:
         from .common import LlamaServer
 
+        flags = ["--jinja"] + (["--swa-full"] if args.llama_swa_full else [])
         for np_ in [int(x) for x in args.llama_parallel.split(",") if x.strip()]:
             name = f"llama-server-np{np_}"
-            with LlamaServer(
-                args.llama_server, path, np_, args.threads, args.ctx, extra_args=["--jinja"]
-            ) as ls:
+            with LlamaServer(args.llama_server, path, np_, args.threads, args.ctx, extra_args=flags) as ls:
                 srv = Server(name, ls.url + "/v1/chat/completions", model, {"cache_prompt": True})
                 m["servers"][name] = _play(srv, convs, args, count_tokens, console)
-            m["servers"][name]["config"] = {"parallel": np_, "ctx_per_slot": args.ctx, "flags": ["--jinja"]}
+            m["servers"][name]["config"] = {"parallel": np_, "ctx_per_slot": args.ctx, "flags": flags}
         ours = m["servers"]["tokenseam"]["summary"]
         m["ttft_ratio_vs"] = {
             name: ttft_ratio(ours, s["summary"]) for name, s in m["servers"].items() if name != "tokenseam"
@@ -903,6 +948,9 @@ def _report(console, res: dict) -> None:
                 end_section=True,
             )
     console.print(table)
+    anchors = [next(iter(m["ttft_ratio_vs"])) for m in res["models"].values() if m.get("ttft_ratio_vs")]
+    if anchors:
+        console.print(f"TTFT / anchor: tokenseam's median TTFT over {anchors[0]}'s, per turn")
     for model, m in res["models"].items():
         for name, s in m["servers"].items():
             low = s["summary"]["below_target"]
@@ -916,6 +964,12 @@ def _report(console, res: dict) -> None:
                 console.print(f"  ... and {len(low) - 8} more below target ({model}, {name})")
             for x in s["summary"]["stopped_early"]:
                 console.print(f"  stopped early: {model} {name} {x}")
+            calls = s["summary"]["forced_calls"]
+            if calls["missing"]:
+                console.print(
+                    f"  {model} {name}: {calls['missing']} of {calls['forced']} forced tool calls did not "
+                    "come back (the conversation went on as text)"
+                )
 
 
 def plot(res: dict, path: Path) -> None:
@@ -925,6 +979,7 @@ def plot(res: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     models = list(res["models"])
     if not models:
@@ -950,6 +1005,8 @@ def plot(res: dict, path: Path) -> None:
         b.set_xlabel("turn")
         b.set_ylim(bottom=0)
         b.legend(fontsize=7)
+        for ax in (a, b):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
