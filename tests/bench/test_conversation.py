@@ -171,6 +171,90 @@ def test_a_request_without_a_response_is_sent_once_more(monkeypatch):
         asyncio.run(cv._send(None, "u", {}))
 
 
+def _fake_server(monkeypatch, answer):
+    """stream_chat replaced by `answer(body, n) -> TurnResult`; returns the bodies it was sent (copied)."""
+    sent = []
+
+    async def fake(client, url, body):
+        sent.append(json.loads(json.dumps(body)))
+        return answer(body, len(sent))
+
+    monkeypatch.setattr(cv, "stream_chat", fake)
+    return sent
+
+
+def _usage(prompt, completion, cached):
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def test_a_tools_conversation_sends_the_openai_shapes(monkeypatch):
+    (conv,) = make_conversations(1, 4, kinds=("tools",))
+    call = {
+        "id": "call_a",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Seoul"}'},
+    }
+
+    def answer(body, n):
+        if n == 1:  # the forced call
+            return TurnResult(200, 0.1, "", [call], "tool_calls", _usage(300, 20, 0))
+        if n == 2:
+            return TurnResult(200, 0.1, "It is sunny.", [], "stop", _usage(350, 5, 320))
+        return TurnResult(200, 0.1, "No call.", [], "length", _usage(380, 9, 355))  # a call that did not come
+
+    sent = _fake_server(monkeypatch, answer)
+    args = argparse.Namespace(max_tokens=32, ctx=4096, temperature=0.8)
+    out = asyncio.run(cv.run_conversation(None, cv.Server("s", "u", "m", {"x": 1}), conv, args, len))
+    assert len(sent) == 4 and "stopped" not in out
+    for b in sent:
+        assert b["stream"] and b["stream_options"] == {"include_usage": True} and b["x"] == 1
+        assert b["seed"] == conv.seed and b["temperature"] == 0.8 and b["parallel_tool_calls"] is False
+        assert b["tools"] == list(TOOLS)
+    assert [b["tool_choice"] for b in sent] == ["required", "none", "required", "none"]
+    roles = [m["role"] for m in sent[3]["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "user", "assistant", "user"]
+    m = sent[3]["messages"]
+    assert m[2] == {"role": "assistant", "content": None, "tool_calls": [call]}
+    assert m[3]["tool_call_id"] == "call_a" and json.loads(m[3]["content"])["city"] == "Seoul"
+    assert m[4] == {"role": "assistant", "content": "It is sunny."}
+    assert m[7]["content"] == cv.FOLLOW_UP_AFTER_MISSED_CALL  # nothing to send back, so the user nudges
+    t = out["turns"]
+    assert [r["previous_context"] for r in t] == [None, 320, 355, 389]
+    assert t[1]["reuse"] == 1.0 and t[2]["reuse"] == 1.0 and t[3]["reuse"] == pytest.approx(355 / 389)
+    assert t[2]["call_missing"] and not t[0].get("call_missing")
+
+
+def test_a_conversation_stops_before_it_outgrows_the_context(monkeypatch):
+    (conv,) = make_conversations(1, 5, kinds=("chat",))
+    _fake_server(
+        monkeypatch, lambda body, n: TurnResult(200, 0.1, "x" * 10, [], "length", _usage(900 * n, 100, 0))
+    )
+    args = argparse.Namespace(max_tokens=100, ctx=2048, temperature=0.8)
+    out = asyncio.run(cv.run_conversation(None, cv.Server("s", "u", "m", {}), conv, args, len))
+    assert [r["turn"] for r in out["turns"]] == [1, 2]  # turn 3 would start from 1,900 tokens + 100 to write
+    assert out["stopped"]["turn"] == 3 and out["stopped"]["reason"] == "context"
+
+
+def test_a_refused_request_stops_its_conversation_and_says_why(monkeypatch):
+    (conv,) = make_conversations(1, 3, kinds=("korean",))
+    _fake_server(
+        monkeypatch, lambda body, n: TurnResult(400, error="the chat template rejected these messages")
+    )
+    args = argparse.Namespace(max_tokens=16, ctx=4096, temperature=0.8)
+    out = asyncio.run(cv.run_conversation(None, cv.Server("s", "u", "m", {}), conv, args, len))
+    assert out["turns"] == []
+    assert out["stopped"] == {
+        "turn": 1,
+        "reason": "error",
+        "status": 400,
+        "message": "the chat template rejected these messages",
+    }
+
+
 # ------------------------------------------------------------------------------------- the reuse arithmetic
 
 
@@ -283,7 +367,7 @@ def test_a_small_run_on_smollm2(tmp_path):
     out = tmp_path / "conv.json"
     argv = ["bench", "conversation", "--models", "smollm2", "--conversations", "2", "--turns", "3"]
     assert (
-        main([*argv, "--kinds", "chat,tools", "--max-tokens", "48", "--warmup", "0", "--out", str(out)]) == 0
+        main([*argv, "--kinds", "chat,tools", "--max-tokens", "40", "--warmup", "0", "--out", str(out)]) == 0
     )
     res = json.loads(out.read_text())
     assert {"machine", "config", "target", "metric", "workload", "models"} <= set(res)
@@ -296,7 +380,7 @@ def test_a_small_run_on_smollm2(tmp_path):
         assert "stopped" not in conv, conv.get("stopped")
         assert [t["turn"] for t in conv["turns"]] == [1, 2, 3]
         for t in conv["turns"]:
-            assert t["prompt_tokens"] > 0 and 0 < t["completion_tokens"] <= 48
+            assert t["prompt_tokens"] > 0 and 0 < t["completion_tokens"] <= 40
             assert 0 <= t["cached_tokens"] <= t["prompt_tokens"] and t["cached_source"] == "usage"
             if t["turn"] == 1:
                 assert t["reuse"] is None and t["previous_context"] is None
@@ -310,7 +394,7 @@ def test_a_small_run_on_smollm2(tmp_path):
     if call["finish_reason"] == "tool_calls":  # the forced call fitted in max_tokens: one call
         assert call["tool_calls"] == 1
     else:
-        assert call["finish_reason"] == "length" and call["completion_tokens"] == 48
+        assert call["finish_reason"] == "length" and call["completion_tokens"] == 40
     summary = s["summary"]
     assert set(summary["turns"]) == {"1", "2", "3"} and summary["overall"]["n"] == 4
     assert 0 <= summary["overall"]["reuse_min"] <= summary["overall"]["reuse_median"] <= 1
