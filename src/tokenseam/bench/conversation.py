@@ -889,7 +889,8 @@ def _bench_model(model: str, convs: list[Conversation], args, console) -> dict:
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
+    # two decimals: 99.48 % must not print as the 99.5 % target
+    return "-" if x is None else f"{x:.2%}"
 
 
 def _ms(x: float | None) -> str:
