@@ -226,6 +226,7 @@ def test_a_tools_conversation_sends_the_openai_shapes(monkeypatch):
     assert [r["previous_context"] for r in t] == [None, 320, 355, 389]
     assert t[1]["reuse"] == 1.0 and t[2]["reuse"] == 1.0 and t[3]["reuse"] == pytest.approx(355 / 389)
     assert t[2]["call_missing"] and not t[0].get("call_missing")
+    assert summarize([out])["forced_calls"] == {"forced": 2, "missing": 1, "missing_at_length": 1}
 
 
 def test_a_conversation_stops_before_it_outgrows_the_context(monkeypatch):
@@ -318,7 +319,8 @@ def test_summary_from_constructed_turns():
     ]
     assert s["stopped_early"] == [{"conversation": "code-001", "turn": 4, "reason": "context"}]
     assert s["target"] == TARGET
-    assert s["forced_calls"] == {"forced": 1, "missing": 0} and s["retried_turns"] == 0
+    assert s["forced_calls"] == {"forced": 1, "missing": 0, "missing_at_length": 0}
+    assert s["retried_turns"] == 0
 
     whole = summarize([{**a, "turns": a["turns"][:2]}])
     assert whole["overall"]["target_met"] is True and whole["below_target"] == []

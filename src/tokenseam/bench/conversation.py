@@ -626,6 +626,10 @@ def summarize(conversations: list[dict], target: float = TARGET) -> dict:
     calls = {
         "forced": sum(bool(r.get("call_forced")) for r in recs),
         "missing": sum(bool(r.get("call_missing")) for r in recs),
+        # of those, the ones cut by max_tokens (a call still open, returned as text)
+        "missing_at_length": sum(
+            bool(r.get("call_missing")) and r.get("finish_reason") == "length" for r in recs
+        ),
     }
     return {
         "target": target,
@@ -969,7 +973,8 @@ def _report(console, res: dict) -> None:
             if calls["missing"]:
                 console.print(
                     f"  {model} {name}: {calls['missing']} of {calls['forced']} forced tool calls did not "
-                    "come back (the conversation went on as text)"
+                    f"come back ({calls['missing_at_length']} of them cut by max_tokens); those conversations "
+                    "went on as text"
                 )
 
 
