@@ -367,7 +367,11 @@ def test_bad_inputs_are_clear_errors(argv, says, tmp_path, capsys):
 @pytest.mark.server
 def test_a_small_run_on_smollm2(tmp_path):
     out = tmp_path / "conv.json"
+    fake = tmp_path / "llama-server"  # an anchor that fails to start: recorded, tokenseam's figures kept
+    fake.write_text("#!/bin/sh\necho 'no model here' >&2\nexit 3\n")
+    fake.chmod(0o755)
     argv = ["bench", "conversation", "--models", "smollm2", "--conversations", "2", "--turns", "3"]
+    argv += ["--llama-server", str(fake)]
     assert (
         main([*argv, "--kinds", "chat,tools", "--max-tokens", "40", "--warmup", "0", "--out", str(out)]) == 0
     )
@@ -375,7 +379,10 @@ def test_a_small_run_on_smollm2(tmp_path):
     assert {"machine", "config", "target", "metric", "workload", "models"} <= set(res)
     assert [w["kind"] for w in res["workload"]] == ["chat", "tools"]
     m = res["models"]["smollm2"]
-    assert set(m["servers"]) == {"tokenseam"}  # no llama-server given
+    assert set(m["servers"]) == {"tokenseam", "llama-server-np1"}
+    ls = m["servers"]["llama-server-np1"]
+    assert "exited with code 3" in ls["error"] and "no model here" in ls["error"]
+    assert ls["config"]["flags"] == ["--jinja"] and m["ttft_ratio_vs"] == {}
     s = m["servers"]["tokenseam"]
     assert [c["id"] for c in s["conversations"]] == ["chat-000", "tools-001"]
     for conv in s["conversations"]:

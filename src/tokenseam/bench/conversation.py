@@ -878,18 +878,38 @@ def _bench_model(model: str, convs: list[Conversation], args, console) -> dict:
         flags = ["--jinja"] + (["--swa-full"] if args.llama_swa_full else [])
         for np_ in [int(x) for x in args.llama_parallel.split(",") if x.strip()]:
             name = f"llama-server-np{np_}"
-            with LlamaServer(args.llama_server, path, np_, args.threads, args.ctx, extra_args=flags) as ls:
+            config = {"parallel": np_, "ctx_per_slot": args.ctx, "flags": flags}
+            ls = None
+            try:
+                ls = LlamaServer(args.llama_server, path, np_, args.threads, args.ctx, extra_args=flags)
+                ls.__enter__()
+            except (OSError, RuntimeError) as e:  # it did not start: say so, keep tokenseam's figures
+                if ls is not None:
+                    ls.killed_on_purpose = True  # its log's end is in the message already
+                    ls.__exit__()
+                console.print(f"  {name} did not start: {e}")
+                m["servers"][name] = {"error": str(e), "config": config}
+                continue
+            try:
                 srv = Server(name, ls.url + "/v1/chat/completions", model, {"cache_prompt": True})
-                m["servers"][name] = _play(srv, convs, args, count_tokens, console)
-            m["servers"][name]["config"] = {"parallel": np_, "ctx_per_slot": args.ctx, "flags": flags}
+                m["servers"][name] = _play(srv, convs, args, count_tokens, console) | {"config": config}
+            finally:
+                ls.__exit__()
         ours = m["servers"]["tokenseam"]["summary"]
         m["ttft_ratio_vs"] = {
-            name: ttft_ratio(ours, s["summary"]) for name, s in m["servers"].items() if name != "tokenseam"
+            name: ttft_ratio(ours, s["summary"])
+            for name, s in m["servers"].items()
+            if name != "tokenseam" and "summary" in s
         }
     return m
 
 
 # ---------------------------------------------------------------------------------------------- output
+
+
+def _played(m: dict) -> list[tuple[str, dict]]:
+    """A model's servers that ran (a llama-server that did not start has only an `error`)."""
+    return [(name, s) for name, s in m["servers"].items() if "summary" in s]
 
 
 def _pct(x: float | None) -> str:
@@ -921,7 +941,7 @@ def _report(console, res: dict) -> None:
     ):
         table.add_column(col)
     for model, m in res["models"].items():
-        for name, s in m["servers"].items():
+        for name, s in _played(m):
             ratios = (m.get("ttft_ratio_vs") or {}) if name == "tokenseam" else {}
             anchor = next(iter(ratios.values()), {})
             for t, row in s["summary"]["turns"].items():
@@ -958,6 +978,9 @@ def _report(console, res: dict) -> None:
         console.print(f"TTFT / anchor: tokenseam's median TTFT over {anchors[0]}'s, per turn")
     for model, m in res["models"].items():
         for name, s in m["servers"].items():
+            if "error" in s:
+                console.print(f"  {model} {name}: not run ({s['error'][:200]})")
+                continue
             low = s["summary"]["below_target"]
             for x in low[:8]:
                 console.print(
@@ -993,7 +1016,7 @@ def plot(res: dict, path: Path) -> None:
     fig, axes = plt.subplots(2, len(models), figsize=(5.5 * len(models), 7), squeeze=False)
     for j, model in enumerate(models):
         a, b = axes[0][j], axes[1][j]
-        for k, (name, s) in enumerate(res["models"][model]["servers"].items()):
+        for k, (name, s) in enumerate(_played(res["models"][model])):
             color = f"C{k}"
             rows = s["summary"]["turns"]
             ts = [int(t) for t, r in rows.items() if r["reuse_median"] is not None]
