@@ -404,6 +404,13 @@ def test_a_small_run_on_smollm2(tmp_path):
         assert call["tool_calls"] == 1
     else:
         assert call["finish_reason"] == "length" and call["completion_tokens"] == 40
+    for t in [t for conv in s["conversations"] for t in conv["turns"]]:  # when the server reports it
+        if "prefix_cache" in t:
+            assert 0 <= t["prefix_cache"]["matched_tokens"] <= t["prompt_tokens"]
+            assert (
+                isinstance(t["prefix_cache_cause"], str)
+                and t["prefix_cache_cause"] == t["prefix_cache"]["cause"]
+            )
     summary = s["summary"]
     assert set(summary["turns"]) == {"1", "2", "3"} and summary["overall"]["n"] == 4
     assert 0 <= summary["overall"]["reuse_min"] <= summary["overall"]["reuse_median"] <= 1

@@ -532,7 +532,16 @@ async def run_conversation(client, server: Server, conv: Conversation, args, cou
                 rec["call_missing"] = True  # the next turn nudges instead of sending results
         if res.prefix_cache is not None:
             rec["prefix_cache"] = {
-                k: res.prefix_cache.get(k) for k in ("matched_tokens", "prompt_tokens", "cause")
+                k: res.prefix_cache[k]
+                for k in (
+                    "matched_tokens",
+                    "prompt_tokens",
+                    "cause",
+                    "at_token",
+                    "answers_reused",
+                    "answers_cut",
+                )
+                if k in res.prefix_cache
             }
             rec["prefix_cache_cause"] = res.prefix_cache.get("cause")
         if res.prefix_header is not None:
