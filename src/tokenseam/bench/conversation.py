@@ -635,7 +635,7 @@ def summarize(conversations: list[dict], target: float = TARGET) -> dict:
     calls = {
         "forced": sum(bool(r.get("call_forced")) for r in recs),
         "missing": sum(bool(r.get("call_missing")) for r in recs),
-        # of those, the ones cut by max_tokens (a call still open, returned as text)
+        # of those, the answers that ran to max_tokens (a call still open, or text that went on)
         "missing_at_length": sum(
             bool(r.get("call_missing")) and r.get("finish_reason") == "length" for r in recs
         ),
@@ -1005,7 +1005,7 @@ def _report(console, res: dict) -> None:
             if calls["missing"]:
                 console.print(
                     f"  {model} {name}: {calls['missing']} of {calls['forced']} forced tool calls did not "
-                    f"come back ({calls['missing_at_length']} of them cut by max_tokens); those conversations "
+                    f"come back ({calls['missing_at_length']} of those answers ran to max_tokens); the conversations "
                     "went on as text"
                 )
 
