@@ -215,6 +215,8 @@ def test_a_continuing_prompt_is_decoded_in_the_slot_that_holds_it(smollm2_server
 
 
 def test_metrics_export_the_turn_memory_and_resident_slots(smollm2_server):
+    st = smollm2_server.state
+    chat(smollm2_server.url, [{"role": "user", "content": "Count."}], char_ids(st, "1 2 3"))
     text = httpx.get(smollm2_server.url + "/metrics", timeout=30).text
     values = {
         line.split()[0]: float(line.split()[1])
@@ -225,6 +227,9 @@ def test_metrics_export_the_turn_memory_and_resident_slots(smollm2_server):
     assert values["tokenseam_turn_memory_bytes"] <= values["tokenseam_turn_memory_budget_bytes"]
     assert "tokenseam_turn_memory_hits_total" in values and "tokenseam_prefix_resident_hits_total" in values
     assert values["tokenseam_prefix_resident_tokens"] >= 0
+    # the answer's last token was decoded for the cache alone, after it went out: part of decode time
+    upkeep = values["tokenseam_engine_upkeep_decode_seconds_total"]
+    assert 0 < upkeep <= values["tokenseam_engine_decode_seconds_total"]
 
 
 def test_a_long_hostile_history_is_handled_in_one_pass(smollm2_server):

@@ -321,6 +321,9 @@ class Engine:
             owners.append((st, None))
             budget -= len(chunk)
         logits = self.backend.decode(items)
+        # A step of only finished requests' last tokens (decoded for the cache after their answers went out)
+        if not owners:
+            self.stats.upkeep_decode_seconds += self.backend.decode_seconds - dec0
         self._tails = []
         for slot, tok, _ in tails:
             self._slot_tokens[slot].append(tok)
@@ -512,6 +515,7 @@ class EngineStats:
         self.generated_tokens = 0
         self.steps = 0
         self.overhead_seconds = 0.0
+        self.upkeep_decode_seconds = 0.0  # decode time of steps that served no request (cache upkeep only)
 
 
 def run_sync(engine: Engine, request: GenerationRequest, timeout: float | None = None):

@@ -75,6 +75,11 @@ class EngineCollector:
             ("tokenseam_engine_decode_seconds", "Time spent inside llama_decode", be.decode_seconds),
             ("tokenseam_engine_decode_calls", "llama_decode calls", be.decode_calls),
             (
+                "tokenseam_engine_upkeep_decode_seconds",
+                "Decode time of steps that served no request: finished answers' last tokens, kept for the cache",
+                st.upkeep_decode_seconds,
+            ),
+            (
                 "tokenseam_engine_overhead_seconds",
                 "Engine-thread time per step outside llama_decode",
                 st.overhead_seconds,
