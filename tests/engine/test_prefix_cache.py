@@ -81,13 +81,21 @@ def test_shared_prefix_is_found_and_loaded():
     check(cache, kv)
 
 
-def test_only_whole_blocks_are_inserted():
+def test_a_new_branch_is_kept_only_when_it_adds_a_block():
     kv = FakeKV()
-    cache = PrefixCache(kv, [10, 11], max_tokens=100, block_size=16)
+    cache = PrefixCache(kv, [10, 11, 12], max_tokens=200, block_size=16)
     kv.fill(0, list(range(40)))
     cache.insert(list(range(40)), 0)
-    assert cache.tokens_held == 32
-    assert cache.match(list(range(40)))[0] == 32
+    assert cache.tokens_held == 40 and cache.match(list(range(40)))[0] == 40  # to the token
+    near = list(range(30)) + [99] * 15  # parts at 30 and adds 15 < 16 tokens: not worth a copy of its path
+    kv.fill(1, near)
+    cache.insert(near, 1)
+    assert cache.tokens_held == 40 and cache.match(near)[0] == 30
+    far = list(range(30)) + [98] * 16
+    kv.fill(1, far)
+    cache.insert(far, 1)
+    assert cache.match(far)[0] == 46 and cache.tokens_held == 86
+    check(cache, kv)
 
 
 def test_lru_eviction_under_budget_and_sequence_pool():
@@ -156,13 +164,13 @@ def test_host_blob_that_cannot_be_restored_is_a_miss():
 
 def test_a_path_that_continues_a_leaf_is_kept_to_the_token():
     """A conversation's next turn: prompt + answer continue the cached prompt, so the leaf grows to the exact
-    length (no block-edge loss); a new branch is still cut to whole blocks."""
+    length (no block-edge loss), by any number of tokens."""
     kv = FakeHostKV()
     cache = PrefixCache(kv, [100, 101, 102], max_tokens=1000, block_size=16)
     prompt = list(range(40))
     kv.fill(0, prompt)
     cache.insert(prompt, 0)
-    assert cache.match(prompt)[0] == 32  # a new branch: whole blocks
+    assert cache.match(prompt)[0] == 40
     turn = prompt + list(range(500, 523))  # the answer, 23 more tokens
     kv.fill(0, turn)
     cache.insert(turn, 0)
@@ -173,10 +181,10 @@ def test_a_path_that_continues_a_leaf_is_kept_to_the_token():
     cache.insert(nxt, 1)  # and again, by 3 tokens
     assert cache.match(nxt)[0] == len(nxt) and cache.tokens_held == len(nxt)
     check(cache, kv)
-    other = prompt[:20] + [77] * 30  # branches off inside: whole blocks of its own path
+    other = prompt[:20] + [77] * 30  # branches off inside, adding 30 tokens: a path of its own
     kv.fill(2, other)
     cache.insert(other, 2)
-    assert cache.match(other)[0] == 48
+    assert cache.match(other)[0] == 50
     check(cache, kv)
 
 

@@ -151,26 +151,22 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
             }
 
         async def long_prefix(n_tokens: int) -> dict:
-            """Cold (caches cleared) then cached (the same document, another question): 3 documents."""
-            cold, warm = [], []
-            async with httpx.AsyncClient(timeout=600) as c:
-                for k in range(3):
-                    ids = _doc_ids(tok, n_tokens, seed=1 + k)
-                    assert state.engine.clear_cache()
-                    body = {"max_tokens": 1, "temperature": 0, "token_healing": False}
-                    qa = tok.encode(f"\nQuestion: {QUESTIONS[k]}\nAnswer:")
-                    t, _ = await _ttft(c, url, {**body, "prompt": ids + qa})
-                    cold.append(t)
-                    q2 = tok.encode(f"\nQuestion: {QUESTIONS[k + 3]}\nAnswer:")
-                    t2, u2 = await _ttft(c, url, {**body, "prompt": ids + q2})
-                    warm.append(t2)
+            """Caches cleared, one cold request, then 5 cached ones (the same document, other questions)."""
+            ids = _doc_ids(tok, n_tokens, seed=1)
+            body = {"max_tokens": 1, "temperature": 0, "token_healing": False}
+            assert state.engine.clear_cache()
+            async with httpx.AsyncClient(timeout=1800) as c:
+                times = [await _ttft(c, url, {**body, "prompt": ids + q}) for q in _questions(tok)]
+            warm = [t for t, _ in times[1:]]
             return {
                 "prefix_tokens": n_tokens,
-                "ttft_cold_s": median(cold),
+                "ttft_cold_s": times[0][0],
                 "ttft_cached_s": median(warm),
                 "ttft_cached_all_s": warm,
-                "ratio": median(warm) / median(cold),
-                "cached_tokens": u2.get("prompt_tokens_details", {}),
+                "ratio": median(warm) / times[0][0],
+                "cached_tokens": [
+                    u.get("prompt_tokens_details", {}).get("cached_tokens") for _, u in times[1:]
+                ],
             }
 
         async def interleaved() -> dict:
@@ -181,8 +177,7 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
             async with httpx.AsyncClient(timeout=600) as c:
                 for rnd in range(args.rounds):
                     reqs = []
-                    for k, h in enumerate(heads):
-                        q = tok.encode(f"Question {rnd}: {QUESTIONS[(rnd + k) % len(QUESTIONS)]}")
+                    for h, q in zip(heads, _interleaved_questions(tok, rnd), strict=True):
                         body = {"prompt": h + q, "max_tokens": 4, "temperature": 0, "token_healing": False}
                         reqs.append(_ttft(c, url, body))
                     outs = await asyncio.gather(*reqs)  # 8 concurrent requests, one per prefix
@@ -215,6 +210,15 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                 args, state.backend.path, Tokenizer.from_gguf(state.backend.path)
             )
     return m
+
+
+def _questions(tok) -> list[list[int]]:
+    """The long-prefix workload's suffixes: the first request is the cold one."""
+    return [tok.encode(f"\nQuestion: {q}\nAnswer:") for q in QUESTIONS]
+
+
+def _interleaved_questions(tok, rnd: int) -> list[list[int]]:
+    return [tok.encode(f"Question {rnd}: {QUESTIONS[(rnd + k) % len(QUESTIONS)]}") for k in range(8)]
 
 
 def _heads(tok) -> list[list[int]]:
@@ -268,10 +272,12 @@ def _llama_server(args, path, tok) -> dict:
     async def ttft(c: httpx.AsyncClient, base: str, prompt: list[int]) -> tuple[float, int]:
         t0 = time.perf_counter()
         first, cached = None, 0
+        # a new connection each time: llama-server may close a kept-alive one after a long streamed answer
         async with c.stream(
             "POST",
             base + "/completion",
             json={"prompt": prompt, "n_predict": 1, "stream": True, "cache_prompt": True},
+            headers={"Connection": "close"},
         ) as r:
             async for line in r.aiter_lines():
                 if line.startswith("data: {"):
@@ -281,26 +287,25 @@ def _llama_server(args, path, tok) -> dict:
 
     async def workload(base: str) -> dict:
         out: dict = {"long_prefix": {}}
-        async with httpx.AsyncClient(timeout=600) as c:
+        async with httpx.AsyncClient(timeout=1800) as c:
             for n in _lengths(args):
-                cold, warm = [], []
-                for k in range(3):  # a new document each time: its first request is cold
-                    ids = _doc_ids(tok, n, seed=1 + k)
-                    t, _ = await ttft(c, base, ids + tok.encode(f"\nQuestion: {QUESTIONS[k]}\nAnswer:"))
-                    cold.append(t)
-                    t2, _ = await ttft(c, base, ids + tok.encode(f"\nQuestion: {QUESTIONS[k + 3]}\nAnswer:"))
-                    warm.append(t2)
+                ids = _doc_ids(tok, n, seed=1)
+                # llama-server has no cache-clear route: a document it has not seen is the cold request
+                times = [(await ttft(c, base, ids + q))[0] for q in _questions(tok)]
                 out["long_prefix"][str(n)] = {
-                    "ttft_cold_s": median(cold),
-                    "ttft_cached_s": median(warm),
-                    "ttft_cached_all_s": warm,
-                    "ratio": median(warm) / median(cold),
+                    "ttft_cold_s": times[0],
+                    "ttft_cached_s": median(times[1:]),
+                    "ttft_cached_all_s": times[1:],
+                    "ratio": median(times[1:]) / times[0],
                 }
             total = served = 0
             ttfts: list[float] = []
             for rnd in range(args.rounds):
                 outs = await asyncio.gather(
-                    *[ttft(c, base, h + tok.encode(f"Question {rnd}: what?")) for h in heads]
+                    *[
+                        ttft(c, base, h + q)
+                        for h, q in zip(heads, _interleaved_questions(tok, rnd), strict=True)
+                    ]
                 )
                 if rnd:
                     for h, (t, cached) in zip(heads, outs, strict=True):

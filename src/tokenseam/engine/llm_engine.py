@@ -32,14 +32,24 @@ log = logging.getLogger("tokenseam.engine")
 # Prompt tokens per decode when every position's logits are wanted (prompt logprobs): llama.cpp keeps a row of
 # vocabulary-size floats per such token (64 x 262k x 4 bytes = 64 MiB for Gemma 3).
 PROMPT_LOGPROB_CHUNK = 64
+# How many prompt tokens one step reads from several prompts together, and how many steps a waiting prompt
+# may be passed over (see Engine._step).
+PREFILL_GROUP_TOKENS = 16
+PREFILL_MAX_PASSES = 8
+# How long finished requests' last tokens wait, with nothing else to do, for a step with other work to ride in
+# (an agent or a benchmark sends its next request at once, and that request usually continues the answer).
+TAIL_IDLE_SECONDS = 0.05
 
 
 class Engine:
     """Continuous-batching scheduler over a `LlamaCppBackend`.
 
-    Prompts are looked up in the radix prefix cache: the cached part is restored into the request's sequence
-    from host memory and only the rest is decoded (`cached_tokens`). Prompts are cached after prefill, and
-    prompt + output when a request finishes.
+    A prompt's longest known prefix is reused and only the rest is decoded (`cached_tokens`). Known prefixes
+    live in two tiers: the KV cells still on the device (running sequences, and free slots that keep their last
+    request's KV, bounded by `resident_tokens`), shared into the request's sequence with no copy; and the radix
+    prefix cache in host memory, restored from there. A path is copied to host memory only when its cells are
+    about to be dropped (a slot evicted or taken for another prompt), never between a prompt and its first token
+    when a free slot can take it.
     """
 
     def __init__(self, backend: LlamaCppBackend, max_queue: int = 64) -> None:
@@ -63,8 +73,9 @@ class Engine:
         # sends the answer back followed by the end of turn, matches through that token.
         self._tails: list[tuple[int, int, int]] = []
         # Free slots that still hold their last request's KV (slot -> its tokens, least recently used first):
-        # a prompt that continues one is decoded in that slot with nothing restored. Bounded by
-        # `resident_tokens`, since every held cell is visited by the other sequences' decodes.
+        # a prompt that continues one reuses its cells with nothing restored. Bounded by `resident_tokens`,
+        # since every held cell is visited by the other sequences' decodes; an evicted slot's path is copied to
+        # the host prefix cache.
         self._resident: OrderedDict[int, list[int]] = OrderedDict()
         rt = backend.config.resident_tokens
         self.resident_tokens = backend.config.n_ctx if rt < 0 else rt
@@ -154,6 +165,11 @@ class Engine:
         for slot in self._resident:
             self.backend.seq_rm(slot)
         self._resident.clear()
+        for slot, _, _ in self._tails:  # finished, their last token not decoded yet: not kept either
+            self.backend.seq_rm(slot)
+            self._slot_tokens[slot] = []
+            self._free.add(slot)
+        self._tails = []
         for ev in clears:
             ev.set()
 
@@ -167,15 +183,22 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._cv:
+                deadline = None
                 while (
                     not self._stop
                     and not self._waiting
                     and not self._running
                     and not self._cancel
-                    and not self._tails
                     and not self._clears
                 ):
-                    self._cv.wait()
+                    if not self._tails:
+                        self._cv.wait()
+                        continue
+                    now = time.monotonic()
+                    deadline = deadline or now + TAIL_IDLE_SECONDS
+                    if now >= deadline:
+                        break
+                    self._cv.wait(deadline - now)
                 if self._stop:
                     break
                 cancels, self._cancel = self._cancel, set()
@@ -247,20 +270,34 @@ class Engine:
             prompt = st.prompt
             # decode at least one prompt token, to get logits; all of them when their logprobs are wanted
             wants_lps = st.request.prompt_logprobs is not None
+            self._adopt_tail(prompt)
             limit = len(prompt) - 1
-            home, held = (-1, 0) if wants_lps else self._resident_match(prompt, limit)
-            cached = 0 if wants_lps or held == limit else min(self.prefix_cache.match(prompt)[0], limit)
-            use_home = held > 0 and held >= cached
-            held_toks = self._resident.get(home) if use_home else None
-            slots = self._take_slots(st.request.params.n, home if use_home else -1)
-            if use_home:
-                reuse = held  # the slot still holds this prefix: keep it, drop the rest
-                self.backend.seq_rm(home, reuse, -1)
+            reusing = self.prefix_cache.enabled and not wants_lps
+            src, held = self._device_match(prompt, limit) if reusing else (-1, 0)
+            cached = 0 if not reusing or held == limit else min(self.prefix_cache.match(prompt)[0], limit)
+            on_device = held > 0 and held >= cached
+            held_toks = self._device_tokens(src) if on_device else None
+            # A free slot whose whole path the prompt continues is taken as it is; another source (a running
+            # sequence, or a free slot the prompt parts from) shares its cells into a slot of its own, so it
+            # keeps them; with no empty slot left, a diverging free slot is taken and trimmed.
+            home = -1
+            if on_device and src in self._free:
+                if held == len(held_toks) or not self._has_empty_slot(st.request.params.n, src):
+                    home = src
+            slots = self._take_slots(st.request.params.n, home)
+            if on_device:
+                reuse = held
+                if home >= 0:
+                    if reuse < len(held_toks):  # the part the prompt leaves goes to host memory first
+                        self.prefix_cache.insert(held_toks, home)
+                    self.backend.seq_rm(home, reuse, -1)  # the slot holds this prefix: keep it, drop the rest
+                else:
+                    self.backend.seq_cp(src, slots[0], 0, reuse)
                 self.resident_hits += 1
                 self.prefix_cache.stats.hit_tokens += reuse
                 self.prefix_cache.stats.miss_tokens += len(prompt) - reuse
             else:
-                reuse = 0 if wants_lps else self.prefix_cache.load(prompt, slots[0], limit=limit)
+                reuse = self.prefix_cache.load(prompt, slots[0], limit=limit) if reusing else 0
             if wants_lps:
                 st.prompt_lps = [None]
             if st.request.explain_prefix:
@@ -298,17 +335,26 @@ class Engine:
                     items.append((s.seq_id, [s.generated[-1]], s.n_past, True))
                     owners.append((st, s))
                     budget -= 1
-        for st in self._running:
-            if budget <= 0:
-                break
-            if not st.prefilling:
+        # Prompts are read shortest remaining first, and a step takes further prompts only while its prompt
+        # tokens stay within PREFILL_GROUP_TOKENS: on a CPU the prompt pass is bound by arithmetic, so reading
+        # eight short prompts in one step gives none of them its first token before all are read (8 cached
+        # prefixes with 8-token questions, SmolLM2: median first token 414 ms in one step, 240-300 ms read
+        # in pairs, for 10-15 % more time to the last one). A prompt passed over for
+        # PREFILL_MAX_PASSES steps goes first, so a long one is not starved by a stream of short ones.
+        prefilling = sorted(
+            (st for st in self._running if st.prefilling),
+            key=lambda st: (st.passed_over < PREFILL_MAX_PASSES, len(st.prompt) - st.prefill_pos),
+        )
+        group = 0
+        for st in prefilling:
+            left = len(st.prompt) - st.prefill_pos
+            if budget <= 0 or (group and group + left > PREFILL_GROUP_TOKENS):
+                st.passed_over += 1
                 continue
+            st.passed_over = 0
             s0 = st.seqs[0]
-            # The last prompt token is always decoded on its own, so its logits do not depend on how much of
-            # the prompt came from the prefix cache (llama.cpp's numerics vary with batch shape).
-            end = len(st.prompt) if st.prefill_pos == len(st.prompt) - 1 else len(st.prompt) - 1
             size = budget if st.prompt_lps is None else min(budget, PROMPT_LOGPROB_CHUNK)
-            chunk = st.prompt[st.prefill_pos : min(end, st.prefill_pos + size)]
+            chunk = st.prompt[st.prefill_pos : st.prefill_pos + size]
             last = st.prefill_pos + len(chunk) == len(st.prompt)
             items.append(
                 (
@@ -320,6 +366,7 @@ class Engine:
             )
             owners.append((st, None))
             budget -= len(chunk)
+            group += len(chunk)
         logits = self.backend.decode(items)
         # A step of only finished requests' last tokens (decoded for the cache after their answers went out)
         if not owners:
@@ -327,9 +374,6 @@ class Engine:
         self._tails = []
         for slot, tok, _ in tails:
             self._slot_tokens[slot].append(tok)
-        # Cache inserts copy a path's KV to host memory (tens of ms for a long one): they wait until this
-        # step's tokens are out, so no request's next token waits for them.
-        saves: list[tuple[list[int], int]] = []
         logits = logits[len(tails) :]
         items = items[len(tails) :]
         out: dict[int, list] = {}
@@ -348,7 +392,6 @@ class Engine:
                 self._slot_tokens[st.seqs[0].seq_id].extend(toks)
                 if lg is None:
                     continue
-                saves.append((st.prompt, st.seqs[0].seq_id))
                 for sib in st.seqs[1:]:
                     self.backend.seq_cp(st.seqs[0].seq_id, sib.seq_id)
                     sib.n_past = st.prefill_pos
@@ -389,57 +432,91 @@ class Engine:
                 ]
             if events:
                 st.emit(events)
-        for slot, _, _ in tails:
+        for slot, _, _ in tails:  # after this step's tokens are out: an eviction may copy KV to host memory
             self._release(slot)
-        for prompt, slot in saves:
-            if self._slot_tokens[slot][: len(prompt)] == prompt:  # still held (not aborted meanwhile)
-                self.prefix_cache.insert(prompt, slot)
         self.stats.generated_tokens += n_sampled
         self.stats.steps += 1
         self.stats.overhead_seconds += (time.perf_counter() - t0) - (self.backend.decode_seconds - dec0)
 
+    def _adopt_tail(self, prompt: list[int]) -> None:
+        """A prompt that continues a finished request's path through its last token (the next turn, sent at
+        once): that slot is released now, and the token is decoded as part of the prompt instead."""
+        for i, (slot, tok, _) in enumerate(self._tails):
+            toks = self._slot_tokens[slot]
+            if len(prompt) > len(toks) and prompt[len(toks)] == tok and prompt[: len(toks)] == toks:
+                del self._tails[i]
+                self._release(slot)
+                return
+
     def _release(self, slot: int) -> None:
-        """A finished sequence's slot: its KV goes to the prefix cache and stays in the slot while the resident
-        budget allows (the least recently used resident slots are cleared first)."""
+        """A finished sequence's slot: it keeps its KV for a next turn while the resident budget allows (the
+        least recently used free slots are evicted first: their paths go to the host prefix cache)."""
         tokens = self._slot_tokens[slot]
-        self.prefix_cache.insert(tokens, slot)
         self._slot_tokens[slot] = []
         self._free.add(slot)
-        if not tokens or len(tokens) > self.resident_tokens or not self.prefix_cache.enabled:
+        if not tokens or not self.prefix_cache.enabled:
             self.backend.seq_rm(slot)
             return
         self._resident[slot] = tokens
-        held = sum(len(t) for t in self._resident.values())
-        while held > self.resident_tokens:
-            old, toks = self._resident.popitem(last=False)
-            self.backend.seq_rm(old)
-            held -= len(toks)
+        held = self.resident_held
+        while held > self.resident_tokens and self._resident:
+            old = next(iter(self._resident))
+            held -= len(self._resident[old])
+            self._evict(old)
+
+    def _evict(self, slot: int) -> None:
+        """Drop a free slot's KV. Its path is copied to the host prefix cache first, unless another slot holds
+        all of it but less than a block (a prompt that parted from it late shares its cells) or the host
+        cache already has it."""
+        toks = self._resident.pop(slot)
+        kept = max(
+            (common_prefix(self._device_tokens(s), toks) for s in range(self.n_slots) if s != slot),
+            default=0,
+        )
+        if len(toks) - kept >= self.prefix_cache.block_size:
+            self.prefix_cache.insert(toks, slot)
+        self.backend.seq_rm(slot)
 
     @property
     def resident_held(self) -> int:
         """KV tokens the free slots keep for a next turn (read from other threads: a snapshot)."""
         return sum(len(t) for t in list(self._resident.values()))
 
-    def _resident_match(self, prompt: list[int], limit: int) -> tuple[int, int]:
-        """(free slot, length) of the longest prefix of `prompt` (at most `limit`) a resident slot holds."""
+    def _device_tokens(self, slot: int) -> list[int]:
+        """The ids whose KV a slot holds: a free slot's resident path, or a busy slot's decoded positions."""
+        return self._resident.get(slot, []) if slot in self._free else self._slot_tokens[slot]
+
+    def _device_match(self, prompt: list[int], limit: int) -> tuple[int, int]:
+        """(slot, length) of the longest prefix of `prompt` (at most `limit`) whose KV a slot holds: a free
+        slot's resident path, or the decoded positions of a busy one (which only grow while it runs)."""
         best, best_n = -1, 0
-        for slot, toks in self._resident.items():
-            n = min(common_prefix(toks, prompt), limit)
-            if n > best_n:
-                best, best_n = slot, n
+        for slot in range(self.n_slots):
+            toks = self._device_tokens(slot)
+            if toks and toks[0] == prompt[0]:
+                n = min(common_prefix(toks, prompt), limit)
+                if n > best_n:
+                    best, best_n = slot, n
         return best, best_n
+
+    def _has_empty_slot(self, n: int, home: int) -> bool:
+        """Whether n free slots other than `home` hold nothing (so `home` can keep its path)."""
+        return sum(1 for s in self._free if s != home and s not in self._resident) >= n
 
     def _take_slots(self, n: int, home: int) -> list[int]:
         """n free slots, `home` first if given; the others prefer slots that hold no resident KV, then the
-        least recently used. Each is emptied except `home`, whose KV the caller trims."""
+        least recently used (evicted: their paths go to host memory). Each is emptied except `home`, whose KV
+        the caller trims."""
         rest = sorted(s for s in self._free if s != home and s not in self._resident)
         rest += [s for s in self._resident if s != home and s in self._free]
         slots = ([home] if home >= 0 else []) + rest
         slots = slots[:n]
         for s in slots:
             self._free.discard(s)
-            self._resident.pop(s, None)
-            if s != home:
+            if s == home:
+                self._resident.pop(s, None)
+            elif s in self._resident:
+                self._evict(s)
+            else:
                 self.backend.seq_rm(s)
             self._slot_tokens[s] = []
         return slots

@@ -105,9 +105,8 @@ class PrefixCacheStats:
 class PrefixCache:
     """LRU radix cache of token paths, stored in llama.cpp sequences `seq_ids`, bounded by `max_tokens`.
 
-    A new branch is inserted in whole blocks of `block_size` tokens, so the cache holds stable, reusable
-    prefixes rather than a copy of the path for every stray tail; a path that continues a leaf extends it to
-    the token. Each leaf's sequence holds its whole path from the root (a host blob cannot share its head with
+    A new branch is inserted only when it adds at least `block_size` tokens, so the cache does not hold a copy
+    of the path for every stray tail; a path that continues a leaf extends it to the token. Each leaf's sequence holds its whole path from the root (a host blob cannot share its head with
     another), so the budget counts every leaf's depth.
     """
 
@@ -245,16 +244,17 @@ class PrefixCache:
         """Record that `src_seq` holds KV for `tokens` (positions 0..len-1).
 
         A path that continues a leaf extends it to the token (its sequence gains the positions: a conversation's
-        next turn then matches all of it). A new branch stores its whole path as a new sequence, so it is cut
-        to whole blocks: a stray tail of a few tokens is not worth a copy of the path."""
+        next turn then matches all of it). A new branch stores its whole path as a new sequence, so it is kept
+        (to the token) only when it adds at least a block of tokens the cache does not hold: a stray tail of a
+        few tokens is not worth a copy of the path."""
         if self.max_tokens < self.block_size:
             return
         while True:  # make room first; an eviction may reshape the path, so walk again after each one
             node, pos, child, k = self._walk(tokens)
             extend = child is None and node is not self.root and node.is_leaf
-            n = len(tokens) if extend else len(tokens) // self.block_size * self.block_size
-            if pos + k >= n:
-                return  # already covered (to the last whole block, for a new branch)
+            n = len(tokens)
+            if pos + k >= n or (not extend and n - pos - k < self.block_size):
+                return  # already covered (or, for a new branch, all but less than a block)
             grow = n - pos if extend else n  # a new leaf stores its whole path
             if self.tokens_held + grow <= self.max_tokens and (extend or self._free_seqs):
                 break

@@ -105,6 +105,7 @@ class RequestState:
         self.cancelled = False
         self.done = False
         self.prompt_lps: list[TokenLogprob | None] | None = None  # collected while the prompt is read
+        self.passed_over = 0  # scheduler steps that decoded other prompts while this one waited to prefill
 
     @property
     def prompt(self) -> list[int]:

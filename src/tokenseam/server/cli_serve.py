@@ -62,16 +62,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--prefix-block",
         type=_positive("--prefix-block", 1, 4096),
         default=16,
-        help="prefix cache granularity in tokens",
+        help="the fewest new tokens a branch must add for the host prefix cache to store a copy of its path",
     )
     p.add_argument(
         "--resident-kv-tokens",
         type=_positive("--resident-kv-tokens", 0, 1 << 22),
         default=None,
         metavar="TOKENS",
-        help="KV that free slots keep from their last request, so a prompt that continues it (a conversation's "
-        "next turn) is decoded there with nothing restored (default: --ctx-size; 0: off). Held cells are "
-        "visited by every decode, so this trades decode speed for a faster hit",
+        help="KV that free slots keep from their last request, so a prompt that continues or shares it (a "
+        "conversation's next turn) reuses it with nothing restored (default: --ctx-size; 0: off). Held cells "
+        "are visited by every decode, so this trades decode speed for a faster hit",
     )
     add_cache_arguments(p)
     p.add_argument(

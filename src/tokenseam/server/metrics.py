@@ -88,7 +88,7 @@ class EngineCollector:
             ("tokenseam_engine_generated_tokens", "Tokens sampled by the engine", st.generated_tokens),
             (
                 "tokenseam_prefix_resident_hits",
-                "Prompts decoded in a free slot that still held their prefix (nothing restored)",
+                "Prompts whose prefix was shared from KV still held on the device (nothing restored)",
                 self.engine.resident_hits,
             ),
         ):
