@@ -1,0 +1,101 @@
+"""The scheduler: prompts read shortest first in small groups, KV shared from the device tier, a finished
+answer's last token taken over by the next turn."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tokenseam.engine import BackendConfig, Engine, GenerationRequest, LlamaCppBackend, SamplingParams
+from tokenseam.engine.llm_engine import PREFILL_GROUP_TOKENS, run_sync
+from tokenseam.engine.sequence import ChoiceEvent
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine(model_paths):
+    be = LlamaCppBackend(model_paths["smollm2"], BackendConfig(n_ctx=1024, n_seq=4, n_threads=2))
+    eng = Engine(be)
+    yield eng
+    eng.shutdown()
+    be.close()
+
+
+def _req(ids, n=2):
+    return GenerationRequest(
+        prompt_ids=ids, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
+    )
+
+
+def test_short_prompts_get_their_first_token_before_a_long_one(engine):
+    """Queued together (the engine cannot admit any before all are in), the long prompt arrives first but
+    is read after the short ones; the two short ones (within PREFILL_GROUP_TOKENS together) share a step."""
+    tok = engine.backend.tokenizer
+    long_ids = tok.encode("A long document about rivers and cities. " * 30)[:400]
+    short = [tok.encode("Hi there"), tok.encode("Hello")]
+    assert len(short[0]) + len(short[1]) <= PREFILL_GROUP_TOKENS < len(long_ids)
+    assert engine.clear_cache()
+    order: list[str] = []
+    lock = threading.Lock()
+    done = threading.Semaphore(0)
+
+    def sink(name):
+        def emit(events):
+            with lock:
+                if name not in order and any(isinstance(e, ChoiceEvent) and e.token_ids for e in events):
+                    order.append(name)
+            if any(type(e).__name__ == "RequestDone" for e in events):
+                done.release()
+
+        return emit
+
+    steps = engine.stats.steps
+    with engine._cv:  # held: the engine thread cannot admit until all three are queued
+        engine.submit(_req(long_ids), sink("long"))
+        engine.submit(_req(short[0]), sink("a"))
+        engine.submit(_req(short[1]), sink("b"))
+    for _ in range(3):
+        assert done.acquire(timeout=120)
+    assert order[-1] == "long" and set(order[:2]) == {"a", "b"}
+    assert engine.stats.steps > steps
+
+
+def test_next_turn_reuses_the_answer_through_its_last_token(engine):
+    """Sent at once after the answer, a prompt that continues prompt + answer reuses all of it that has KV."""
+    tok = engine.backend.tokenizer
+    assert engine.clear_cache()
+    prompt = tok.encode("Count with me: one, two, three,")
+    out = []
+    for ev in run_sync(engine, _req(prompt, n=6), timeout=120):
+        if isinstance(ev, ChoiceEvent):
+            out.extend(ev.token_ids)
+    assert len(out) == 6
+    nxt = prompt + out + tok.encode(" and then?")
+    hits = engine.resident_hits
+    cached = [
+        ev.cached_tokens for ev in run_sync(engine, _req(nxt), timeout=120) if hasattr(ev, "cached_tokens")
+    ]
+    # its last token is read now if the next turn came first, or was decoded for the cache if not
+    assert (
+        cached[0] in (len(prompt) + len(out) - 1, len(prompt) + len(out)) and engine.resident_hits == hits + 1
+    )
+
+
+def test_a_prompt_that_parts_from_a_free_slot_gets_its_cells_in_a_slot_of_its_own(engine):
+    """Another question after the same document: the shared part is reused, and the slot that held the first
+    question keeps it (a third request with the first question again reuses it whole)."""
+    tok = engine.backend.tokenizer
+    assert engine.clear_cache()
+    doc = tok.encode("Document: the river runs through the old city and past the harbor. " * 8)
+    q1, q2 = tok.encode("\nQuestion: where?"), tok.encode("\nQuestion: what?")
+
+    def cached(ids):
+        return [
+            e.cached_tokens for e in run_sync(engine, _req(ids), timeout=120) if hasattr(e, "cached_tokens")
+        ][0]
+
+    assert cached(doc + q1) == 0
+    assert cached(doc + q2) >= len(doc)
+    assert cached(doc + q1) == len(doc + q1) - 1  # all but the last token, which is decoded for its logits
