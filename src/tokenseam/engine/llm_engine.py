@@ -354,7 +354,10 @@ class Engine:
             st.passed_over = 0
             s0 = st.seqs[0]
             size = budget if st.prompt_lps is None else min(budget, PROMPT_LOGPROB_CHUNK)
-            chunk = st.prompt[st.prefill_pos : st.prefill_pos + size]
+            end = len(st.prompt)
+            if st.prompt_lps is not None and st.prefill_pos < end - 1:
+                end -= 1  # every position's logits up to the last token, then the last one's for sampling
+            chunk = st.prompt[st.prefill_pos : min(end, st.prefill_pos + size)]
             last = st.prefill_pos + len(chunk) == len(st.prompt)
             items.append(
                 (
