@@ -22,12 +22,14 @@ def forced_ids(server, text: str, byte_fallback: bool = False) -> list[int]:
 
 
 def wait_idle(server, timeout: float = 30) -> None:
-    """Same seed gives the same ids only for the same batch shapes: start from an idle engine."""
+    """Same seed gives the same ids only for the same batch shapes: start from an idle engine, with the prompt
+    read cold each time (a prompt read partly from the prefix cache is decoded in other batch shapes)."""
     import time
 
     deadline = time.time() + timeout
     while (server.state.engine.running_count or server.state.engine.queue_depth) and time.time() < deadline:
         time.sleep(0.02)
+    assert server.state.engine.clear_cache()
 
 
 def run_both(server, route: str, extra: dict):
