@@ -266,7 +266,9 @@ class TokenseamServer(ServerProcess):
             if now == last:
                 return now
             last = now
-            time.sleep(0.1)  # longer than the engine waits before decoding finished answers' last tokens alone
+            time.sleep(
+                0.1
+            )  # longer than the engine waits before decoding finished answers' last tokens alone
         return last
 
     def measure(self, prompts: list[int], schema: dict | None = None) -> dict:
