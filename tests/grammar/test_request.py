@@ -124,9 +124,12 @@ def test_forced_tool_call_shape(compiler, smollm2_vocab):
     }
     g = constraint_from_request(compiler, body, "/v1/chat/completions")
     assert accepts_text(g, call("get_weather", {"city": "Oslo", "unit": "c"}))
-    assert accepts_text(
-        g, call("get_weather", {"city": "Oslo"}) + "\n" + call("get_weather", {"city": "Rome"})
-    )
+    two = (call("get_weather", {"city": "Oslo"}), call("get_weather", {"city": "Rome"}))
+    assert accepts_text(g, "".join(two))
+    # the layout is exactly the one a call is rendered back into a later prompt with (toolcalls.call_text)
+    assert not accepts_text(g, "\n".join(two))
+    assert not accepts_text(g, "\n" + two[0])
+    assert not accepts_text(g, two[0].replace("<tool_call>", "<tool_call>\n"))
     assert not accepts_text(g, call("get_time", {}))
     assert not accepts_text(g, call("get_weather", {"unit": "c"}))
     assert not accepts_text(g, "Sure. " + call("get_weather", {"city": "Oslo"}))  # forced: calls only
@@ -146,7 +149,8 @@ def test_required_tool_choice_any_function(compiler):
     )
     assert accepts_text(g, call("get_time", {}))
     assert not accepts_text(g, call("get_time", {"tz": "UTC"}))  # no parameters declared: none taken
-    assert accepts_text(g, "\n" + call("get_weather", {"city": "x"}))
+    assert accepts_text(g, call("get_weather", {"city": "x"}))
+    assert not accepts_text(g, "\n" + call("get_weather", {"city": "x"}))  # nothing before the call
     assert not accepts_text(g, call("other", {}))
     assert not accepts_text(g, "")
     one = constraint_from_request(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..toolcalls import CLOSE, OPEN
 from .cpauto import complement, determinize, from_ir, trim
 from .errors import GrammarError
-from .ir import ANY_RANGES, EMPTY, Auto, Chars, Grammar, Ref, alt, lit, opt, seq, star
+from .ir import ANY_RANGES, Auto, Chars, Grammar, Ref, lit, opt, seq, star
 
 MODES = ("auto", "required", "none")
 START = "tool_answer"
@@ -39,8 +39,10 @@ def tool_answer_grammar(call: Grammar | None, mode: str, parallel: bool) -> Gram
         raise GrammarError("tool calls need the functions' grammar")
     if START in call.rules:
         raise GrammarError(f"rule name {START!r} is taken")
-    one = seq(lit(OPEN), opt(lit("\n")), Ref(call.start), opt(lit("\n")), lit(CLOSE))
-    calls = seq(one, star(seq(opt(lit("\n")), one))) if parallel else one
-    root = seq(text, opt(calls)) if mode == "auto" else seq(alt(EMPTY, lit("\n")), calls)
+    # Laid out exactly as `toolcalls.call_text` renders a call back into a later prompt, so the history a
+    # client sends back re-renders to the bytes generated and the turn memory gives back the generated ids.
+    one = seq(lit(OPEN), Ref(call.start), lit(CLOSE))
+    calls = seq(one, star(one)) if parallel else one
+    root = seq(text, opt(calls)) if mode == "auto" else calls
     rules = {**call.rules, START: root}
     return Grammar(rules, START, list(call.warnings), call.shared, call.indent_limit)
