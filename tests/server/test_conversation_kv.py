@@ -72,6 +72,37 @@ def test_generated_ids_come_back_and_the_whole_history_is_reused(server):
     assert cached(r3) >= context(r2) - 1
 
 
+def test_a_whole_answer_keeps_its_last_id_before_plain_template_text(gemma3_server):
+    """Gemma renders ChatML as plain text: re-tokenizing "Done." + "<|im_end|>" merges "." with "<". The
+    whole answer is still given back as generated; the template text after it is tokenized on its own, the
+    same way every turn."""
+    st = gemma3_server.state
+    st.turns.clear()
+    text = "All done."
+    ids = st.tokenizer.encode(text, add_special=False)
+    merged = st.tokenizer.encode(text + "<|im_end|>", add_special=False)
+    assert merged[: len(ids)] != ids  # the seam the test is about
+    m1 = [{"role": "user", "content": "Finish up."}]
+    r1 = chat(gemma3_server.url, m1, ids)
+    m2 = m1 + [{"role": "assistant", "content": text}, {"role": "user", "content": "Thanks."}]
+    enc = st.chat.encode_prompt(m2, memory=st.turns)
+    assert st.vocab.decode_bytes(enc.ids) == st.vocab.decode_bytes(st.chat.encode(m2))
+    assert len(enc.spliced) == 1 and not enc.spliced[0].cut and enc.spliced[0].n_ids == len(ids)
+    r2 = chat(gemma3_server.url, m2, max_tokens=2)
+    assert r2["prefix_cache"]["answers_cut"] == 0
+    assert cached(r2) >= context(r1) - 1
+    # text the client appended to the answer is its own: the seam is checked, and the answer counts as cut
+    more = next(
+        x
+        for x in ("..", "!!", ")", '"')
+        if st.tokenizer.encode(text + x, add_special=False)[: len(ids)] != ids
+    )
+    m3 = m1 + [{"role": "assistant", "content": text + more}, {"role": "user", "content": "Thanks."}]
+    enc3 = st.chat.encode_prompt(m3, memory=st.turns)
+    assert enc3.spliced[0].cut and enc3.spliced[0].n_ids < len(ids)
+    assert st.vocab.decode_bytes(enc3.ids) == st.vocab.decode_bytes(st.chat.encode(m3))
+
+
 def test_without_the_memory_the_history_is_re_tokenized(server):
     """The same conversation with the memory cleared: the prefix cache misses at the re-tokenized answer,
     and the report names the cause."""

@@ -200,9 +200,9 @@ class ChatTemplate:
         to exactly the text before it (same tenant), and the text goes on with that answer's bytes, the
         answer's ids are used for those bytes. The text between is tokenized as usual, piece by piece, which
         is how every earlier turn's prompt was built too, so the ids repeat turn after turn. An answer the
-        client changed is used up to the last whole id before the first changed byte; where text other than
-        a special token follows the ids used, they end before any token the text's own tokenization would
-        run across that seam (`_seam`)."""
+        client changed is used up to the last whole id before the first changed byte; where the client's text
+        (not the template's) follows the ids used, they end before any token the text's own tokenization
+        would run across that seam (`_seam`). A whole answer that is the whole content keeps all its ids."""
         tb = text.encode("utf-8", "surrogatepass")
         ids: list[int] = []
         done = 0  # bytes of tb already turned into ids
@@ -229,7 +229,8 @@ class ChatTemplate:
             char_at = s
             h.update(tb[hashed:byte_at])
             hashed = byte_at
-            got = self._reuse(tb, done, byte_at, memory.get(h.copy().digest()))
+            content_end = byte_at + len(content.encode("utf-8", "surrogatepass"))
+            got = self._reuse(tb, done, byte_at, content_end, memory.get(h.copy().digest()))
             if got is None:
                 continue
             seg_ids, answer_ids, start, end, cut = got
@@ -242,10 +243,11 @@ class ChatTemplate:
         return EncodedPrompt(self._add_bos(ids), None if continue_final else text, reused)
 
     def _reuse(
-        self, tb: bytes, done: int, at: int, answers: list[Answer]
+        self, tb: bytes, done: int, at: int, content_end: int, answers: list[Answer]
     ) -> tuple[list[int], list[int], int, int, bool] | None:
         """(ids of tb[done:at] minus healing's removed ids, the answer ids that continue there, the byte offsets
-        they start and end at, whether the answer was cut) for the answer that goes on longest; None if none."""
+        they start and end at, whether the answer was cut) for the answer that goes on longest; None if none.
+        `content_end`: where the message's content ends in tb (template text follows it)."""
         best = None
         for a in answers:
             start = at - len(a.lead)
@@ -267,7 +269,10 @@ class ChatTemplate:
         answer_ids = list(a.ids[:n])
         end = start + a.ends[n - 1]
         whole = n == len(a.ids)
-        keep = self._seam(answer_ids, tb[end : end + SEAM_BYTES])
+        # The whole answer is the whole content: template text follows, and it is tokenized on its own every
+        # turn, so the seam needs no check. Otherwise the client's own text goes on from the ids' end.
+        after = b"" if whole and end == content_end else tb[end : end + SEAM_BYTES]
+        keep = self._seam(answer_ids, after)
         if keep < len(answer_ids):
             answer_ids, whole = answer_ids[:keep], False
         while answer_ids:  # the rest must start on a character boundary
