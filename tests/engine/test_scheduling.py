@@ -99,3 +99,32 @@ def test_a_prompt_that_parts_from_a_free_slot_gets_its_cells_in_a_slot_of_its_ow
     assert cached(doc + q1) == 0
     assert cached(doc + q2) >= len(doc)
     assert cached(doc + q1) == len(doc + q1) - 1  # all but the last token, which is decoded for its logits
+
+
+def test_an_answers_last_token_does_not_ride_in_a_step_that_reads_a_prompt(engine, monkeypatch):
+    """A finished answer's last token is decoded for the cache, but not in the step that reads the next,
+    unrelated prompt (on a CPU each token there delays that prompt's first token): it rides in a step of
+    generated tokens instead."""
+    import tokenseam.engine.llm_engine as le
+
+    tok = engine.backend.tokenizer
+    assert engine.clear_cache()
+    monkeypatch.setattr(le, "TAIL_IDLE_SECONDS", 60.0)  # the tail waits for other work, not for idleness
+    calls: list[list[tuple[int, int]]] = []
+    real = engine.backend.decode
+
+    def decode(items):
+        calls.append([(slot, len(toks)) for slot, toks, _, _ in items])
+        return real(items)
+
+    monkeypatch.setattr(engine.backend, "decode", decode)
+    a = tok.encode("The first request, answered and done.")
+    b = tok.encode("An unrelated second prompt about harbors and winter.")
+    list(run_sync(engine, _req(a, n=3), timeout=120))
+    tail_slot = next(s for s, *_ in engine._tails)
+    start = len(calls)
+    list(run_sync(engine, _req(b, n=3), timeout=120))
+    first, after = calls[start], calls[start + 1 :]
+    assert len(first) == 1 and first[0][0] != tail_slot and first[0][1] > 1  # b's prompt, alone
+    assert any((tail_slot, 1) in c and len(c) > 1 for c in after)  # with b's generated tokens
+    assert all(slot != tail_slot for slot, _, _ in engine._tails)

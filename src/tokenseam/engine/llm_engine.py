@@ -264,6 +264,11 @@ class Engine:
     def _admit(self) -> None:
         while True:
             with self._cv:
+                need = self._waiting[0].request.params.n if self._waiting else 0
+            while len(self._free) < need and self._tails:
+                slot, _, _ = self._tails.pop()  # a waiting request needs the slot: its last token is left out
+                self._release(slot)
+            with self._cv:
                 if not self._waiting or len(self._free) < self._waiting[0].request.params.n:
                     return
                 st = self._waiting.popleft()
@@ -288,7 +293,9 @@ class Engine:
             if on_device:
                 reuse = held
                 if home >= 0:
-                    if reuse < len(held_toks):  # the part the prompt leaves goes to host memory first
+                    # the part the prompt leaves goes to host memory first, if it is a block or more (the
+                    # host tree keeps no shorter branch, and the slot keeps the prefix)
+                    if len(held_toks) - reuse >= self.prefix_cache.block_size:
                         self.prefix_cache.insert(held_toks, home)
                     self.backend.seq_rm(home, reuse, -1)  # the slot holds this prefix: keep it, drop the rest
                 else:
@@ -323,7 +330,10 @@ class Engine:
         budget = self.backend.config.n_batch
         items: list[tuple[int, list[int], int, bool]] = []
         owners: list[tuple[RequestState, Sequence | None]] = []
-        tails = list(self._tails)
+        # Finished answers' last tokens ride in a step of generated tokens, where one more costs little, or in a
+        # step of their own once the engine is idle; never in a step that reads a prompt, which on a CPU is
+        # bound by arithmetic: each one would be a prompt token more before that prompt's first token.
+        tails = [] if any(st.prefilling for st in self._running) else list(self._tails)
         for slot, tok, pos in tails:
             items.append((slot, [tok], pos, False))
         budget -= len(tails)
@@ -374,7 +384,8 @@ class Engine:
         # A step of only finished requests' last tokens (decoded for the cache after their answers went out)
         if not owners:
             self.stats.upkeep_decode_seconds += self.backend.decode_seconds - dec0
-        self._tails = []
+        if tails:
+            self._tails = []
         for slot, tok, _ in tails:
             self._slot_tokens[slot].append(tok)
         logits = logits[len(tails) :]
