@@ -186,6 +186,8 @@ def _prompt(prompt: Any) -> Any:
     if isinstance(prompt, str):
         return _nfc(prompt)
     if isinstance(prompt, list):
+        if prompt and set(map(type, prompt)) == {int}:
+            return list(prompt)  # token ids: as they are (a long prompt is checked in one pass in C)
         out = []
         for i, p in enumerate(prompt):
             if isinstance(p, str):

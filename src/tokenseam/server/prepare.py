@@ -87,7 +87,7 @@ def prepare(
             turn_key = state.turns.key(tenant, enc.text.encode("utf-8", "surrogatepass"))
     elif parsed.prompt_ids is not None:
         ids = parsed.prompt_ids
-        if any(not 0 <= t < state.vocab.size for t in ids):
+        if ids and (min(ids) < 0 or max(ids) >= state.vocab.size):
             raise bad(f"prompt token ids must be in 0..{state.vocab.size - 1}", "prompt")
     else:
         ids = state.tokenizer.encode(parsed.prompt_text or "", add_special=True, parse_special=False)

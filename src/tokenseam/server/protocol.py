@@ -482,7 +482,8 @@ MAX_BATCH = 32  # prompts in one /v1/completions request
 
 
 def _ids(p) -> bool:
-    return isinstance(p, list) and bool(p) and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
+    # JSON integers decode as int exactly (bool is its own type): one pass in C over a long prompt
+    return isinstance(p, list) and bool(p) and set(map(type, p)) == {int}
 
 
 def batch_prompts(p) -> list | None:
