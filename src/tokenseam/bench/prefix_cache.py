@@ -12,6 +12,7 @@ import time
 
 import httpx
 
+from ..argtypes import int_in_range
 from .common import LlamaServer, machine, median, stream_ttft, write_json
 
 QUESTIONS = [
@@ -32,7 +33,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="1450,8000",
         help="comma-separated prefix lengths for the cold/cached TTFT figures",
     )
-    p.add_argument("--rounds", type=int, default=4, help="rounds over the 8 interleaved prefixes")
+    p.add_argument(
+        "--rounds",
+        type=int_in_range("--rounds", 2, 100),
+        default=4,
+        help="rounds over the 8 interleaved prefixes (the first one fills the caches and is not scored)",
+    )
+    p.add_argument(
+        "--interleaved-tokens",
+        type=int_in_range("--interleaved-tokens", 1, 64),
+        default=4,
+        help="tokens each interleaved request generates, on every server (4)",
+    )
     p.add_argument("--llama-server", default=None, help="path to a llama-server binary (anchor)")
     p.add_argument("--out", default="bench-results/prefix-cache.json")
 
@@ -89,7 +101,11 @@ def run(args: argparse.Namespace) -> int:
 
     _lengths(args)
     console = Console()
-    res: dict = {"machine": machine(), "models": {}}
+    res: dict = {
+        "machine": machine(),
+        "config": {"rounds": args.rounds, "interleaved_tokens": args.interleaved_tokens},
+        "models": {},
+    }
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         console.print(f"[bold]{model}[/bold]")
         res["models"][model] = _bench_model(model, args)
@@ -178,7 +194,12 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                 for rnd in range(args.rounds):
                     reqs = []
                     for h, q in zip(heads, _interleaved_questions(tok, rnd), strict=True):
-                        body = {"prompt": h + q, "max_tokens": 4, "temperature": 0, "token_healing": False}
+                        body = {
+                            "prompt": h + q,
+                            "max_tokens": args.interleaved_tokens,
+                            "temperature": 0,
+                            "token_healing": False,
+                        }
                         reqs.append(_ttft(c, url, body))
                     outs = await asyncio.gather(*reqs)  # 8 concurrent requests, one per prefix
                     if rnd == 0:
@@ -269,14 +290,14 @@ def _llama_server(args, path, tok) -> dict:
     """llama-server -np 1 and -np 8 on the same long-prefix TTFT and interleaved workloads (cache_prompt on)."""
     heads = _heads(tok)
 
-    async def ttft(c: httpx.AsyncClient, base: str, prompt: list[int]) -> tuple[float, int]:
+    async def ttft(c: httpx.AsyncClient, base: str, prompt: list[int], n: int = 1) -> tuple[float, int]:
         t0 = time.perf_counter()
         first, cached = None, 0
         # a new connection each time: llama-server may close a kept-alive one after a long streamed answer
         async with c.stream(
             "POST",
             base + "/completion",
-            json={"prompt": prompt, "n_predict": 1, "stream": True, "cache_prompt": True},
+            json={"prompt": prompt, "n_predict": n, "stream": True, "cache_prompt": True},
             headers={"Connection": "close"},
         ) as r:
             async for line in r.aiter_lines():
@@ -303,7 +324,7 @@ def _llama_server(args, path, tok) -> dict:
             for rnd in range(args.rounds):
                 outs = await asyncio.gather(
                     *[
-                        ttft(c, base, h + q)
+                        ttft(c, base, h + q, args.interleaved_tokens)
                         for h, q in zip(heads, _interleaved_questions(tok, rnd), strict=True)
                     ]
                 )

@@ -1,0 +1,41 @@
+"""`tokenseam bench prefix-cache`: its options' errors, and a small run on SmolLM2 (no anchor)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tokenseam.cli import main
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--rounds", "1"], "--rounds must be between 2 and 100"),
+        (["--interleaved-tokens", "0"], "--interleaved-tokens must be between 1 and 64"),
+        (["--interleaved-tokens", "four"], "--interleaved-tokens must be an integer"),
+    ],
+)
+def test_bad_options_are_clear_errors(argv, says, tmp_path, capsys):
+    with pytest.raises(SystemExit) as ei:
+        main(["bench", "prefix-cache", *argv, "--out", str(tmp_path / "x.json")])
+    assert ei.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_a_small_run_on_smollm2(tmp_path):
+    out = tmp_path / "pc.json"
+    argv = ["bench", "prefix-cache", "--models", "smollm2", "--long-prefix-tokens", "96", "--rounds", "2"]
+    assert main([*argv, "--interleaved-tokens", "2", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["config"] == {"rounds": 2, "interleaved_tokens": 2}
+    m = res["models"]["smollm2"]
+    for rag in (m["rag_plain"], m["rag_stable_keys"]):
+        assert rag["requests"] > 0 and 0.99 <= rag["mean_share"] <= 1.0
+    lp = m["long_prefix"]["96"]
+    assert len(lp["ttft_cached_all_s"]) == 5 and all(c >= 96 for c in lp["cached_tokens"])
+    il = m["interleaved_8"]
+    assert il["prefixes"] == 8 and il["share"] == 1.0 and il["ttft_median_s"] > 0
+    assert "llama_server" not in m
