@@ -36,8 +36,8 @@ PROMPT_LOGPROB_CHUNK = 64
 # may be passed over (see Engine._step).
 PREFILL_GROUP_TOKENS = 16
 PREFILL_MAX_PASSES = 8
-# How long finished requests' last tokens wait, with nothing else to do, for a step with other work to ride in
-# (an agent or a benchmark sends its next request at once, and that request usually continues the answer).
+# How long finished requests' last tokens wait, with nothing else to do, for a step of generated tokens to ride
+# in, or for a next turn that continues the answer to take them over (an agent sends its next request at once).
 TAIL_IDLE_SECONDS = 0.05
 
 
