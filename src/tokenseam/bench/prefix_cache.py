@@ -115,121 +115,197 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# Seconds every server is left alone after a timed request, so work it does once an answer went out (tokenseam
+# decodes the answer's last token after 50 ms idle; llama-server saves a slot's state to its prompt cache) is not
+# timed in the next server's request.
+SETTLE_SECONDS = 0.2
+
+
+class _Target:
+    """One server under the cached-TTFT workloads: `send(client, prompt ids, max tokens)` -> (seconds to the
+    first event, cached tokens); `clear()` empties its caches, where it can."""
+
+    def __init__(self, name: str, send, clear=None) -> None:
+        self.name, self.send, self.clear = name, send, clear
+
+
+def _tokenseam_target(url: str, state) -> _Target:
+    async def send(c: httpx.AsyncClient, prompt: list[int], n: int) -> tuple[float, int]:
+        body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "token_healing": False}
+        t, usage = await _ttft(c, url + "/v1/completions", body)
+        return t, usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+
+    def clear() -> None:
+        assert state.engine.clear_cache()
+
+    return _Target("tokenseam", send, clear)
+
+
+def _llama_target(name: str, base: str) -> _Target:
+    async def send(c: httpx.AsyncClient, prompt: list[int], n: int) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        first, cached = None, 0
+        # a new connection each time: llama-server may close a kept-alive one after a long streamed answer
+        async with c.stream(
+            "POST",
+            base + "/completion",
+            json={"prompt": prompt, "n_predict": n, "stream": True, "cache_prompt": True},
+            headers={"Connection": "close"},
+        ) as r:
+            if r.status_code != 200:
+                raise RuntimeError(f"{name} answered {r.status_code}")
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    first = first or time.perf_counter() - t0
+                    cached = json.loads(line[6:]).get("tokens_cached", cached)
+        return first or float("nan"), cached
+
+    return _Target(name, send)  # no cache-clear route: a document it has not seen is the cold request
+
+
+async def _timed(c: httpx.AsyncClient, target: _Target, prompt: list[int], n: int) -> tuple[float, int]:
+    out = await target.send(c, prompt, n)
+    await asyncio.sleep(SETTLE_SECONDS)
+    return out
+
+
+def _turns(targets: list[_Target], k: int) -> list[_Target]:
+    """The servers in the order of round k: each goes first in turn, so drift in the machine's speed spreads
+    over all of them."""
+    return targets[k % len(targets) :] + targets[: k % len(targets)]
+
+
+async def _long_prefix(args, tok, targets: list[_Target], n_tokens: int) -> dict[str, dict]:
+    """Per server: one cold request (caches cleared, or a document it has not seen), then five with the same
+    document and other questions, the servers taking turns request by request."""
+    ids = _doc_ids(tok, n_tokens, seed=n_tokens)  # each length its own document: no length warms another
+    qs = _questions(tok)
+    cold: dict[str, float] = {}
+    warm: dict[str, list[tuple[float, int]]] = {t.name: [] for t in targets}
+    async with httpx.AsyncClient(timeout=1800) as c:
+        for t in targets:
+            if t.clear is not None:
+                t.clear()
+            cold[t.name] = (await _timed(c, t, ids + qs[0], 1))[0]
+        for k, q in enumerate(qs[1:]):
+            for t in _turns(targets, k):
+                warm[t.name].append(await _timed(c, t, ids + q, 1))
+    out = {}
+    for t in targets:
+        times = [x for x, _ in warm[t.name]]
+        out[t.name] = {
+            "prefix_tokens": n_tokens,
+            "ttft_cold_s": cold[t.name],
+            "ttft_cached_s": median(times),
+            "ttft_cached_all_s": times,
+            "ratio": median(times) / cold[t.name],
+            "cached_tokens": [cached for _, cached in warm[t.name]],
+        }
+    return out
+
+
+async def _interleaved(args, tok, targets: list[_Target]) -> dict[str, dict]:
+    """Per server and round: 8 concurrent requests, one per prefix (about 315 tokens each) with a new
+    question; round 0 fills the caches and is not scored. The servers take turns round by round."""
+    heads = _heads(tok)
+    for t in targets:
+        if t.clear is not None:
+            t.clear()
+    got: dict[str, list[tuple[float, int, int]]] = {t.name: [] for t in targets}
+    async with httpx.AsyncClient(timeout=1800) as c:
+        for rnd in range(args.rounds):
+            for t in _turns(targets, rnd):
+                qs = _interleaved_questions(tok, rnd)
+                outs = await asyncio.gather(
+                    *[t.send(c, h + q, args.interleaved_tokens) for h, q in zip(heads, qs, strict=True)]
+                )
+                await asyncio.sleep(SETTLE_SECONDS)
+                if rnd:
+                    got[t.name] += [(x, cached, len(h)) for (x, cached), h in zip(outs, heads, strict=True)]
+    return {
+        name: {
+            "prefixes": len(heads),
+            "prefix_tokens_each": [len(h) for h in heads],
+            "share": sum(min(cached, n) for _, cached, n in rows) / max(sum(n for _, _, n in rows), 1),
+            "ttft_median_s": median([x for x, _, _ in rows]),
+        }
+        for name, rows in got.items()
+    }
+
+
 def _bench_model(model: str, args: argparse.Namespace) -> dict:
+    from contextlib import ExitStack
+
     from ..healing.cases import RAG_CHUNKS, RAG_FIXED_PROMPTS
     from ..healing.stable import join_stable, stable_prefix
     from ..httpkit import BackgroundServer
     from ..server.runtime import build_server
 
-    if True:
-        app, state = build_server(
-            model,
-            n_ctx=_ctx(args),
-            parallel=8,
-            threads=args.threads,
-            prefix_cache_tokens=max(16384, 2 * _ctx(args)),
-        )
-        bg = BackgroundServer(app).start()
-        url = bg.url + "/v1/completions"
-        tok, vocab = state.tokenizer, state.vocab
-        m: dict = {}
+    app, state = build_server(
+        model,
+        n_ctx=_ctx(args),
+        parallel=8,
+        threads=args.threads,
+        prefix_cache_tokens=max(16384, 2 * _ctx(args)),
+    )
+    bg = BackgroundServer(app).start()
+    url = bg.url + "/v1/completions"
+    tok, vocab = state.tokenizer, state.vocab
+    m: dict = {}
 
-        async def rag(stable: bool) -> dict:
-            """Each head followed by 50 chunks; the share of the head's stable tokens served from the cache."""
-            shares = []
-            async with httpx.AsyncClient(timeout=600) as c:
-                for head in RAG_FIXED_PROMPTS:
-                    state.engine.clear_cache()
-                    sp = stable_prefix(tok, vocab, head)
-                    head_len = len(sp.ids)
-                    for i, chunk in enumerate(RAG_CHUNKS):
-                        if stable:
-                            prompt = join_stable(tok, sp, chunk)  # the head's stable ids, verbatim
-                        else:
-                            prompt = tok.encode(head + chunk)
-                        r = await c.post(
-                            url,
-                            json={
-                                "prompt": prompt,
-                                "max_tokens": 1,
-                                "temperature": 0,
-                                "token_healing": False,
-                            },
-                        )
-                        r.raise_for_status()
-                        if i:
-                            cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
-                            shares.append(min(cached, head_len) / max(head_len, 1))
-            return {
-                "mean_share": sum(shares) / len(shares),
-                "min_share": min(shares),
-                "requests": len(shares),
+    async def rag(stable: bool) -> dict:
+        """Each head followed by 50 chunks; the share of the head's stable tokens served from the cache."""
+        shares = []
+        async with httpx.AsyncClient(timeout=600) as c:
+            for head in RAG_FIXED_PROMPTS:
+                state.engine.clear_cache()
+                sp = stable_prefix(tok, vocab, head)
+                head_len = len(sp.ids)
+                for i, chunk in enumerate(RAG_CHUNKS):
+                    if stable:
+                        prompt = join_stable(tok, sp, chunk)  # the head's stable ids, verbatim
+                    else:
+                        prompt = tok.encode(head + chunk)
+                    r = await c.post(
+                        url,
+                        json={"prompt": prompt, "max_tokens": 1, "temperature": 0, "token_healing": False},
+                    )
+                    r.raise_for_status()
+                    if i:
+                        cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+                        shares.append(min(cached, head_len) / max(head_len, 1))
+        return {"mean_share": sum(shares) / len(shares), "min_share": min(shares), "requests": len(shares)}
+
+    try:
+        m["rag_plain"] = asyncio.run(rag(stable=False))
+        m["rag_stable_keys"] = asyncio.run(rag(stable=True))
+        with ExitStack() as stack:
+            # every server runs at once (only the one answering uses the cores), so the cached-TTFT
+            # requests can take turns between them
+            targets = [_tokenseam_target(bg.url, state)]
+            if args.llama_server:
+                for np_ in (1, 8):
+                    ls = stack.enter_context(
+                        LlamaServer(args.llama_server, state.backend.path, np_, args.threads, _ctx(args))
+                    )
+                    targets.append(_llama_target(f"np{np_}", ls.url))
+            long = {str(n): asyncio.run(_long_prefix(args, tok, targets, n)) for n in _lengths(args)}
+            inter = asyncio.run(_interleaved(args, tok, targets))
+    finally:
+        bg.stop()
+        state.engine.shutdown()
+        state.backend.close()
+    m["long_prefix"] = {n: per["tokenseam"] for n, per in long.items()}
+    m["interleaved_8"] = inter["tokenseam"]
+    if args.llama_server:
+        m["llama_server"] = {
+            t.name: {
+                "long_prefix": {n: per[t.name] for n, per in long.items()},
+                "interleaved_share": inter[t.name]["share"],
+                "interleaved_ttft_median_s": inter[t.name]["ttft_median_s"],
             }
-
-        async def long_prefix(n_tokens: int) -> dict:
-            """Caches cleared, one cold request, then 5 cached ones (the same document, other questions)."""
-            ids = _doc_ids(tok, n_tokens, seed=1)
-            body = {"max_tokens": 1, "temperature": 0, "token_healing": False}
-            assert state.engine.clear_cache()
-            async with httpx.AsyncClient(timeout=1800) as c:
-                times = [await _ttft(c, url, {**body, "prompt": ids + q}) for q in _questions(tok)]
-            warm = [t for t, _ in times[1:]]
-            return {
-                "prefix_tokens": n_tokens,
-                "ttft_cold_s": times[0][0],
-                "ttft_cached_s": median(warm),
-                "ttft_cached_all_s": warm,
-                "ratio": median(warm) / times[0][0],
-                "cached_tokens": [
-                    u.get("prompt_tokens_details", {}).get("cached_tokens") for _, u in times[1:]
-                ],
-            }
-
-        async def interleaved() -> dict:
-            heads = _heads(tok)
-            assert state.engine.clear_cache()
-            total = served = 0
-            ttfts: list[float] = []
-            async with httpx.AsyncClient(timeout=600) as c:
-                for rnd in range(args.rounds):
-                    reqs = []
-                    for h, q in zip(heads, _interleaved_questions(tok, rnd), strict=True):
-                        body = {
-                            "prompt": h + q,
-                            "max_tokens": args.interleaved_tokens,
-                            "temperature": 0,
-                            "token_healing": False,
-                        }
-                        reqs.append(_ttft(c, url, body))
-                    outs = await asyncio.gather(*reqs)  # 8 concurrent requests, one per prefix
-                    if rnd == 0:
-                        continue
-                    for k, (t, u) in enumerate(outs):
-                        ttfts.append(t)
-                        total += len(heads[k])
-                        served += min(u["prompt_tokens_details"]["cached_tokens"], len(heads[k]))
-            return {
-                "prefixes": 8,
-                "prefix_tokens_each": [len(h) for h in heads],
-                "share": served / max(total, 1),
-                "ttft_median_s": median(ttfts),
-            }
-
-        try:
-            m["rag_plain"] = asyncio.run(rag(stable=False))
-            m["rag_stable_keys"] = asyncio.run(rag(stable=True))
-            m["long_prefix"] = {str(n): asyncio.run(long_prefix(n)) for n in _lengths(args)}
-            m["interleaved_8"] = asyncio.run(interleaved())
-        finally:
-            bg.stop()
-            state.engine.shutdown()
-            state.backend.close()
-        if args.llama_server:
-            from ..vocab import Tokenizer
-
-            m["llama_server"] = _llama_server(
-                args, state.backend.path, Tokenizer.from_gguf(state.backend.path)
-            )
+            for t in targets[1:]
+        }
     return m
 
 
@@ -284,61 +360,3 @@ def _report(console, res: dict) -> None:
                 f"(tokenseam {il['ttft_median_s'] / ls['interleaved_ttft_median_s']:.2f}x)",
             )
     console.print(table)
-
-
-def _llama_server(args, path, tok) -> dict:
-    """llama-server -np 1 and -np 8 on the same long-prefix TTFT and interleaved workloads (cache_prompt on)."""
-    heads = _heads(tok)
-
-    async def ttft(c: httpx.AsyncClient, base: str, prompt: list[int], n: int = 1) -> tuple[float, int]:
-        t0 = time.perf_counter()
-        first, cached = None, 0
-        # a new connection each time: llama-server may close a kept-alive one after a long streamed answer
-        async with c.stream(
-            "POST",
-            base + "/completion",
-            json={"prompt": prompt, "n_predict": n, "stream": True, "cache_prompt": True},
-            headers={"Connection": "close"},
-        ) as r:
-            async for line in r.aiter_lines():
-                if line.startswith("data: {"):
-                    first = first or time.perf_counter() - t0
-                    cached = json.loads(line[6:]).get("tokens_cached", cached)
-        return first or float("nan"), cached
-
-    async def workload(base: str) -> dict:
-        out: dict = {"long_prefix": {}}
-        async with httpx.AsyncClient(timeout=1800) as c:
-            for n in _lengths(args):
-                ids = _doc_ids(tok, n, seed=1)
-                # llama-server has no cache-clear route: a document it has not seen is the cold request
-                times = [(await ttft(c, base, ids + q))[0] for q in _questions(tok)]
-                out["long_prefix"][str(n)] = {
-                    "ttft_cold_s": times[0],
-                    "ttft_cached_s": median(times[1:]),
-                    "ttft_cached_all_s": times[1:],
-                    "ratio": median(times[1:]) / times[0],
-                }
-            total = served = 0
-            ttfts: list[float] = []
-            for rnd in range(args.rounds):
-                outs = await asyncio.gather(
-                    *[
-                        ttft(c, base, h + q, args.interleaved_tokens)
-                        for h, q in zip(heads, _interleaved_questions(tok, rnd), strict=True)
-                    ]
-                )
-                if rnd:
-                    for h, (t, cached) in zip(heads, outs, strict=True):
-                        ttfts.append(t)
-                        total += len(h)
-                        served += min(cached, len(h))
-        out["interleaved_share"] = served / max(total, 1)
-        out["interleaved_ttft_median_s"] = median(ttfts)
-        return out
-
-    out = {}
-    for np_ in (1, 8):
-        with LlamaServer(args.llama_server, path, np_, args.threads, _ctx(args)) as ls:
-            out[f"np{np_}"] = asyncio.run(workload(ls.url))
-    return out
