@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 # Seconds every server is left alone after a timed request, so work it does once an answer went out (tokenseam
-# decodes the answer's last token after 50 ms idle; llama-server saves a slot's state to its prompt cache) is not
+# decodes the answer's last token once idle; llama-server saves a slot's state to its prompt cache) is not
 # timed in the next server's request.
 SETTLE_SECONDS = 0.2
 

@@ -37,8 +37,9 @@ PROMPT_LOGPROB_CHUNK = 64
 PREFILL_GROUP_TOKENS = 16
 PREFILL_MAX_PASSES = 8
 # How long finished requests' last tokens wait, with nothing else to do, for a step of generated tokens to ride
-# in, or for a next turn that continues the answer to take them over (an agent sends its next request at once).
-TAIL_IDLE_SECONDS = 0.05
+# in, or for a next turn that continues the answer to take them over. 0: an idle engine decodes them at once,
+# while the client reads the answer and sends its next turn, so that turn finds them cached.
+TAIL_IDLE_SECONDS = 0.0
 
 
 class Engine:
