@@ -179,6 +179,28 @@ def test_a_tool_call_sent_back_comes_back_as_its_ids(smollm2_server, arguments):
     assert cached(r2) >= context(r1) - 1
 
 
+def test_a_tool_call_that_copies_the_prompts_example_comes_back_too(smollm2_server):
+    """The model wrote the system prompt's example call word for word: the call's text occurs earlier in the
+    prompt, and its later occurrence, where the answer is, is the one given back as the generated ids."""
+    from tokenseam.toolcalls import example_call
+
+    st = smollm2_server.state
+    st.turns.clear()
+    call = example_call(WEATHER)
+    m1 = [{"role": "user", "content": "Weather, please."}]
+    r1 = chat(smollm2_server.url, m1, char_ids(st, call), tools=[WEATHER], tool_choice="required")
+    msg = r1["choices"][0]["message"]
+    m2 = m1 + [
+        {"role": "assistant", "content": msg["content"], "tool_calls": msg["tool_calls"]},
+        {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "rain"},
+    ]
+    enc = st.chat.encode_prompt(m2, True, [WEATHER], memory=st.turns)
+    assert len(enc.spliced) == 1 and not enc.spliced[0].cut
+    assert st.vocab.decode_bytes(enc.ids) == st.vocab.decode_bytes(st.chat.encode(m2, True, [WEATHER]))
+    r2 = chat(smollm2_server.url, m2, char_ids(st, "Rain."), tools=[WEATHER], tool_choice="none")
+    assert r2["prefix_cache"]["answers_reused"] == 1 and cached(r2) >= context(r1) - 1
+
+
 def test_tenants_do_not_share_answers(smollm2_server):
     st = smollm2_server.state
     text = "Secret plan alpha"

@@ -30,8 +30,9 @@ RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token",
 # The window around an answer's end that decides how much of it the text after it may re-tokenize.
 SEAM_TOKENS = 8
 SEAM_BYTES = 64
-# Assistant contents a prompt may hold that its rendered text does not show (a template that rewrites them):
-# past this many, the rest of the prompt is tokenized as usual (each one costs a scan of the text).
+# Assistant contents a prompt may hold that its rendered text does not show (a template that rewrites them), or
+# further occurrences of a content looked at: past this many, the rest of the prompt is tokenized as usual (each
+# one costs a scan of the text).
 MAX_UNFOUND = 8
 
 
@@ -224,13 +225,24 @@ class ChatTemplate:
                         break
                     continue
                 content = content.strip()
-            search = s + len(content)
-            byte_at += len(text[char_at:s].encode("utf-8", "surrogatepass"))
-            char_at = s
-            h.update(tb[hashed:byte_at])
-            hashed = byte_at
-            content_end = byte_at + len(content.encode("utf-8", "surrogatepass"))
-            got = self._reuse(tb, done, byte_at, content_end, memory.get(h.copy().digest()))
+            while True:
+                search = s + len(content)
+                byte_at += len(text[char_at:s].encode("utf-8", "surrogatepass"))
+                char_at = s
+                h.update(tb[hashed:byte_at])
+                hashed = byte_at
+                content_end = byte_at + len(content.encode("utf-8", "surrogatepass"))
+                got = self._reuse(tb, done, byte_at, content_end, memory.get(h.copy().digest()))
+                if got is not None or misses >= MAX_UNFOUND:
+                    break
+                # the same text may come earlier in the prompt (a tool call that copied the system prompt's
+                # example): look at its next occurrence, the scans shared with the bound on missing contents
+                nxt = text.find(content, s + 1)
+                if nxt < 0:
+                    misses += 1
+                    break
+                misses += 1
+                s = nxt
             if got is None:
                 continue
             seg_ids, answer_ids, start, end, cut = got
