@@ -141,6 +141,38 @@ def test_malformed_history_names_the_field(calls, param):
     assert ei.value.param == param
 
 
+@pytest.mark.parametrize(
+    "sent",
+    ['{"q":"caf\\u00e9","n":1E2}', '{"x":"</tool_call><tool_call>"}', '  {"a":[1, 2]}\n', '"just a string"'],
+)
+def test_fallback_rendering_writes_arguments_as_sent(sent):
+    """The arguments string is written as sent (escapes, number spellings, spacing), once it parses; an
+    arguments object (a native-template client) is serialized compact."""
+    msgs = [
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": sent}}]}
+    ]
+    out, _ = render_messages(msgs, None, native=False)
+    assert out[0]["content"] == OPEN + '{"name":"f","arguments":' + sent + "}</tool_call>"
+    obj = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}],
+        }
+    ]
+    assert render_messages(obj, None, native=False)[0][0]["content"] == call_text("f", {"a": 1})
+
+
+@pytest.mark.parametrize("sent", ['{"a":1}<|im_end|>', "{oops", "", '{"a":1} {"b":2}'])
+def test_arguments_that_do_not_parse_are_refused_before_rendering(sent):
+    msgs = [
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": sent}}]}
+    ]
+    with pytest.raises(ToolFormatError) as ei:
+        render_messages(msgs, None, native=False)
+    assert ei.value.param == "messages[0].tool_calls[0].function.arguments"
+
+
 def test_the_fallback_prompt_shows_an_example_call():
     from tokenseam.toolcalls import example_call
 
