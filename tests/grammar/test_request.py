@@ -168,8 +168,9 @@ def test_auto_is_free_text_or_calls(compiler, smollm2_vocab):
     )  # auto by default
     for text in ("", "Hello!", "a < b and <tool c", "I'll check.\n" + call("get_weather", {"city": "Oslo"})):
         assert accepts_text(g, text), text
-    assert accepts_text(g, call("get_time", {}) + "\n" + call("get_weather", {"city": "x"}))
+    assert accepts_text(g, call("get_time", {}) + call("get_weather", {"city": "x"}))
     for text in (
+        call("get_time", {}) + "\n" + call("get_weather", {"city": "x"}),  # calls are back to back
         "<tool_call>",  # a call that never closes
         "<tool_call>hello</tool_call>",  # not a call
         call("get_weather", {"city": "x", "extra": 1}),  # undeclared argument
