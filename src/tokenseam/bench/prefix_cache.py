@@ -175,7 +175,7 @@ def _turns(targets: list[_Target], k: int) -> list[_Target]:
     return targets[k % len(targets) :] + targets[: k % len(targets)]
 
 
-async def _long_prefix(args, tok, targets: list[_Target], n_tokens: int) -> dict[str, dict]:
+async def _long_prefix(tok, targets: list[_Target], n_tokens: int) -> dict[str, dict]:
     """Per server: one cold request (caches cleared, or a document it has not seen), then five with the same
     document and other questions, the servers taking turns request by request."""
     ids = _doc_ids(tok, n_tokens, seed=n_tokens)  # each length its own document: no length warms another
@@ -289,7 +289,7 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                         LlamaServer(args.llama_server, state.backend.path, np_, args.threads, _ctx(args))
                     )
                     targets.append(_llama_target(f"np{np_}", ls.url))
-            long = {str(n): asyncio.run(_long_prefix(args, tok, targets, n)) for n in _lengths(args)}
+            long = {str(n): asyncio.run(_long_prefix(tok, targets, n)) for n in _lengths(args)}
             inter = asyncio.run(_interleaved(args, tok, targets))
     finally:
         bg.stop()
