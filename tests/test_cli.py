@@ -108,3 +108,18 @@ def test_serve_grammar_cache_size_default_and_zero():
         if a.dest == "grammar_cache_mb"
     )
     assert f"default {DEFAULT_BUDGET_MB})" in serve.help
+
+
+@pytest.mark.parametrize("value", ["", "yes", "ON", "1"])
+def test_serve_refuses_a_bad_flash_attention_setting(value, capsys):
+    from tokenseam.cli import build_parser
+
+    with pytest.raises(SystemExit) as ei:
+        build_parser("serve").parse_args(["serve", "--flash-attn", value])
+    assert ei.value.code == 2 and "--flash-attn" in capsys.readouterr().err
+
+
+def test_serve_flash_attention_defaults_to_auto():
+    from tokenseam.cli import build_parser
+
+    assert build_parser("serve").parse_args(["serve"]).flash_attn == "auto"

@@ -129,7 +129,7 @@ class _Target:
         self.name, self.send, self.clear = name, send, clear
 
 
-def _tokenseam_target(url: str, state) -> _Target:
+def _tokenseam_target(name: str, url: str, state) -> _Target:
     async def send(c: httpx.AsyncClient, prompt: list[int], n: int) -> tuple[float, int]:
         body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "token_healing": False}
         t, usage = await _ttft(c, url + "/v1/completions", body)
@@ -138,7 +138,7 @@ def _tokenseam_target(url: str, state) -> _Target:
     def clear() -> None:
         assert state.engine.clear_cache()
 
-    return _Target("tokenseam", send, clear)
+    return _Target(name, send, clear)
 
 
 def _llama_target(name: str, base: str) -> _Target:
@@ -241,14 +241,18 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
     from ..httpkit import BackgroundServer
     from ..server.runtime import build_server
 
-    app, state = build_server(
-        model,
-        n_ctx=_ctx(args),
-        parallel=8,
-        threads=args.threads,
-        prefix_cache_tokens=max(16384, 2 * _ctx(args)),
-    )
+    def server(parallel: int):
+        return build_server(
+            model,
+            n_ctx=_ctx(args),
+            parallel=parallel,
+            threads=args.threads,
+            prefix_cache_tokens=max(16384, 2 * _ctx(args)),
+        )
+
+    app, state = server(8)
     bg = BackgroundServer(app).start()
+    one = None  # the same server with one slot: llama-server -np 1's like, and flash attention "auto" may differ
     url = bg.url + "/v1/completions"
     tok, vocab = state.tokenizer, state.vocab
     m: dict = {}
@@ -282,7 +286,12 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
         with ExitStack() as stack:
             # every server runs at once (only the one answering uses the cores), so the cached-TTFT
             # requests can take turns between them
-            targets = [_tokenseam_target(bg.url, state)]
+            app1, state1 = server(1)
+            one = (BackgroundServer(app1).start(), state1)
+            targets = [
+                _tokenseam_target("tokenseam", bg.url, state),
+                _tokenseam_target("tokenseam-p1", one[0].url, state1),
+            ]
             if args.llama_server:
                 for np_ in (1, 8):
                     ls = stack.enter_context(
@@ -291,12 +300,19 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                     targets.append(_llama_target(f"np{np_}", ls.url))
             long = {str(n): asyncio.run(_long_prefix(tok, targets, n)) for n in _lengths(args)}
             inter = asyncio.run(_interleaved(args, tok, targets))
+        m["flash_attn"] = {"tokenseam": state.backend.flash_attn, "tokenseam-p1": one[1].backend.flash_attn}
     finally:
-        bg.stop()
-        state.engine.shutdown()
-        state.backend.close()
+        for b, st in ((bg, state), one or (None, None)):
+            if st is not None:
+                b.stop()
+                st.engine.shutdown()
+                st.backend.close()
     m["long_prefix"] = {n: per["tokenseam"] for n, per in long.items()}
     m["interleaved_8"] = inter["tokenseam"]
+    m["one_slot"] = {
+        "long_prefix": {n: per["tokenseam-p1"] for n, per in long.items()},
+        "interleaved_8": inter["tokenseam-p1"],
+    }
     if args.llama_server:
         m["llama_server"] = {
             t.name: {
@@ -304,7 +320,7 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                 "interleaved_share": inter[t.name]["share"],
                 "interleaved_ttft_median_s": inter[t.name]["ttft_median_s"],
             }
-            for t in targets[1:]
+            for t in targets[2:]
         }
     return m
 
@@ -325,6 +341,14 @@ def _heads(tok) -> list[list[int]]:
     ]
 
 
+_NAMES = {"8 slots": "tokenseam", "1 slot": "tokenseam-p1"}
+
+
+def _ratios(mine: dict, get, theirs_s: float) -> str:
+    """tokenseam's figure (`get` of each of its servers' results) over an anchor's, per tokenseam server."""
+    return ", ".join(f"{label} {get(t) / theirs_s:.2f}x" for label, t in mine.items())
+
+
 def _report(console, res: dict) -> None:
     from rich.table import Table
 
@@ -332,23 +356,26 @@ def _report(console, res: dict) -> None:
     for col in ("model", "server", "RAG share, plain / stable keys", "TTFT cold → cached", "8 interleaved"):
         table.add_column(col)
     for model, m in res["models"].items():
-        ttft = "; ".join(
-            f"{n}: {lp['ttft_cold_s'] * 1000:.0f} → {lp['ttft_cached_s'] * 1000:.0f} ms"
-            for n, lp in m["long_prefix"].items()
-        )
-        il = m["interleaved_8"]
-        table.add_row(
-            model,
-            "tokenseam",
-            f"{m['rag_plain']['mean_share']:.1%} (min {m['rag_plain']['min_share']:.0%}) / "
-            f"{m['rag_stable_keys']['mean_share']:.1%}",
-            ttft,
-            f"{il['share']:.1%}, TTFT {il['ttft_median_s'] * 1000:.0f} ms",
-        )
+        mine = {"8 slots": m, "1 slot": m["one_slot"]}
+        for label, t in mine.items():
+            il = t["interleaved_8"]
+            table.add_row(
+                model,
+                f"tokenseam, {label} (flash attention {'on' if m['flash_attn'][_NAMES[label]] else 'off'})",
+                f"{m['rag_plain']['mean_share']:.1%} (min {m['rag_plain']['min_share']:.0%}) / "
+                f"{m['rag_stable_keys']['mean_share']:.1%}"
+                if t is m
+                else "–",
+                "; ".join(
+                    f"{n}: {lp['ttft_cold_s'] * 1000:.0f} → {lp['ttft_cached_s'] * 1000:.0f} ms"
+                    for n, lp in t["long_prefix"].items()
+                ),
+                f"{il['share']:.1%}, TTFT {il['ttft_median_s'] * 1000:.0f} ms",
+            )
         for name, ls in m.get("llama_server", {}).items():
             ttft = "; ".join(
                 f"{n}: {lp['ttft_cold_s'] * 1000:.0f} → {lp['ttft_cached_s'] * 1000:.0f} ms "
-                f"(tokenseam {m['long_prefix'][n]['ttft_cached_s'] / lp['ttft_cached_s']:.2f}x)"
+                f"(tokenseam {_ratios(mine, lambda t, n=n: t['long_prefix'][n]['ttft_cached_s'], lp['ttft_cached_s'])})"
                 for n, lp in ls["long_prefix"].items()
             )
             table.add_row(
@@ -357,6 +384,6 @@ def _report(console, res: dict) -> None:
                 "–",
                 ttft,
                 f"{ls['interleaved_share']:.1%}, TTFT {ls['interleaved_ttft_median_s'] * 1000:.0f} ms "
-                f"(tokenseam {il['ttft_median_s'] / ls['interleaved_ttft_median_s']:.2f}x)",
+                f"(tokenseam {_ratios(mine, lambda t: t['interleaved_8']['ttft_median_s'], ls['interleaved_ttft_median_s'])})",
             )
     console.print(table)

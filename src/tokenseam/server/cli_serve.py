@@ -73,6 +73,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "conversation's next turn) reuses it with nothing restored (default: --ctx-size; 0: off). Held cells "
         "are visited by every decode, so this trades decode speed for a faster hit",
     )
+    p.add_argument(
+        "--flash-attn",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="llama.cpp's flash attention. It skips the KV cells a token may not see (other slots' cells, "
+        "cells outside a sliding window) but reads the others more slowly; auto: on, except with --parallel 1 on "
+        "a model without sliding-window layers",
+    )
     add_cache_arguments(p)
     p.add_argument(
         "--api-key",
@@ -174,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
             grammar_seconds=args.grammar_timeout,
             grammar_cache_mb=args.grammar_cache_mb,
             turn_memory_mb=args.turn_memory_mb,
+            flash_attn=args.flash_attn,
         )
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)
@@ -184,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
     sys.setswitchinterval(0.0005)
     print(
         f"tokenseam: serving {state.model_id} on http://{args.host}:{args.port} "
-        f"(ctx {args.ctx_size} x {args.parallel} sequences; API keys {'on' if keys else 'off'}, hosts "
+        f"(ctx {args.ctx_size} x {args.parallel} sequences, flash attention "
+        f"{'on' if state.engine.backend.flash_attn else 'off'}; API keys {'on' if keys else 'off'}, hosts "
         f"{', '.join(hosts) if hosts else 'any'}, CORS {', '.join(args.cors_origin) if args.cors_origin else 'off'})",
         file=sys.stderr,
         flush=True,

@@ -32,13 +32,15 @@ def build_server(
     grammar_seconds: float | None = None,
     grammar_cache_mb: int | None = None,
     turn_memory_mb: int = 64,
+    flash_attn: str = "auto",
 ):
     """Load a model and build the app. The response cache is off unless `cache_mode` says otherwise
     (`tokenseam serve` turns it on: deterministic requests, SQLite store). `api_keys`, `allowed_hosts` and
     `cors_origins` configure the HTTP guard (see `create_app`); `max_memory_mb` caps the process's resident
     memory that grammar compiles may grow it to; `grammar_seconds` each compile's time budget; `grammar_cache_mb`
     the memory compiled grammars may hold (None: grammar.memory.DEFAULT_BUDGET_MB); `turn_memory_mb` the memory
-    the ids of earlier chat answers may hold (0: chat histories are always re-tokenized)."""
+    the ids of earlier chat answers may hold (0: chat histories are always re-tokenized); `flash_attn`
+    llama.cpp's flash attention ("auto", "on", "off": see LlamaCppBackend.flash_attention_for)."""
     path = resolve_model(model)
     backend = LlamaCppBackend(
         path,
@@ -50,6 +52,7 @@ def build_server(
             prefix_cache_tokens=prefix_cache_tokens,
             prefix_block=prefix_block,
             resident_tokens=resident_tokens,
+            flash_attn=flash_attn,
         ),
     )
     engine = Engine(backend, max_queue=max_queue)
