@@ -229,18 +229,49 @@ def test_the_validator_reads_the_compilers_own_keywords():
 @pytest.mark.parametrize(
     "schema",
     [
-        {
-            "enum": ["a@b.co", "x"],
-            "not": {"format": "email"},
-        },  # format: asserted by the compiler, not the validator
         {"enum": [0.07, 0.5], "not": {"multipleOf": 0.01}},  # 0.07 / 0.01 is 7.000000000000001 in floats
-        {"enum": [1, 2], "not": {"$ref": "#/$defs/f"}, "$defs": {"f": {"format": "date"}}},
     ],
     ids=lambda s: json.dumps(s)[:60],
 )
 def test_an_enum_beside_what_validators_read_apart_stays_refused(compiler, schema):
     with pytest.raises(GrammarError, match="not"):
         compiler.compile_json_schema(schema)
+
+
+@pytest.mark.parametrize(
+    "schema,written,refused",
+    [
+        (  # beside the enum: only the values that are dates (a number is no string: format does not apply)
+            {"enum": ["soon", "2026-12-02", "2026-02-30", 5], "format": "date"},
+            ['"2026-12-02"', "5"],
+            ['"soon"', '"2026-02-30"'],
+        ),
+        ({"enum": ["a@b.co", "x"], "not": {"format": "email"}}, ['"x"'], ['"a@b.co"']),
+        (  # in another allOf part, through a $ref
+            {
+                "properties": {"d": {"enum": ["x", "2020-01-01T10:00:00Z"]}},
+                "allOf": [{"properties": {"d": {"$ref": "#/$defs/t"}}}],
+                "$defs": {"t": {"format": "date-time"}},
+                "required": ["d"],
+            },
+            ['{"d":"2020-01-01T10:00:00Z"}'],
+            ['{"d":"x"}'],
+        ),
+        ({"enum": ["x", 1], "format": "no-such-format"}, ['"x"', "1"], []),  # an annotation
+    ],
+    ids=lambda s: json.dumps(s)[:50] if isinstance(s, dict) else "",
+)
+def test_an_enum_beside_a_format_keeps_only_the_values_the_format_accepts(compiler, schema, written, refused):
+    g = compiler.compile_json_schema(schema)
+    assert all(accepts_text(g, t) for t in written)
+    assert not any(accepts_text(g, t) for t in refused)
+
+
+def test_an_enum_beside_a_format_the_compiler_cannot_express_is_refused(compiler):
+    with pytest.raises(GrammarError, match="format 'regex' is not supported"):
+        compiler.compile_json_schema({"enum": ["a+", "("], "format": "regex"})
+    g = compiler.compile_json_schema({"enum": [1, 2], "format": "regex"})  # no string: nothing to check
+    assert accepts_text(g, "1") and accepts_text(g, "2")
 
 
 def test_a_huge_enum_beside_not_stays_within_the_limits(compiler):
@@ -678,6 +709,47 @@ def test_not_if_whose_condition_has_no_exact_negation_is_refused(compiler):
 def test_hostile_keyword_values_are_clear_errors(compiler, schema, match):
     with pytest.raises(GrammarError, match=match):
         compiler.compile_json_schema(schema)
+
+
+Z299 = "0." + "0" * 299  # 1e-300 is 0.(299 zeros)1
+
+
+@pytest.mark.parametrize(
+    "schema,accepted,refused",
+    [
+        (
+            {"type": "number", "minimum": 1e-300},
+            ["1", Z299 + "1", Z299 + "2", "0.5"],
+            ["0", Z299 + "01", "-1"],
+        ),
+        (
+            {"type": "number", "exclusiveMinimum": 1e-300, "maximum": 2e-300},
+            [Z299 + "15", Z299 + "2"],
+            [Z299 + "1", Z299 + "21", Z299 + "0999", "0"],
+        ),
+        ({"type": "number", "maximum": -1e-300}, ["-" + Z299 + "1", "-1"], ["-" + Z299 + "01", "0", "1"]),
+        (
+            {"type": "integer", "minimum": -1e41, "maximum": 1e41},
+            ["9" * 41, "-" + "9" * 41, "5" + "0" * 40, "0"],
+            ["2" + "0" * 41, "1" + "0" * 42, "-2" + "0" * 41],
+        ),
+        # (not the bound itself: Python compares the int 10**300 with the double 1e300, which is larger)
+        ({"type": "integer", "minimum": 1e300}, ["2" + "0" * 300, "1" + "0" * 301], ["9" * 300, "1"]),
+        ({"type": "integer", "maximum": 1e300}, ["9" * 300, "-1"], ["2" + "0" * 300, "1" + "0" * 301]),
+        # numbers are written with at most 15 digits (validators compare doubles): not 10**300 itself
+        ({"type": "number", "maximum": 1e300}, ["123.5", "-5"], ["2" + "0" * 300]),
+    ],
+    ids=lambda s: json.dumps(s)[:60] if isinstance(s, dict) else "",
+)
+def test_bounds_with_many_digits_are_exact(compiler, schema, accepted, refused):
+    """Bounds far from 1 (1e-300, 1e41, 1e300) are built one state per digit: no nesting limit is met, and no
+    digit past the 40th is dropped from an upper bound."""
+    g = compiler.compile_json_schema(schema)
+    v = jsonschema.Draft202012Validator(schema)
+    for t in accepted:
+        assert v.is_valid(json.loads(t)) and accepts_text(g, t), (schema, t[:20], len(t))
+    for t in refused:
+        assert not v.is_valid(json.loads(t)) and not accepts_text(g, t), (schema, t[:20], len(t))
 
 
 def test_deep_negations_and_large_values_stay_exact(compiler):

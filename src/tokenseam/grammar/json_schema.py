@@ -143,10 +143,9 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
     def validator_decides(self, s: dict) -> bool:
         """Whether the validator decides `s`, an enum/const beside keywords the grammar cannot build exactly
         (`not`, `if`, `uniqueItems`, `contains`, ...): the values are finite, and the validator reads every
-        keyword as the compiler does, except `format` (an annotation to it, asserted by the compiler) and a
-        non-integral `multipleOf` (float division to it: 0.07 is no multiple of 0.01), so a schema reaching
-        either of them (or a dynamic reference, which the compiler does not follow) is left to the
-        compiler's own rules."""
+        keyword as the compiler does (`format` included: see schema_safety), except a non-integral
+        `multipleOf` (float division to it: 0.07 is no multiple of 0.01), so a schema reaching it (or a
+        dynamic reference, which the compiler does not follow) is left to the compiler's own rules."""
         if not any(k in s for k in DECIDED) and s.get("uniqueItems") is not True:
             return False
         hit = self._plain.get(id(s))
@@ -166,7 +165,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             if not isinstance(x, dict) or id(x) in seen:
                 continue
             seen.add(id(x))
-            if "format" in x or "$dynamicRef" in x or "$recursiveRef" in x:
+            if "$dynamicRef" in x or "$recursiveRef" in x:
                 return False
             m = x.get("multipleOf")
             if isinstance(m, float) and not m.is_integer():

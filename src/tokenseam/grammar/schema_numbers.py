@@ -33,40 +33,43 @@ def _int_bound(x, lower: bool, exclusive: bool) -> int:
     return math.ceil(d) - 1 if exclusive else math.floor(d)
 
 
-def _digits_range(lo: str, hi: str) -> Node:
-    """Digit strings of equal length between lo and hi (inclusive)."""
-    if not lo:
-        return EMPTY
-    n = len(lo) - 1
-    if lo[0] == hi[0]:
-        return seq(lit(lo[0]), _digits_range(lo[1:], hi[1:]))
-    if lo[1:] == "0" * n and hi[1:] == "9" * n:
-        return seq(cls(f"{lo[0]}-{hi[0]}"), Repeat(DIG, n, n)) if n else cls(f"{lo[0]}-{hi[0]}")
-    parts = [seq(lit(lo[0]), _digits_range(lo[1:], "9" * n))]
-    a, b = int(lo[0]) + 1, int(hi[0]) - 1
-    if a <= b:
-        parts.append(seq(cls(f"{a}-{b}"), Repeat(DIG, n, n)))
-    parts.append(seq(lit(hi[0]), _digits_range("0" * n, hi[1:])))
-    return alt(*parts)
+def _same_length_dfa(bound: str, above: bool) -> cpauto.CPNFA:
+    """Digit strings as long as `bound` (a decimal integer without leading zeros) that are >= it (`above`) or
+    <= it, without a leading zero unless one digit long. One state per digit and a counting chain for the
+    digits after the first that differs, not IR nested once per digit: a bound such as 1e300 has 301."""
+    zero, n = ord("0"), len(bound)
+    d = cpauto.CPNFA()
+    eq = [d.add() for _ in range(n + 1)]  # eq[i]: the digits so far equal bound[:i]
+    # free[i]: i digits read, already past the bound: any digits follow
+    free = [d.add() for _ in range(n + 1)]
+    d.finals.update((eq[n], free[n]))
+    for i in range(n):
+        d.edges[free[i]].append((zero, zero + 9, free[i + 1]))
+        c = int(bound[i])
+        d.edges[eq[i]].append((zero + c, zero + c, eq[i + 1]))
+        lo, hi = (c + 1, 9) if above else (1 if i == 0 and n > 1 else 0, c - 1)
+        if lo <= hi:
+            d.edges[eq[i]].append((zero + lo, zero + hi, free[i + 1]))
+    for q in range(d.size):
+        d.edges[q].sort()
+    d.start = eq[0]
+    return d
 
 
 def _nonneg_range(a: int, b: int | None) -> Node:
     """Decimal integers without leading zeros in [a, b] (a >= 0, b None = unbounded)."""
     if b is not None and b < a:
         return NOTHING
-    la = len(str(a))
-    parts = []
-    last = la if b is None else len(str(b))
-    if b is not None and last > 40:
-        b, last = None, la
-    for L in range(la, last + 1):
-        lo = max(a, 10 ** (L - 1) if L > 1 else 0)
-        hi = 10**L - 1 if b is None else min(b, 10**L - 1)
-        if lo <= hi:
-            parts.append(_digits_range(str(lo), str(hi)))
-    if b is None:
-        parts.append(seq(DIG19, Repeat(DIG, la, None)))
-    return alt(*parts) if parts else NOTHING
+    sa = str(a)
+    if b is not None and len(str(b)) == len(sa):
+        return Auto(cpauto.product(_same_length_dfa(sa, True), _same_length_dfa(str(b), False)))
+    parts = [Auto(_same_length_dfa(sa, True))]  # as long as a
+    longest = None if b is None else len(str(b)) - 1  # the lengths between, all of whose numbers are in range
+    if longest is None or longest > len(sa):
+        parts.append(seq(DIG19, Repeat(DIG, len(sa), None if longest is None else longest - 1)))
+    if b is not None:
+        parts.append(Auto(_same_length_dfa(str(b), False)))  # as long as b
+    return alt(*parts)
 
 
 def int_range(lo: int | None, hi: int | None) -> Node:
@@ -122,32 +125,45 @@ def _ge_digits(f: str, strict: bool) -> Node:
     """Non-empty digit strings d with 0.d >= 0.f (> when strict)."""
     if not f:
         return seq(star(DIG), DIG19, star(DIG)) if strict else Repeat(DIG, 1, None)
-    return _rest_ge(f, strict)
+    return Auto(_fraction_dfa(f, above=True, strict=strict))
 
 
-def _rest_ge(g: str, strict: bool) -> Node:
-    if not g:
-        return seq(star(DIG), DIG19, star(DIG)) if strict else star(DIG)
-    d = int(g[0])
-    options = [seq(lit(g[0]), _rest_ge(g[1:], strict))]
-    if d < 9:
-        options.append(seq(cls(f"{d + 1}-9"), star(DIG)))
-    return alt(*options)
-
-
-def _le_digits(f: str, strict: bool, first: bool = True) -> Node:
+def _le_digits(f: str, strict: bool) -> Node:
     """Non-empty digit strings d with 0.d <= 0.f (< when strict)."""
     if not f:
-        if first:
-            return NOTHING if strict else Repeat(lit("0"), 1, None)
-        return NOTHING if strict else star(lit("0"))
-    d = int(f[0])
-    options = [seq(lit(f[0]), _le_digits(f[1:], strict, False))]
-    if d > 0:
-        options.append(seq(cls(f"0-{d - 1}"), star(DIG)))
-    if not first:
-        options.append(EMPTY)  # a proper prefix of f (which ends in a non-zero digit) is smaller
-    return alt(*options)
+        return NOTHING if strict else Repeat(lit("0"), 1, None)
+    return Auto(_fraction_dfa(f, above=False, strict=strict))
+
+
+def _fraction_dfa(f: str, above: bool, strict: bool) -> cpauto.CPNFA:
+    """Non-empty digit strings d with 0.d >= 0.f (`above`) or <= 0.f, > or < when strict; f non-empty, without
+    trailing zeros. Built as one state per digit of f, not as IR nested once per digit: a bound such as
+    1e-300 has 300 of them."""
+    zero = ord("0")
+    d = cpauto.CPNFA()
+    eq = [d.add() for _ in range(len(f) + 1)]  # eq[i]: d so far equals f[:i]
+    past = d.add()  # d already beyond f in the allowed direction: any digits may follow
+    d.finals.add(past)
+    d.edges[past].append((zero, zero + 9, past))
+    for i, ch in enumerate(f):
+        c = int(ch)
+        d.edges[eq[i]].append((zero + c, zero + c, eq[i + 1]))
+        if above and c < 9:
+            d.edges[eq[i]].append((zero + c + 1, zero + 9, past))
+        if not above and c > 0:
+            d.edges[eq[i]].append((zero, zero + c - 1, past))
+        if not above and i:
+            d.finals.add(eq[i])  # a proper prefix of f (which ends in a non-zero digit) is smaller
+    end = eq[len(f)]  # equal to f: zeros keep it equal; a non-zero digit puts it above
+    d.edges[end].append((zero, zero, end))
+    if above:
+        d.edges[end].append((zero + 1, zero + 9, past))
+    if not strict:
+        d.finals.add(end)
+    for q in range(d.size):
+        d.edges[q].sort()
+    d.start = eq[0]
+    return d
 
 
 def _decimal_range(lo: Decimal, lo_ex: bool, hi: Decimal | None, hi_ex: bool) -> Node:

@@ -23,6 +23,7 @@ and `patternProperties` with Python's backtracking `re` (exponential on patterns
   no output can fail either kind of validator);
 - an integral number is checked both as an int and as a float (`3` and `3.0` parse to different Python
   types, which draft 4's `integer` tells apart);
+- `format` is asserted as the compiler asserts it (a stock validator reads it as an annotation);
 - the keywords the compiler adds to merged schemas (`_not_strings`, `_not_pattern`, the `__none__` type) are
   read as the compiler means them, and with no root `$schema` a value must pass with draft-07's
   `dependencies` read beside the 2020-12 keywords and without it (the compiler's two readings);
@@ -313,6 +314,30 @@ def _budgeted(fn):
 
 
 _CLASSES: dict[tuple, type] = {}
+_FORMAT_MATCHERS: dict[str, cpauto.Searcher] = {}  # one per format in FORMATS, at most
+
+
+def _format(validator, fmt, instance, schema):
+    """`format` asserted as the compiler asserts it: a string must match the format's expression in FORMATS
+    (whole, as the compiled grammar does), a standard format with no expression cannot be checked (an error,
+    as it is in the compiler), and any other format is an annotation."""
+    from jsonschema.exceptions import ValidationError
+
+    from .schema_strings import FORMATS, STANDARD_FORMATS
+
+    if not isinstance(instance, str) or not isinstance(fmt, str):
+        return
+    if fmt in FORMATS:
+        m = _FORMAT_MATCHERS.get(fmt)
+        if m is None:
+            ir = parse_regex(FORMATS[fmt], where=f"format {fmt}", dialect="json-schema")
+            m = _FORMAT_MATCHERS[fmt] = cpauto.Searcher(cpauto.from_ir(ir))
+        if not m.accepts(instance):
+            yield ValidationError(f"{instance!r} is not a {fmt!r}")
+    elif fmt in STANDARD_FORMATS:
+        raise GrammarError(
+            f"format {fmt!r} is not supported, so enum/const strings cannot be checked against it"
+        )
 
 
 def _validator_class(
@@ -331,6 +356,7 @@ def _validator_class(
     for name, fn in _regex_keywords(dialect).items():
         if name in kws or name.startswith("_"):
             kws[name] = fn
+    kws["format"] = _format
     kws["_not_strings"] = _not_strings
     kws["_contains"] = _contains
     kws["_not_integer"] = _not_integer
