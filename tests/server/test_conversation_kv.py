@@ -340,3 +340,50 @@ def test_a_long_hostile_history_is_handled_in_one_pass(smollm2_server):
     enc = st.chat.encode_prompt(msgs, memory=st.turns)
     assert st.vocab.decode_bytes(enc.ids) == st.vocab.decode_bytes(st.chat.encode(msgs))
     assert enc.spliced == []
+
+
+def test_an_answer_with_bytes_that_are_no_utf8_comes_back_as_its_ids(smollm2_server):
+    """A byte-level model can generate bytes that are no UTF-8 (a lone continuation byte); the client gets
+    U+FFFD in their place and sends that back. The memory knows the answer by that text, so the generated
+    ids (bad byte included) still come back and the cache reuses the whole history."""
+    st = smollm2_server.state
+    bad = st.vocab.token_bytes.index(b"\x80")
+    head, tail = (
+        st.tokenizer.encode("Hello", add_special=False),
+        st.tokenizer.encode(" world", add_special=False),
+    )
+    m1 = [{"role": "user", "content": "Say something odd."}]
+    r1 = chat(smollm2_server.url, m1, head + [bad] + tail)
+    text = r1["choices"][0]["message"]["content"]
+    assert text == "Hello\ufffd world"
+    m2 = m1 + [{"role": "assistant", "content": text}, {"role": "user", "content": "Again."}]
+    enc = st.chat.encode_prompt(m2, memory=st.turns)
+    assert len(enc.spliced) == 1 and not enc.spliced[0].cut
+    assert bad in enc.ids
+    r2 = chat(smollm2_server.url, m2, max_tokens=2)
+    assert r2["prefix_cache"]["answers_reused"] == 1 and r2["prefix_cache"]["answers_cut"] == 0
+    assert cached(r2) >= context(r1) - 1
+    # the client's own U+FFFD, where the model wrote a valid character, is text like any other
+    m3 = m1 + [{"role": "assistant", "content": "Hello\ufffd there"}, {"role": "user", "content": "Again."}]
+    enc3 = st.chat.encode_prompt(m3, memory=st.turns)
+    assert enc3.spliced and enc3.spliced[0].cut and bad in enc3.ids
+
+
+def test_an_answer_cut_inside_a_character_is_known_by_the_text_sent():
+    """The streamed text leaves out an incomplete last character; the answer's bytes do too, and each id's
+    end is counted in that text."""
+    from array import array
+
+    parts = [
+        b"ab",
+        b"\xe4\xb8",
+        b"\xad",
+        b"\x80",
+        b"c",
+        b"\xf0\x9f",
+    ]  # "ab", "中" split, a bad byte, a cut emoji
+    token_bytes = parts + [b""]
+    ans = make_answer(list(range(len(parts))), token_bytes, [False] * len(token_bytes))
+    assert ans.data == "ab中\ufffdc".encode()
+    assert ans.ends == array("i", [2, 2, 5, 8, 9, 9])
+    assert list(ans.ids) == list(range(len(parts)))

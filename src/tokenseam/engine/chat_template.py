@@ -288,7 +288,7 @@ class ChatTemplate:
         if keep < len(answer_ids):
             answer_ids, whole = answer_ids[:keep], False
         while answer_ids:  # the rest must start on a character boundary
-            end = start + self._nbytes(answer_ids)
+            end = start + a.ends[len(answer_ids) - 1]
             if end >= len(tb) or (tb[end] & 0xC0) != 0x80:
                 break
             answer_ids.pop()
@@ -339,10 +339,6 @@ class ChatTemplate:
                 break
             at = nxt
         return len(ids)
-
-    def _nbytes(self, ids: list[int]) -> int:
-        tb = self.vocab.token_bytes
-        return sum(len(tb[t]) for t in ids)
 
     @staticmethod
     def _cut(text: str, continue_final: bool) -> str:

@@ -147,6 +147,27 @@ def make_answer(
         ends.append(n)
         parts.append(b)
     data = b"".join(parts)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        data, ends = _as_sent(parts)
     if not out or not data.startswith(lead):
         return None
     return Answer(out, ends, data, tuple(removed), lead)
+
+
+def _as_sent(parts: list[bytes]) -> tuple[bytes, array]:
+    """Ids whose bytes are not valid UTF-8 (a byte-level model can generate any byte) reach the client as text
+    with U+FFFD in place of the bad bytes, and that is the text it sends back: the answer's bytes and the
+    offset each id ends at, in that text. A character an id starts and a later one completes is counted at
+    the later id, and an incomplete one at the end is left out, as the streamed text does."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")("replace")
+    out, ends, n = [], array("i"), 0
+    for b in parts:
+        piece = dec.decode(b).encode("utf-8")
+        n += len(piece)
+        ends.append(n)
+        out.append(piece)
+    return b"".join(out), ends
