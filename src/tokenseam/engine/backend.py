@@ -59,9 +59,8 @@ class LlamaCppBackend:
         return n_seq > 1 or n_swa > 0
 
     def __init__(self, model_path: str | Path, config: BackendConfig = BackendConfig()) -> None:
-        self.flash_attention_for(
-            config.flash_attn, config.n_seq, 0
-        )  # a bad setting fails before the model loads
+        # a bad setting fails before the model loads
+        self.flash_attention_for(config.flash_attn, config.n_seq, 0)
         ensure_llama_backend()
         self.path = Path(model_path)
         self.config = config
