@@ -104,3 +104,37 @@ def test_the_busy_engine_decodes_until_closed():
         assert busy.tokens >= n + 20 and busy.tokens_per_second() > 0
     finally:
         busy.close()
+
+
+class _Crashing(bench.TokenseamEngine):
+    """An engine whose compile raises something that is not a compile error, on every file."""
+
+    def compile(self, schema):
+        raise RuntimeError("engine bug")
+
+
+class _Dying:
+    """An engine whose process dies before it reports."""
+
+    def __init__(self, *a, **k):
+        import os
+
+        os._exit(3)
+
+
+@pytest.mark.parametrize("adapter", [_Crashing, _Dying])
+def test_a_crashed_engine_fails_the_run(tmp_path, monkeypatch, capsys, adapter):
+    monkeypatch.setitem(bench.ADAPTERS, "xgrammar", adapter)
+    data = _mini_maskbench(tmp_path)
+    assert bench.run(_args(data=data, engines="tokenseam,xgrammar")) == 1
+    assert "crashed: xgrammar" in capsys.readouterr().err
+
+
+def test_no_engine_installed_fails_the_run(tmp_path, monkeypatch, capsys):
+    class Missing:
+        def __init__(self, *a, **k):
+            raise ImportError("No module named 'xgrammar'")
+
+    monkeypatch.setitem(bench.ADAPTERS, "xgrammar", Missing)
+    assert bench.run(_args(data=_mini_maskbench(tmp_path), engines="xgrammar")) == 1
+    assert "none of the requested engines is installed" in capsys.readouterr().err

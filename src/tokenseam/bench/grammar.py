@@ -539,4 +539,22 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - the plot is a convenience; the JSON is the result
             print(f"warning: plot failed: {exc}", file=sys.stderr)
         print(f"wrote {out} and {out.with_suffix('.png')}")
+    return exit_code(summaries)
+
+
+def exit_code(summaries: list[dict]) -> int:
+    """1 when an engine's run crashed (its process died, or it raised on every file) or no engine ran at all
+    (every one missing): a report that measured nothing must not read as a success. An engine that is not
+    installed is skipped, not a failure."""
+    crashed = [
+        s["engine"]
+        for s in summaries
+        if s.get("status") == "crashed" or (s.get("files") and s.get("crashes") == s["files"])
+    ]
+    if crashed:
+        print(f"error: engine run(s) crashed: {', '.join(crashed)}", file=sys.stderr)
+        return 1
+    if all(s.get("status") == "not installed" for s in summaries):
+        print("error: none of the requested engines is installed", file=sys.stderr)
+        return 1
     return 0
