@@ -123,11 +123,12 @@ def _by_target(row: list) -> dict[int, tuple]:
 
 
 class _Builder:
-    def __init__(self, g: Grammar) -> None:
+    def __init__(self, g: Grammar, graph: tuple[dict[str, set[str]], dict[str, int]] | None = None) -> None:
+        """`graph`: rule_refs(g), if the caller has it."""
         self.g = g
         self.nfa = ByteNFA()
         self.budget = current()
-        refs, counts = rule_refs(g)
+        refs, counts = rule_refs(g) if graph is None else graph
         self.cyclic = cyclic_rules(g, refs) | {name for name in g.shared if name in g.rules}
         self.est_memo: dict[int, int] = {}
         self.null_memo: dict[int, bool] = {}
@@ -647,11 +648,13 @@ def build_nfa(g: Grammar) -> ByteNFA:
 
 
 def _build_nfa(g: Grammar) -> ByteNFA:
-    ok = productive(g)
+    graph = rule_refs(g)  # (one walk of each rule for its references: both analyses read it)
+    ok = productive(g, graph[0])
     partial = not all(ok.values())
     if partial and ok.get(g.start, False):
         g = prune_unproductive(g, ok)
-    builder = _Builder(g)
+        graph = None  # another grammar: the builder walks it afresh
+    builder = _Builder(g, graph)
     if partial and not ok.get(g.start, False):
         # Nothing to keep: the automaton's checks say why (left recursion, or no string at all).
         builder.nfa.may_dead_end = True

@@ -99,8 +99,9 @@ def iter_refs(node: Node):
                 stack.append(n.extra)
 
 
-def productive(g: Grammar) -> dict[str, bool]:
-    """Which rules derive at least one string (least fixed point).
+def productive(g: Grammar, refs: dict[str, set[str]] | None = None) -> dict[str, bool]:
+    """Which rules derive at least one string (least fixed point). `refs`: rule_refs(g)'s first half, if the
+    caller has it (else each rule is walked for its references here).
 
     Each round evaluates only the rules that refer to one found productive in the round before (the first
     round: every rule, in order). Sweeping every rule until nothing changed took one sweep per link of a rule
@@ -111,7 +112,7 @@ def productive(g: Grammar) -> dict[str, bool]:
     referrers: dict[str, list[str]] = {}
     for name, node in g.rules.items():
         b.where = f"rule {name!r}"
-        for ref in set(iter_refs(node)):
+        for ref in refs[name] if refs is not None else set(iter_refs(node)):
             referrers.setdefault(ref, []).append(name)
 
     def prod(node: Node, depth: int = 0):
