@@ -762,3 +762,57 @@ def test_deep_negations_and_large_values_stay_exact(compiler):
     assert accepts_text(g, "1.5") and not accepts_text(g, "1") and not accepts_text(g, "NaN")
     g = compiler.compile_json_schema({"enum": ["NaN", "Infinity"], "not": {"type": "number"}})
     assert accepts_text(g, '"NaN"') and not accepts_text(g, "NaN")
+
+
+INTEGER_TEXTS = NUMBER_TEXTS + ["4.0", "4.00", "-3.000", "0.0", "7.0", "14.0", "21.00", "4.01", "4.", "4.0.0"]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer"},
+        {"type": "integer", "minimum": 1, "maximum": 14},
+        {"type": "integer", "exclusiveMinimum": -1, "exclusiveMaximum": 7},
+        {"type": "integer", "multipleOf": 7},
+        {"type": "number", "multipleOf": 7},
+        {"oneOf": [{"type": "integer"}, {"type": "number", "maximum": 2}]},
+        {"anyOf": [{"type": "integer", "minimum": 10}, {"type": "string"}]},
+    ],
+    ids=lambda s: json.dumps(s)[:70],
+)
+@pytest.mark.parametrize("draft", [4, 2020])
+def test_integers_are_written_as_integer_literals(compiler, schema, draft):
+    """An `integer` is a JSON integer literal (`-0` included): exact up to draft 4; from draft 6 on, the
+    integral values spelled with a fraction or exponent (`4.0`, `1e2`) are valid but refused, never the
+    other way round. A `number` with an integral `multipleOf` takes `.0` after its digits in every draft."""
+    if draft == 4:  # draft 4 spells an exclusive bound as a flag beside minimum / maximum
+        for ex, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            if ex in schema:
+                schema = {**schema, bound: schema[ex], ex: True}
+    uri = {4: "http://json-schema.org/draft-04/schema#", 2020: "https://json-schema.org/draft/2020-12/schema"}
+    schema = {"$schema": uri[draft], **schema}
+    cls = jsonschema.Draft4Validator if draft == 4 else jsonschema.Draft202012Validator
+    g = compiler.compile_json_schema(schema)
+    v = cls(schema)
+    # (bounded numbers, the `number` branch here, are written without exponent and zero without a sign)
+    bounded_number = '"number", "maximum"' in json.dumps(schema)
+    integral_float = '"type": "integer"' in json.dumps(schema) and draft > 4
+    for text in INTEGER_TEXTS:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            assert not accepts_text(g, text), text
+            continue
+        if value in (float("inf"), float("-inf")):
+            continue
+        got, want = accepts_text(g, text), v.is_valid(value)
+        if got:
+            assert want, (schema, text)
+        elif want and "e" not in text.lower() and not (bounded_number and text.startswith("-0")):
+            # refused though valid: an integral float where an integer is asked for, or more than one zero
+            # after the point
+            assert (integral_float or text.endswith("00")) and value == int(value), (schema, text)
+    if "multipleOf" in json.dumps(schema) and '"number"' in json.dumps(schema):
+        assert accepts_text(g, "14.0") and accepts_text(g, "-0.0") and not accepts_text(g, "14.00")
+    if "minimum" not in json.dumps(schema):
+        assert accepts_text(g, "-0") == v.is_valid(0)

@@ -73,12 +73,15 @@ def _nonneg_range(a: int, b: int | None) -> Node:
 
 
 def int_range(lo: int | None, hi: int | None) -> Node:
+    """JSON integer literals (no leading zeros; `-0` is 0) of the values in [lo, hi] (None: unbounded)."""
     parts = []
     if hi is None or hi >= 0:
         parts.append(_nonneg_range(max(lo, 0) if lo is not None else 0, hi))
     if lo is None or lo < 0:
         top = -1 if hi is None else min(hi, -1)
         parts.append(seq(lit("-"), _nonneg_range(-top, None if lo is None else -lo)))
+    if (lo is None or lo <= 0) and (hi is None or hi >= 0):
+        parts.append(lit("-0"))  # a JSON integer literal too: the value 0
     return alt(*parts) if parts else NOTHING
 
 
@@ -108,6 +111,9 @@ _NON_INTEGRAL = seq(
     ),
 )
 NON_INT_DRAFT4 = seq(INT, alt(FRAC, EXP, seq(FRAC, EXP)))
+_ZERO_FRAC = lit(
+    ".0"
+)  # one zero, as json.dumps writes an integral float: a run of zeros is a loop to a model
 # The same, without exponent, to intersect with the bounded-number automata (which have none).
 _FRACTIONAL = {
     4: seq(opt(lit("-")), Repeat(DIG, 1, None), lit("."), Repeat(DIG, 1, None)),
@@ -249,12 +255,13 @@ def non_integral() -> Node:
 
 
 def _mod_dfa(k: int) -> cpauto.CPNFA:
-    """Integers without leading zeros divisible by k (digits read left to right, residue as the state)."""
+    """Integers without leading zeros (and `-0`) divisible by k (digits read left to right, residue as the state)."""
     d = cpauto.CPNFA()
     start, neg, zero = d.add(), d.add(), d.add()
     res = [d.add() for _ in range(k)]
     d.edges[start].append((ord("-"), ord("-"), neg))
     d.edges[start].append((ord("0"), ord("0"), zero))
+    d.edges[neg].append((ord("0"), ord("0"), zero))  # `-0`
     for src in (start, neg):
         for dig in range(1, 10):
             d.edges[src].append((48 + dig, 48 + dig, res[dig % k]))
@@ -301,8 +308,22 @@ class NumberLowering:
         return self.draft is not None and self.draft <= 4
 
     def t_integer(self, s, ptr):
+        # From draft 6 on `4.0` is an integer too, but an integer is written as one: a grammar taking `4.0`
+        # would let a model write integers as floats (SmolLM2 under vLLM wrote `12.000…` to max_tokens).
+        return self._integral(s, ptr, zero_fraction=False)
+
+    def _integral(self, s, ptr, zero_fraction: bool):
+        """The integral values of `s`: JSON integer literals, and with `zero_fraction` (a `number` with an
+        integral `multipleOf`) the same followed by `.0`, which leaves the value (its range, its remainder) as
+        the digits before it say. Exponent spellings (`1e2`) stay out: whether one is integral
+        depends on its digits."""
         if s.get("_not_integer"):
             return NOTHING
+        node = self._integer_digits(s, ptr)
+        return seq(node, opt(_ZERO_FRAC)) if zero_fraction and node != NOTHING else node
+
+    def _integer_digits(self, s, ptr):
+        """The integers of `s` written as JSON integer literals (no fraction, no exponent)."""
         lo, lo_ex, hi, hi_ex = self._bounds(s, ptr)
         ilo = None if lo is None else _int_bound(lo, True, lo_ex)
         ihi = None if hi is None else _int_bound(hi, False, hi_ex)
@@ -342,7 +363,7 @@ class NumberLowering:
                 )
                 s = {k: v for k, v in s.items() if k != "multipleOf"}
             else:
-                return self.t_integer(s, ptr)
+                return self._integral(s, ptr, zero_fraction=True)  # a number: `14.0` in any draft
         not_int = bool(s.get("_not_integer"))
         lo, lo_ex, hi, hi_ex = self._bounds(s, ptr)
         if lo is None and hi is None:
