@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tokenseam.grammar import GrammarError, GrammarMatcher
+from tokenseam.grammar.compiler import check_grammar
 
 from .conftest import accepts_text, sample
 
@@ -367,6 +368,88 @@ def test_unsatisfiable_schema_is_an_error(compiler):
         compiler.compile_json_schema(
             {"allOf": [{"type": "object", "required": ["a"]}], "additionalProperties": False}
         )
+
+
+@pytest.mark.parametrize(
+    "schema,where,why",
+    [
+        (  # a oneOf whose branches each contradict the required list beside them (a MaskBench schema's shape)
+            {
+                "type": "object",
+                "required": ["shape", "dims"],
+                "properties": {
+                    "shape": {"type": "string"},
+                    "dims": {
+                        "type": "object",
+                        "required": ["r", "w"],
+                        "properties": {"r": {"type": "number"}, "w": {"type": "number"}},
+                        "oneOf": [{"not": {"required": ["r"]}}, {"not": {"required": ["w"]}}],
+                    },
+                },
+            },
+            "/properties/dims",
+            "oneOf, properties, required, type",
+        ),
+        (
+            {
+                "type": "object",
+                "required": ["a"],
+                "properties": {
+                    "a": {
+                        "type": "object",
+                        "required": ["b~/"],
+                        "properties": {"b~/": {"allOf": [{"type": "string"}, {"type": "null"}]}},
+                    }
+                },
+            },
+            "/properties/a/properties/b~0~1",
+            "allOf",
+        ),
+        (
+            {"type": "array", "minItems": 2, "items": {"type": "integer", "minimum": 5, "maximum": 3}},
+            "/items",
+            "maximum",
+        ),
+        (
+            {"type": "array", "prefixItems": [{"type": "null"}, False], "minItems": 2},
+            "/prefixItems/1",
+            "the schema false",
+        ),
+        (
+            {
+                "type": "object",
+                "required": ["a"],
+                "properties": {"a": {"$ref": "#/$defs/x"}},
+                "$defs": {"x": {"minLength": 3, "maxLength": 2, "type": "string"}},
+            },
+            "/properties/a",
+            "maxLength, minLength, type",
+        ),
+    ],
+)
+def test_an_empty_schema_names_the_part_that_accepts_nothing(compiler, schema, where, why):
+    with pytest.raises(GrammarError, match="accepts no value") as exc:
+        compiler.compile_json_schema(schema)
+    msg = str(exc.value)
+    assert f"every instance must hold {where}," in msg and why in msg, msg
+    with pytest.raises(GrammarError, match=f"hold {where},"):  # the check without a vocabulary says the same
+        check_grammar("json_schema", schema)
+
+
+def test_an_empty_schema_without_a_required_part_to_blame_says_so(compiler):
+    with pytest.raises(GrammarError, match=r"accepts no value \(its keywords contradict each other\)$"):
+        compiler.compile_json_schema({"allOf": [{"type": "string"}, {"type": "integer"}]})
+
+
+def test_naming_the_empty_part_of_a_deep_schema_stays_within_the_budget(compiler):
+    """Every level of a 55-deep chain of required properties is compiled on its own to find the empty leaf:
+    that work runs in the failing compile's budget."""
+    schema: dict = {"type": "integer", "minimum": 2, "maximum": 1}
+    for _ in range(55):
+        schema = {"type": "object", "required": ["k"], "properties": {"k": schema}}
+    with pytest.raises(GrammarError, match="accepts no value") as exc:
+        compiler.compile_json_schema(schema)
+    assert "/properties/k" * 55 + "," in str(exc.value)
 
 
 COUNTED = {

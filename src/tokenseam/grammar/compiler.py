@@ -19,7 +19,7 @@ from ..vocab import Vocabulary
 from .automaton import Automaton
 from .budget import compile_budget
 from .compiled import CompiledGrammar
-from .errors import GrammarError
+from .errors import GrammarEmpty, GrammarError
 from .ir import Grammar, alt, lit
 from .matcher import GrammarMatcher
 from .memory import DEFAULT_BUDGET_MB, MB, GrammarMemory
@@ -111,9 +111,9 @@ class GrammarCompiler:
             with compile_budget(self.time_budget, self.size_budget, self.rss_limit):
                 grammar, kind, source = build()
                 warnings = list(grammar.warnings)
-                nfa = build_nfa(grammar)
+                prepared = _prepared(grammar)
                 del grammar  # the IR is freed here, before the collector can see it
-                auto = Automaton(prepare_nfa(nfa), self.table, self.python_builder)
+                auto = Automaton(prepared, self.table, self.python_builder)
         except RecursionError as exc:
             raise GrammarError("grammar nesting too deep") from exc
         compiled = CompiledGrammar(kind, source, auto, self.vocab, warnings)
@@ -169,6 +169,21 @@ class GrammarCompiler:
 
 
 # -- what each kind compiles from: (cache key, IR builder), shared by the compiler and check_grammar -------------
+def _prepared(grammar: Grammar):
+    """The grammar's byte automaton, checked and trimmed (prepare_nfa); a grammar that accepts nothing is an
+    error saying which part accepts nothing, where its front end can tell."""
+    explain = grammar.explain_empty
+    nfa = build_nfa(grammar)
+    del grammar
+    try:
+        return prepare_nfa(nfa)
+    except GrammarEmpty as exc:
+        why = explain() if explain is not None else None
+        if why is None:
+            raise
+        raise GrammarEmpty(why) from exc
+
+
 _Plan = tuple[tuple, Callable[[], tuple[Grammar, str, str]]]
 
 
@@ -286,7 +301,7 @@ def check_grammar(
         with compile_budget(time_budget, size_budget):
             grammar, _, _ = build()
             warnings = list(grammar.warnings)
-            prepare_nfa(build_nfa(grammar))
+            _prepared(grammar)
     except RecursionError as exc:
         raise GrammarError("grammar nesting too deep") from exc
     return warnings

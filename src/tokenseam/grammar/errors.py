@@ -13,3 +13,7 @@ class GrammarError(ValueError):
 class GrammarResourceError(GrammarError):
     """The process reached its memory cap while compiling: not the grammar's fault alone (other compiles may be
     running), so the server answers 503 + Retry-After rather than 400."""
+
+
+class GrammarEmpty(GrammarError):
+    """The grammar accepts no string at all (a schema whose keywords contradict each other, say)."""

@@ -5,6 +5,7 @@ Code points are lowered to UTF-8 bytes only when the byte automaton is built (se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MAX_CP = 0x10FFFF
@@ -219,6 +220,9 @@ class Grammar:
     # costs one automaton state instead of one per column. Only valid where every raw newline is layout
     # (JSON: strings cannot hold one).
     indent_limit: int | None = None
+    # Called when the grammar turns out to accept nothing: a sentence naming the part that accepts nothing
+    # (the JSON front end names the sub-schema), or None.
+    explain_empty: Callable[[], str | None] | None = None
 
 
 ANY_RANGES: Ranges = norm([(0, MAX_CP)])

@@ -12,7 +12,7 @@ import json
 from urllib.parse import unquote
 
 from .budget import compile_budget, current
-from .errors import GrammarError
+from .errors import GrammarEmpty, GrammarError
 from .ir import (
     EMPTY,
     LAYOUT,
@@ -29,7 +29,7 @@ from .ir import (
 )
 from .schema_combinators import Combinators, finite_keys
 from .schema_containers import ContainerLowering
-from .schema_keywords import ANNOTATIONS, TYPES, UNSUPPORTED, json_equal, spelled
+from .schema_keywords import ANNOTATIONS, TYPES, UNSUPPORTED, json_equal, pointer_escape, spelled
 from .schema_negation import CONDITIONAL, Negation
 from .schema_numbers import NUMBER, NumberLowering
 from .schema_safety import EnumValidator, check_keywords, refused_uri, searcher
@@ -532,16 +532,85 @@ def schema_to_grammar(
         b.stage = "checking the JSON schema's keywords"
         check_keywords(schema)
         b.stage = "lowering the JSON schema"
-        c = _Compiler(schema, bool(strict), bool(lenient), bool(compact), max_ws, property_order == "any")
+        flags = (bool(strict), bool(lenient), bool(compact), max_ws, property_order == "any")
+        c = _Compiler(schema, *flags)
         root = c.compile(schema, "")
+
+        def explain() -> str:
+            return empty_schema_message(schema, flags)
+
         if root == NOTHING:
-            raise GrammarError("the JSON schema accepts no value")
+            raise GrammarEmpty(explain())
         c.rules["root"] = root
-        g = Grammar(c.rules, "root", c.warnings, frozenset(c.shared), c.indent_limit)
+        g = Grammar(c.rules, "root", c.warnings, frozenset(c.shared), c.indent_limit, explain)
         b.where = ""
         # The compiler's memos and validator go with it; the grammar (its IR) is what the later stages hold.
         b.release(c.scratch + (c._validator.charged if c._validator is not None else 0))
         return g
 
 
-__all__ = ["PROPERTY_ORDERS", "schema_to_grammar"]
+def empty_schema_message(schema, flags: tuple) -> str:
+    """Why a schema accepts no value, for its error: the deepest sub-schema that every instance must hold
+    (following required properties, and items an array must have) and that accepts no value on its own,
+    with its keywords. Each candidate is compiled alone through the byte automaton's checks, inside the
+    budget of the compile that found the schema empty."""
+    from .nfa import build_nfa
+    from .prepare import prepare_nfa
+
+    c = _Compiler(schema, *flags)
+
+    def accepts_nothing(sub, ptr: str) -> bool:
+        try:
+            node = c.compile(sub, ptr)
+            if node == NOTHING:
+                return True
+            g = Grammar({**c.rules, "__part": node}, "__part", [], frozenset(c.shared), c.indent_limit)
+            prepare_nfa(build_nfa(g))
+        except GrammarEmpty:
+            return True
+        except GrammarError:
+            return False  # refused for another reason: not the part to name
+        return False
+
+    try:
+        return _deepest_empty(c, schema, accepts_nothing)
+    except GrammarError:  # the budget ran out while looking: the plain sentence
+        return "the JSON schema accepts no value (its keywords contradict each other)"
+
+
+def _deepest_empty(c: _Compiler, schema, accepts_nothing) -> str:
+    ptr, sub = "", schema
+    for _ in range(60):  # (compile's own nesting limit)
+        s = c.deref(sub, ptr)
+        if not isinstance(s, dict):
+            break
+        parts = []
+        props = s.get("properties") if isinstance(s.get("properties"), dict) else {}
+        req = s.get("required") if isinstance(s.get("required"), list) else []
+        for name in req:
+            if isinstance(name, str) and name in props:
+                parts.append((props[name], f"{ptr}/properties/{pointer_escape(name)}"))
+        min_items = s.get("minItems", 0)
+        prefix = s.get("prefixItems") if isinstance(s.get("prefixItems"), list) else []
+        if isinstance(min_items, int) and not isinstance(min_items, bool):
+            parts += [(x, f"{ptr}/prefixItems/{k}") for k, x in enumerate(prefix[:min_items])]
+            if min_items > len(prefix) and isinstance(s.get("items"), (dict, bool)):
+                parts.append((s["items"], f"{ptr}/items"))
+        for x, at in parts:
+            if accepts_nothing(x, at):
+                ptr, sub = at, x
+                break
+        else:
+            break
+    if not ptr:
+        return "the JSON schema accepts no value (its keywords contradict each other)"
+    s = c.deref(sub, ptr)
+    why = (
+        "its keywords contradict each other: " + ", ".join(sorted(k for k in s if k not in ANNOTATIONS))
+        if isinstance(s, dict)
+        else "it is the schema false"
+    )
+    return f"the JSON schema accepts no value: every instance must hold {ptr}, and that schema accepts none ({why})"
+
+
+__all__ = ["PROPERTY_ORDERS", "empty_schema_message", "schema_to_grammar"]

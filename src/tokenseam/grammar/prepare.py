@@ -14,7 +14,7 @@ import numpy as np
 
 from . import anyorder
 from .budget import compile_budget, current
-from .errors import GrammarError
+from .errors import GrammarEmpty, GrammarError
 from .nfa import ByteNFA
 
 
@@ -161,7 +161,7 @@ def _trim(nfa: ByteNFA) -> None:
                 live[q] = True
                 stack.append(q)
     if not rule_ok[0]:
-        raise GrammarError("the grammar accepts no string at all")
+        raise GrammarEmpty("the grammar accepts no string at all")
     for q in range(n):
         if live[q]:
             if nfa.edges[q]:
