@@ -111,9 +111,8 @@ _NON_INTEGRAL = seq(
     ),
 )
 NON_INT_DRAFT4 = seq(INT, alt(FRAC, EXP, seq(FRAC, EXP)))
-_ZERO_FRAC = lit(
-    ".0"
-)  # one zero, as json.dumps writes an integral float: a run of zeros is a loop to a model
+# One zero, as json.dumps writes an integral float: an unbounded run of zeros is a loop a model can fall into.
+_ZERO_FRAC = lit(".0")
 # The same, without exponent, to intersect with the bounded-number automata (which have none).
 _FRACTIONAL = {
     4: seq(opt(lit("-")), Repeat(DIG, 1, None), lit("."), Repeat(DIG, 1, None)),
@@ -309,7 +308,7 @@ class NumberLowering:
 
     def t_integer(self, s, ptr):
         # From draft 6 on `4.0` is an integer too, but an integer is written as one: a grammar taking `4.0`
-        # would let a model write integers as floats (SmolLM2 under vLLM wrote `12.000…` to max_tokens).
+        # would let a model write integers as floats (and a small model runs on with zeros to max_tokens).
         return self._integral(s, ptr, zero_fraction=False)
 
     def _integral(self, s, ptr, zero_fraction: bool):
