@@ -111,9 +111,10 @@ class GrammarCompiler:
             with compile_budget(self.time_budget, self.size_budget, self.rss_limit):
                 grammar, kind, source = build()
                 warnings = list(grammar.warnings)
-                prepared = _prepared(grammar)
+                explain = grammar.explain_empty
+                nfa = build_nfa(grammar)
                 del grammar  # the IR is freed here, before the collector can see it
-                auto = Automaton(prepared, self.table, self.python_builder)
+                auto = Automaton(_prepared(nfa, explain), self.table, self.python_builder)
         except RecursionError as exc:
             raise GrammarError("grammar nesting too deep") from exc
         compiled = CompiledGrammar(kind, source, auto, self.vocab, warnings)
@@ -169,12 +170,9 @@ class GrammarCompiler:
 
 
 # -- what each kind compiles from: (cache key, IR builder), shared by the compiler and check_grammar -------------
-def _prepared(grammar: Grammar):
+def _prepared(nfa, explain: Callable[[], str | None] | None):
     """The grammar's byte automaton, checked and trimmed (prepare_nfa); a grammar that accepts nothing is an
-    error saying which part accepts nothing, where its front end can tell."""
-    explain = grammar.explain_empty
-    nfa = build_nfa(grammar)
-    del grammar
+    error saying which part accepts nothing, where its front end can tell (`explain`: Grammar.explain_empty)."""
     try:
         return prepare_nfa(nfa)
     except GrammarEmpty as exc:
@@ -301,7 +299,7 @@ def check_grammar(
         with compile_budget(time_budget, size_budget):
             grammar, _, _ = build()
             warnings = list(grammar.warnings)
-            _prepared(grammar)
+            _prepared(build_nfa(grammar), grammar.explain_empty)
     except RecursionError as exc:
         raise GrammarError("grammar nesting too deep") from exc
     return warnings
