@@ -22,6 +22,11 @@ QUESTIONS = [
     "Summarise it in one sentence.",
     "What happens at the end?",
     "Is a city named?",
+    "How long is it?",
+    "Which word is repeated most?",
+    "What comes after the second number?",
+    "Name one place in it.",
+    "What is the tone of the text?",
 ]
 
 
@@ -176,7 +181,7 @@ def _turns(targets: list[_Target], k: int) -> list[_Target]:
 
 
 async def _long_prefix(tok, targets: list[_Target], n_tokens: int) -> dict[str, dict]:
-    """Per server: one cold request (caches cleared, or a document it has not seen), then five with the same
+    """Per server: one cold request (caches cleared, or a document it has not seen), then ten with the same
     document and other questions, the servers taking turns request by request."""
     ids = _doc_ids(tok, n_tokens, seed=n_tokens)  # each length its own document: no length warms another
     qs = _questions(tok)
