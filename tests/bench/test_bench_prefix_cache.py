@@ -43,3 +43,15 @@ def test_a_small_run_on_smollm2(tmp_path):
     assert all(c >= 96 for c in one["long_prefix"]["96"]["cached_tokens"])
     assert one["interleaved_8"]["prefixes"] == 8 and one["interleaved_8"]["ttft_median_s"] > 0
     assert "llama_server" not in m
+
+
+def test_llama_server_reuse_is_its_cache_n_not_the_tokens_its_slot_holds():
+    from tokenseam.bench.prefix_cache import llama_reused
+
+    # the last event of a streamed /completion, as llama-server sends it: 3 of 20 prompt tokens reused, the
+    # slot holding 21 (prompt + the answer's token)
+    last = {"stop": True, "tokens_cached": 21, "timings": {"cache_n": 3, "prompt_n": 17}}
+    assert llama_reused(last, 0) == 3
+    assert llama_reused({"content": "a", "stop": False}, 0) == 0  # the events before it carry no count
+    assert llama_reused({"tokens_cached": 21}, 5) == 5  # a build without timings: nothing is claimed
+    assert llama_reused({"timings": {"cache_n": "3"}}, 0) == 0

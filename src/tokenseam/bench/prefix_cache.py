@@ -162,10 +162,20 @@ def _llama_target(name: str, base: str) -> _Target:
             async for line in r.aiter_lines():
                 if line.startswith("data: {"):
                     first = first or time.perf_counter() - t0
-                    cached = json.loads(line[6:]).get("tokens_cached", cached)
+                    cached = llama_reused(json.loads(line[6:]), cached)
         return first or float("nan"), cached
 
     return _Target(name, send)  # no cache-clear route: a document it has not seen is the cold request
+
+
+def llama_reused(event: dict, before: int) -> int:
+    """The prompt tokens llama-server served from its cache, from one event of a streamed /completion:
+    `timings.cache_n` (on the last event). Not `tokens_cached`, which counts every token the slot holds
+    after the request, its whole prompt and answer, reused or not."""
+    timings = event.get("timings")
+    if isinstance(timings, dict) and isinstance(timings.get("cache_n"), int):
+        return timings["cache_n"]
+    return before
 
 
 async def _timed(c: httpx.AsyncClient, target: _Target, prompt: list[int], n: int) -> tuple[float, int]:
