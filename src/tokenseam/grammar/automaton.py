@@ -27,6 +27,7 @@ from .localbuild import (
     LIVE,
     M_STACKS,
     M_STATES,
+    MAX_STATE_CONFIGS,
     NEED_PYTHON,
     NO_ROOM,
     ROOT,
@@ -297,6 +298,11 @@ class Automaton:
             if sid >= 0:
                 self.state_index[key] = sid
                 return sid
+        if len(configs) > MAX_STATE_CONFIGS:
+            raise GrammarError(
+                f"grammar is too ambiguous: the text so far leaves {len(configs)} parses open (limit "
+                f"{MAX_STATE_CONFIGS}); rewrite the rules that read the same text in several ways"
+            )
         sid = len(self.state_configs)
         if sid >= self.trans.shape[0]:
             self._grow(self.trans.shape[0] * 2)

@@ -77,6 +77,10 @@ Q_CTR = Q_CPUSH | Q_CINC | Q_CGUARD | Q_CEXIT
 CLOSED, COUNTED = 0, 1  # from _closure: done; done, and a counter operation ran
 LOCAL_LIMIT = 256  # Automaton._local's limit on a local closure's size
 CLOSURE_LIMIT = 4096  # larger closures go to Python (which also raises on explosions)
+# A state holding more configurations than this is an error (Automaton._intern): every mask and commit from
+# it costs time in their number, and an ambiguous grammar doubles them with every byte. The largest state of
+# the MaskBench dev split holds 1,554.
+MAX_STATE_CONFIGS = 20_000
 LOC_TODO, NOT_LOCAL = -2, -1  # loc[q, 0] before q's local closure is computed; when it is not local
 # Shared with automaton.py and masks.py, which import them from here.
 DEAD = -1  # a transition (or state) with nothing left alive
@@ -578,8 +582,8 @@ def _intern(keys, acc, escs, ar):
     if found >= 0:
         return found
     sid = meta[M_STATES]
-    if sid >= meta[M_MAX_STATES]:
-        return NEED_PYTHON  # Python raises the state-budget error
+    if sid >= meta[M_MAX_STATES] or u > MAX_STATE_CONFIGS:
+        return NEED_PYTHON  # Python raises the state-budget or ambiguity error
     if sid >= trans.shape[0] or sid >= soff.shape[0]:
         meta[M_GROW] = G_STATES
         return NO_ROOM
