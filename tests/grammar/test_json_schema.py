@@ -857,3 +857,56 @@ def test_allof_of_two_anyof_lists_combines_up_to_its_limit(compiler):
     big = {"anyOf": [{"const": i} for i in range(MAX_COMBOS + 1)]}
     with pytest.raises(GrammarError, match="too large to combine"):
         compiler.compile_json_schema({"allOf": [big, {"anyOf": [{}, {"type": "integer"}]}]})
+
+
+ENUM_UNION_CASES = [
+    # anyOf of bare enums/consts beside a pattern: one enum beside the pattern
+    (
+        {
+            "type": "string",
+            "pattern": "^b",
+            "anyOf": [{"enum": ["a", "b1"]}, {"const": "b2", "description": "x"}, {"enum": ["b1", "c"]}],
+        },
+        ["a", "b1", "b2", "c", "b3", 1],
+    ),
+    # the same values twice with two spellings of one number: 2 and 2.0 are one value
+    ({"minimum": 1, "anyOf": [{"enum": [0, 2]}, {"enum": [2.0, "x"]}]}, [0, 2, 2.0, "x", 3]),
+    # oneOf is not a union: a value in two branches matches neither
+    ({"type": "string", "oneOf": [{"enum": ["x", "y"]}, {"enum": ["y"]}]}, ["x", "y", "z"]),
+    # a branch with a keyword beside its enum is not bare
+    (
+        {"type": "string", "anyOf": [{"enum": ["x"]}, {"enum": ["ab", "abc"], "maxLength": 2}]},
+        ["x", "ab", "abc"],
+    ),
+]
+
+
+@pytest.mark.parametrize("schema,values", ENUM_UNION_CASES)
+def test_any_of_bare_enums_beside_keywords_keeps_the_language(compiler, schema, values):
+    g = compiler.compile_json_schema(schema)
+    check = jsonschema.validators.validator_for(schema)(schema)
+    for v in values:
+        assert accepts_text(g, json.dumps(v)) == check.is_valid(v), v
+
+
+def test_any_of_bare_enums_beside_keywords_is_checked_once(compiler, monkeypatch):
+    """228 task names under a pattern per task, as in a CI pipeline schema: one value check per merged
+    branch, not one merged schema and validator per enum branch (it took seconds)."""
+    from tokenseam.grammar.json_schema import _Compiler
+
+    calls = []
+    real = _Compiler.valid_values
+    monkeypatch.setattr(
+        _Compiler, "valid_values", lambda self, v, s, p="": calls.append(len(v)) or real(self, v, s, p)
+    )
+    names = [f"Task{i}@1" for i in range(60)]
+    schema = {
+        "type": "object",
+        "properties": {"task": {"anyOf": [{"enum": [n], "description": n} for n in names]}},
+        "required": ["task"],
+        "anyOf": [{"properties": {"task": {"pattern": f"^{n}$"}}} for n in names[:5]],
+    }
+    g = compiler.compile_json_schema(schema)
+    assert accepts_text(g, '{"task": "Task3@1"}')
+    assert not accepts_text(g, '{"task": "Task7@1"}')
+    assert len(calls) == 5 and set(calls) == {60}

@@ -29,7 +29,16 @@ from .ir import (
 )
 from .schema_combinators import Combinators, finite_keys
 from .schema_containers import ContainerLowering
-from .schema_keywords import ANNOTATIONS, TYPES, UNSUPPORTED, json_equal, pointer_escape, spelled
+from .schema_keywords import (
+    ANNOTATIONS,
+    SUPPORTED,
+    TYPES,
+    UNSUPPORTED,
+    json_equal,
+    json_key,
+    pointer_escape,
+    spelled,
+)
 from .schema_negation import CONDITIONAL, Negation
 from .schema_numbers import NUMBER, NumberLowering
 from .schema_safety import EnumValidator, check_keywords, refused_uri, searcher
@@ -83,6 +92,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         self._depth = 0
         self._any_rule = None
         self._plain: dict[int, bool] = {}
+        self._unions: dict[int, tuple[list, list | None]] = {}
 
     # -- helpers -----------------------------------------------------------------------------------------
     def hold(self, n: int) -> None:
@@ -287,6 +297,11 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                     raise GrammarError(f"{key} at {ptr} must be a non-empty array")
                 rest = {k: v for k, v in s.items() if k != key}
                 has_rest = any(k not in ANNOTATIONS for k in rest)
+                union = self.enum_union(branches) if key == "anyOf" and has_rest else None
+                if union is not None and "enum" not in rest and "const" not in rest:
+                    # anyOf of bare enums beside other keywords is one enum beside them: its values are checked
+                    # with one validator instead of one merged schema per branch
+                    return self.compile({**rest, "enum": union}, ptr)
                 subs = []
                 for i, b in enumerate(branches):
                     bp = f"{ptr}/{key}/{i}"
@@ -402,6 +417,44 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         return s
 
     # -- enum / const ------------------------------------------------------------------------------------
+    def enum_union(self, branches: list) -> list | None:
+        """The values of anyOf branches that are each a bare enum or const (nothing beside it but annotations
+        and unknown keys), in order and without repeats; None if some branch is more than that. Memoised per
+        list: a merged schema carries the same anyOf into every branch it is merged with."""
+        hit = self._unions.get(id(branches))
+        if hit is not None:
+            return hit[1]
+        out = self._enum_union(branches)
+        self._unions[id(branches)] = (
+            branches,
+            out,
+        )  # the list is kept alive with its entry: its id stays unique
+        return out
+
+    def _enum_union(self, branches: list) -> list | None:
+        out, seen = [], set()
+        for b in branches:
+            if not isinstance(b, dict):
+                return None
+            kw = [k for k in b if k in SUPPORTED or k in UNSUPPORTED]
+            if len(kw) != 1 or kw[0] not in ("enum", "const") or kw[0] in self.not_in_draft:
+                return None
+            vals = [b["const"]] if kw[0] == "const" else b["enum"]
+            if not isinstance(vals, list):
+                return None
+            for v in vals:
+                try:
+                    k = json_key(v)
+                    hash(k)
+                except TypeError:
+                    return None
+                if k not in seen:
+                    seen.add(k)
+                    out.append(v)
+            if len(out) > MAX_ENUM:
+                return None
+        return out
+
     def enum(self, s: dict, ptr: str) -> Node:
         vals = [s["const"]] if "const" in s else s["enum"]
         if not isinstance(vals, list):
