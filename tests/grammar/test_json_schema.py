@@ -878,6 +878,20 @@ ENUM_UNION_CASES = [
         {"type": "string", "anyOf": [{"enum": ["x"]}, {"enum": ["ab", "abc"], "maxLength": 2}]},
         ["x", "ab", "abc"],
     ),
+    # a negation merged beside the enums stays exact
+    (
+        {"type": "string", "not": {"enum": ["a"]}, "anyOf": [{"enum": ["a", "b"]}, {"enum": ["c"]}]},
+        ["a", "b", "c", "d"],
+    ),
+    (
+        {
+            "allOf": [
+                {"not": {"const": "b"}},
+                {"type": "string", "anyOf": [{"enum": ["a", "b"]}, {"const": "c"}]},
+            ]
+        },
+        ["a", "b", "c"],
+    ),
 ]
 
 

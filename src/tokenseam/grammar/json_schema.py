@@ -425,10 +425,9 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         if hit is not None:
             return hit[1]
         out = self._enum_union(branches)
-        self._unions[id(branches)] = (
-            branches,
-            out,
-        )  # the list is kept alive with its entry: its id stays unique
+        # the list is kept alive with its entry, so its id stays unique
+        self._unions[id(branches)] = (branches, out)
+        self.hold(1 + (len(out) if out else 0) // 4)
         return out
 
     def _enum_union(self, branches: list) -> list | None:
@@ -436,7 +435,8 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         for b in branches:
             if not isinstance(b, dict):
                 return None
-            kw = [k for k in b if k in SUPPORTED or k in UNSUPPORTED]
+            # (keys with a leading underscore are the compiler's own: merged negations, `contains`)
+            kw = [k for k in b if k in SUPPORTED or k in UNSUPPORTED or k.startswith("_")]
             if len(kw) != 1 or kw[0] not in ("enum", "const") or kw[0] in self.not_in_draft:
                 return None
             vals = [b["const"]] if kw[0] == "const" else b["enum"]
