@@ -297,8 +297,10 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                     raise GrammarError(f"{key} at {ptr} must be a non-empty array")
                 rest = {k: v for k, v in s.items() if k != key}
                 has_rest = any(k not in ANNOTATIONS for k in rest)
-                union = self.enum_union(branches) if key == "anyOf" and has_rest else None
-                if union is not None and "enum" not in rest and "const" not in rest:
+                union = None
+                if key == "anyOf" and has_rest and "enum" not in rest and "const" not in rest:
+                    union = self.enum_union(branches)
+                if union is not None:
                     # anyOf of bare enums beside other keywords is one enum beside them: its values are checked
                     # with one validator instead of one merged schema per branch
                     return self.compile({**rest, "enum": union}, ptr)
