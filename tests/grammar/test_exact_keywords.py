@@ -417,6 +417,41 @@ def test_contains_is_no_keyword_in_draft_4(compiler):
     assert agree(compiler, schema, [[], [1], ["a"]], cls=jsonschema.Draft4Validator) == 3
 
 
+DRAFT_6_KEYWORDS_IN_DRAFT_4 = [
+    ({"type": "string", "const": "b"}, ["b", "c"]),
+    ({"type": "string", "anyOf": [{"enum": ["a"]}, {"const": "b"}]}, ["a", "b", "c"]),
+    (
+        {"type": "object", "properties": {"t": {"const": "x"}}, "required": ["t"]},
+        [{"t": "x"}, {"t": "y"}, {}],
+    ),
+    ({"type": "array", "items": {"const": 1}}, [[1], [2], []]),
+    ({"type": "object", "propertyNames": {"maxLength": 1}}, [{"a": 1}, {"ab": 1}]),
+    ({"type": "string", "enum": ["a", "b"], "const": "a"}, ["a", "b"]),
+    (
+        {
+            "oneOf": [
+                {"type": "object", "properties": {"k": {"enum": [1]}, "v": {"const": 1}}, "required": ["k"]},
+                {"type": "object", "properties": {"k": {"enum": [2]}}, "required": ["k"]},
+            ]
+        },
+        [{"k": 1}, {"k": 2}, {"k": 1, "v": 3}, {"k": 3}],
+    ),
+]
+
+
+@pytest.mark.parametrize("schema,values", DRAFT_6_KEYWORDS_IN_DRAFT_4, ids=lambda x: json.dumps(x)[:60])
+def test_const_and_property_names_are_no_keywords_in_draft_4(compiler, schema, values):
+    """Draft 6 added `const`, `contains` and `propertyNames`: a draft-4 schema's validator ignores them."""
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", **schema}
+    assert agree(compiler, schema, values, cls=jsonschema.Draft4Validator) > 0
+
+
+def test_not_of_a_draft_6_keyword_in_draft_4_accepts_nothing(compiler):
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "not": {"const": "a"}}
+    with pytest.raises(GrammarError, match="accepts no value"):
+        compiler.compile_json_schema(schema)
+
+
 @pytest.mark.parametrize(
     "schema,match",
     [

@@ -360,6 +360,8 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         if n is True:
             return NOTHING
         if isinstance(n, dict):
+            if self.not_in_draft and not self.not_in_draft.isdisjoint(n):
+                n = {k: v for k, v in n.items() if k not in self.not_in_draft}  # no keyword in this draft
             keys = {k for k in n if k not in ANNOTATIONS}
             if not keys:
                 return NOTHING
@@ -544,7 +546,7 @@ _DRAFTS = (
     ("2020-12", 2020),
 )
 _NEWER = (
-    (6, ("contains",)),
+    (6, ("const", "contains", "propertyNames")),
     (7, ("if", "then", "else")),
     (
         2019,
