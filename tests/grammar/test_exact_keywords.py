@@ -446,6 +446,23 @@ def test_const_and_property_names_are_no_keywords_in_draft_4(compiler, schema, v
     assert agree(compiler, schema, values, cls=jsonschema.Draft4Validator) > 0
 
 
+@pytest.mark.parametrize(
+    "uri,cls",
+    [
+        ("http://json-schema.org/draft-07/schema#", jsonschema.Draft7Validator),
+        ("https://json-schema.org/draft/2019-09/schema", jsonschema.Draft201909Validator),
+    ],
+)
+def test_prefix_items_is_no_keyword_before_2020_12(compiler, uri, cls):
+    schema = {
+        "$schema": uri,
+        "type": "array",
+        "prefixItems": [{"type": "integer"}],
+        "items": {"type": "string"},
+    }
+    assert agree(compiler, schema, [[], [1], ["a"], [1, "a"], ["a", "b"]], cls=cls) > 0
+
+
 def test_not_of_a_draft_6_keyword_in_draft_4_accepts_nothing(compiler):
     schema = {"$schema": "http://json-schema.org/draft-04/schema#", "not": {"const": "a"}}
     with pytest.raises(GrammarError, match="accepts no value"):

@@ -559,6 +559,7 @@ _NEWER = (
             "maxContains",
         ),
     ),
+    (2020, ("prefixItems",)),
 )
 
 
