@@ -463,6 +463,27 @@ def test_prefix_items_is_no_keyword_before_2020_12(compiler, uri, cls):
     assert agree(compiler, schema, [[], [1], ["a"], [1, "a"], ["a", "b"]], cls=cls) > 0
 
 
+@pytest.mark.parametrize(
+    "schema,where",
+    [
+        ({"type": "integer", "divisibleBy": 3}, "'divisibleBy' at #"),
+        ({"properties": {"a": {"disallow": "string"}}}, "'disallow' at #/properties/a"),
+        ({"items": {"extends": {"type": "string"}}}, "'extends' at #/items"),
+    ],
+)
+def test_draft_3_assertions_are_refused_not_ignored(compiler, schema, where):
+    """Draft 3's validators assert divisibleBy / disallow / extends: ignoring them would accept 4 for
+    `divisibleBy: 3`."""
+    schema = {"$schema": "http://json-schema.org/draft-03/schema#", **schema}
+    with pytest.raises(GrammarError, match=where):
+        compiler.compile_json_schema(schema)
+
+
+def test_draft_3_keywords_are_unknown_keywords_in_later_drafts(compiler):
+    schema = {"type": "integer", "divisibleBy": 3, "properties": {"extends": {}}}
+    assert agree(compiler, schema, [3, 4]) == 2
+
+
 def test_not_of_a_draft_6_keyword_in_draft_4_accepts_nothing(compiler):
     schema = {"$schema": "http://json-schema.org/draft-04/schema#", "not": {"const": "a"}}
     with pytest.raises(GrammarError, match="accepts no value"):

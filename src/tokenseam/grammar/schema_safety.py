@@ -82,8 +82,9 @@ def _show(v) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def check_keywords(root) -> None:
-    """Raise GrammarError for the first keyword whose value has the wrong type (see the module docstring)."""
+def check_keywords(root, refused: tuple[str, ...] = ()) -> None:
+    """Raise GrammarError for the first keyword whose value has the wrong type (see the module docstring), or
+    that is in `refused` (keywords of the schema's draft that the compiler does not build)."""
     b = current()
     stack = [(root, "#")]
     while stack:
@@ -105,6 +106,11 @@ def check_keywords(root) -> None:
             at = f"{ptr}/{pointer_escape(k)}"
             if k in RESERVED:
                 raise GrammarError(f"keyword {k!r} at {ptr} is reserved for the compiler's own use")
+            if k in refused:
+                raise GrammarError(
+                    f"unsupported JSON Schema keyword {k!r} at {ptr}: draft 3 asserts it and the compiler does "
+                    "not build it (write the schema for draft 4 or later)"
+                )
             if k in _REFS:
                 if not isinstance(v, str):
                     raise bad(k, "a string")
