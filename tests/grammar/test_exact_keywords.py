@@ -484,6 +484,23 @@ def test_draft_3_keywords_are_unknown_keywords_in_later_drafts(compiler):
     assert agree(compiler, schema, [3, 4]) == 2
 
 
+@pytest.mark.parametrize("uri", [None, "http://json-schema.org/draft-06/schema#"])
+@pytest.mark.parametrize(
+    "bounds",
+    [{"exclusiveMinimum": True}, {"minimum": 0, "exclusiveMinimum": True}, {"exclusiveMaximum": False}],
+)
+def test_a_boolean_exclusive_bound_is_draft_4_only(compiler, uri, bounds):
+    """From draft 6 on a boolean bound is no flag: jsonschema compares with it as 0 or 1 (`minimum: 0,
+    exclusiveMinimum: true` rejects 1), so neither reading is exact and the compile says so."""
+    schema = {"type": "integer", **bounds} | ({"$schema": uri} if uri else {})
+    with pytest.raises(GrammarError, match="draft 4's form"):
+        compiler.compile_json_schema(schema)
+    g = compiler.compile_json_schema(schema, lenient=True)
+    assert any("read as draft 4 reads it" in w for w in g.warnings)
+    draft4 = {**schema, "$schema": "http://json-schema.org/draft-04/schema#"}
+    assert agree(compiler, draft4, [-1, 0, 1, 2], cls=jsonschema.Draft4Validator) > 0
+
+
 def test_not_of_a_draft_6_keyword_in_draft_4_accepts_nothing(compiler):
     schema = {"$schema": "http://json-schema.org/draft-04/schema#", "not": {"const": "a"}}
     with pytest.raises(GrammarError, match="accepts no value"):

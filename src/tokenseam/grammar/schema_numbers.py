@@ -280,6 +280,23 @@ class NumberLowering:
         lo_ex = hi_ex = False
         for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             v = s.get(key)
+            if (
+                isinstance(v, bool)
+                and key.startswith("exclusive")
+                and (self.draft is None or self.draft >= 6)
+            ):
+                # Draft 4's form. Later validators read no flag here: jsonschema compares with the boolean as 0
+                # or 1, so neither reading is exact for both.
+                msg = (
+                    f"boolean {key!r} at {ptr or '#'} is draft 4's form: from draft 6 on, and without a $schema, "
+                    "it is a number"
+                )
+                if not self.lenient:
+                    raise GrammarError(
+                        f"{msg}; name draft-04 in $schema, write the bound as a number, or pass lenient=True to "
+                        "read it as draft 4 does"
+                    )
+                self.warnings.append(f"{msg} (read as draft 4 reads it: lenient)")
             if v is None or isinstance(v, bool):
                 continue
             if not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
