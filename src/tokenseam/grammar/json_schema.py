@@ -449,12 +449,12 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             for v in vals:
                 try:
                     k = json_key(v)
-                    hash(k)
-                except TypeError:
+                    if k in seen:
+                        continue
+                except TypeError:  # not a JSON value (json_key holds no unhashable part for one)
                     return None
-                if k not in seen:
-                    seen.add(k)
-                    out.append(v)
+                seen.add(k)
+                out.append(v)
             if len(out) > MAX_ENUM:
                 return None
         return out
@@ -563,10 +563,6 @@ _NEWER = (
 )
 
 
-# Draft 3's own assertions, dropped in draft 4 (any later reader ignores them as unknown keywords).
-DRAFT_3_ONLY = ("divisibleBy", "disallow", "extends")
-
-
 def declared_draft(root) -> int | None:
     """The draft a root `$schema` names (3, 4, 6, 7, 2019, 2020), None when it names none."""
     uri = root.get("$schema") if isinstance(root, dict) else None
@@ -592,7 +588,7 @@ def schema_to_grammar(
         raise GrammarError(f'property_order must be "schema" or "any", got {property_order!r}')
     with compile_budget() as b:
         b.stage = "checking the JSON schema's keywords"
-        check_keywords(schema, DRAFT_3_ONLY if declared_draft(schema) == 3 else ())
+        check_keywords(schema, declared_draft(schema))
         b.stage = "lowering the JSON schema"
         flags = (bool(strict), bool(lenient), bool(compact), max_ws, property_order == "any")
         c = _Compiler(schema, *flags)

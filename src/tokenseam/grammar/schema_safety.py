@@ -75,6 +75,9 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 _DATA = ("enum", "const", "default", "examples", "example")
 # Keys the compiler itself adds to merged schemas; a request may not supply them.
 RESERVED = ("_not_strings", "_not_pattern", "_contains", "_not_integer")
+# Draft 3's own assertions, dropped in draft 4 (later readers ignore them as unknown keywords): refused under a
+# draft-03 `$schema`, since the compiler does not build them.
+DRAFT_3_ONLY = ("divisibleBy", "disallow", "extends")
 
 
 def _show(v) -> str:
@@ -82,9 +85,10 @@ def _show(v) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def check_keywords(root, refused: tuple[str, ...] = ()) -> None:
-    """Raise GrammarError for the first keyword whose value has the wrong type (see the module docstring), or
-    that is in `refused` (keywords of the schema's draft that the compiler does not build)."""
+def check_keywords(root, draft: int | None = None) -> None:
+    """Raise GrammarError for the first keyword whose value has the wrong type (see the module docstring), or,
+    under `draft` 3 (the draft a root `$schema` names), that is one of draft 3's own assertions."""
+    refused = DRAFT_3_ONLY if draft == 3 else ()
     b = current()
     stack = [(root, "#")]
     while stack:
