@@ -123,21 +123,21 @@ def _by_target(row: list) -> dict[int, tuple]:
 
 
 class _Builder:
-    def __init__(self, g: Grammar, graph: tuple[dict[str, set[str]], dict[str, int]] | None = None) -> None:
+    def __init__(self, g: Grammar, graph: tuple[dict[str, set[str]], list[str]] | None = None) -> None:
         """`graph`: rule_refs(g), if the caller has it."""
         self.g = g
         self.nfa = ByteNFA()
         self.budget = current()
-        refs, counts = rule_refs(g) if graph is None else graph
+        refs, multi = rule_refs(g) if graph is None else graph
         self.cyclic = cyclic_rules(g, refs) | {name for name in g.shared if name in g.rules}
         self.est_memo: dict[int, int] = {}
         self.null_memo: dict[int, bool] = {}
         self.min_memo: dict[int, int] = {}
         # A big rule referenced from several places is called (shared) rather than copied at each use.
         # (Sizes are estimated as the calls stood when each was measured; `build` measures afresh.)
-        for name, n in counts.items():
+        for name in multi:
             self.budget.where = f"rule {name!r}"
-            if name not in self.cyclic and n > 1 and self.estimate(g.rules[name]) > INLINE_LIMIT:
+            if name not in self.cyclic and self.estimate(g.rules[name]) > INLINE_LIMIT:
                 self.cyclic.add(name)
         self.rule_index: dict[str, int] = {}
         self.code_points = CodePointEdges(self.nfa)

@@ -12,20 +12,64 @@ from .ir import EMPTY, NOTHING, Alt, Auto, Chars, Escaped, Grammar, Members, Nod
 from .walk import run
 
 
-def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], dict[str, int]]:
-    """The rules each rule refers to, and how often each rule is referred to in all (one walk per rule)."""
+def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], list[str]]:
+    """The rules each rule refers to, and the rules referred to more than once in all, in the order a walk of
+    the rules first meets them. A reference counts once per occurrence in the rules written out as trees: one
+    under a subtree shared by two parents counts twice.
+
+    Each rule is walked as the graph it is (a node shared within the rule once), not as the tree it stands
+    for, which can be far larger; a node met again within its rule is a shared subtree, and the references
+    under it are counted twice after the walk (each such subtree walked once)."""
+    b = current()
     refs: dict[str, set[str]] = {}
-    counts: dict[str, int] = {}
+    met: dict[str, bool] = {}  # rule -> referred to more than once (keys in the order first met)
+    again: list[Node] = []
+    walked = 0
     for name, node in g.rules.items():
         acc: set[str] = set()
-        for ref in iter_refs(node):
-            acc.add(ref)
-            counts[ref] = counts.get(ref, 0) + 1
+        seen: set[int] = set()
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                again.append(n)
+                continue
+            seen.add(id(n))
+            walked += 1
+            if not walked & 255:
+                b.tick(256)
+            if isinstance(n, Ref):
+                acc.add(n.name)
+                met[n.name] = n.name in met
+            else:
+                _push_parts(n, stack)
         missing = {x for x in acc if x not in g.rules}
         if missing:
             raise GrammarError(f"rule {name!r} references undefined rule(s): {', '.join(sorted(missing))}")
         refs[name] = acc
-    return refs, counts
+    done: set[int] = set()
+    while again:
+        n = again.pop()
+        if id(n) in done:
+            continue
+        done.add(id(n))
+        if isinstance(n, Ref):
+            met[n.name] = True
+        else:
+            _push_parts(n, again)
+    return refs, [name for name, more in met.items() if more]
+
+
+def _push_parts(n: Node, stack: list) -> None:
+    if isinstance(n, (Seq, Alt)):
+        stack.extend(n.items)
+    elif isinstance(n, (Repeat, Escaped)):
+        stack.append(n.item)
+    elif isinstance(n, Members):
+        stack.extend(x for x, _ in n.items)
+        stack.append(n.sep)
+        if n.extra is not None:
+            stack.append(n.extra)
 
 
 def cyclic_rules(g: Grammar, refs: dict[str, set[str]]) -> set[str]:
@@ -76,43 +120,21 @@ def cyclic_rules(g: Grammar, refs: dict[str, set[str]]) -> set[str]:
     return cyclic
 
 
-def iter_refs(node: Node):
-    """Names of the rule references under `node`, once per occurrence (a shared subtree once per parent)."""
-    b = current()
-    stack = [node]
-    seen = 0
-    while stack:
-        n = stack.pop()
-        seen += 1
-        if not seen & 255:
-            b.tick(256)  # a tree of shared subtrees can be far larger than the grammar that holds it
-        if isinstance(n, Ref):
-            yield n.name
-        elif isinstance(n, (Seq, Alt)):
-            stack.extend(n.items)
-        elif isinstance(n, (Repeat, Escaped)):
-            stack.append(n.item)
-        elif isinstance(n, Members):
-            stack.extend(x for x, _ in n.items)
-            stack.append(n.sep)
-            if n.extra is not None:
-                stack.append(n.extra)
-
-
 def productive(g: Grammar, refs: dict[str, set[str]] | None = None) -> dict[str, bool]:
     """Which rules derive at least one string (least fixed point). `refs`: rule_refs(g)'s first half, if the
-    caller has it (else each rule is walked for its references here).
+    caller has it.
 
     Each round evaluates only the rules that refer to one found productive in the round before (the first
     round: every rule, in order). Sweeping every rule until nothing changed took one sweep per link of a rule
     chain whose rules come in the order they refer to each other: 10,000 rules cost 10,000 sweeps."""
     b = current()
+    if refs is None:
+        refs = rule_refs(g)[0]
     ok: dict[str, bool] = {name: False for name in g.rules}
     order = {name: i for i, name in enumerate(g.rules)}
     referrers: dict[str, list[str]] = {}
-    for name, node in g.rules.items():
-        b.where = f"rule {name!r}"
-        for ref in refs[name] if refs is not None else set(iter_refs(node)):
+    for name in g.rules:
+        for ref in refs[name]:
             referrers.setdefault(ref, []).append(name)
 
     def prod(node: Node, depth: int = 0):

@@ -1,0 +1,66 @@
+"""The rule graph the NFA builder starts from: which rules each rule refers to, and which are referred to more
+than once (those the builder may call instead of copying)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenseam.grammar import GrammarError
+from tokenseam.grammar.budget import compile_budget
+from tokenseam.grammar.ir import Alt, Grammar, Members, Ref, Repeat, Seq, lit
+from tokenseam.grammar.rulegraph import productive, rule_refs
+
+
+def _refs(rules: dict, start: str = "root"):
+    with compile_budget(10, None, None):
+        return rule_refs(Grammar(rules, start))
+
+
+def test_references_per_rule_and_in_order_first_met():
+    refs, multi = _refs(
+        {
+            "root": Seq((Ref("a"), Ref("b"), Ref("a"))),
+            "a": lit("x"),
+            "b": Alt((Ref("a"), Ref("c"))),
+            "c": lit("y"),
+        }
+    )
+    assert refs == {"root": {"a", "b"}, "a": set(), "b": {"a", "c"}, "c": set()}
+    assert multi == ["a"]  # twice in root, once in b; b and c once each
+
+
+def test_a_subtree_shared_within_a_rule_counts_once_per_parent():
+    # One node object in two places of root: written out as a tree, `b` occurs twice.
+    shared = Seq((lit("k"), Ref("b")))
+    refs, multi = _refs({"root": Alt((shared, Repeat(shared, 0, 3))), "b": lit("v")})
+    assert refs["root"] == {"b"}
+    assert multi == ["b"]
+    # Deeper: the shared node holds the reference two levels down, beside a Members node.
+    inner = Members(((Ref("c"), True),), None, lit(","))
+    outer = Seq((inner, lit("!")))
+    _, multi = _refs({"root": Seq((outer, outer)), "c": lit("z")})
+    assert multi == ["c"]
+
+
+def test_a_subtree_shared_between_rules_counts_in_each():
+    shared = Seq((Ref("c"), lit("q")))
+    _, multi = _refs({"root": Seq((Ref("a"), shared)), "a": shared, "c": lit("z")})
+    assert multi == ["c"]  # once under root, once under a
+    _, multi = _refs({"root": Seq((Ref("a"), lit("q"))), "a": Ref("c"), "c": lit("z")})
+    assert multi == []
+
+
+def test_undefined_references_are_named():
+    with pytest.raises(GrammarError, match=r"rule 'root' references undefined rule\(s\): nope"):
+        _refs({"root": Seq((lit("a"), Ref("nope")))})
+    with compile_budget(10, None, None), pytest.raises(GrammarError, match="undefined"):
+        productive(Grammar({"root": Ref("gone")}, "root"))
+
+
+def test_a_deep_dag_is_walked_as_a_graph():
+    # 60 levels, each holding the level below twice: as a tree, 2**60 nodes.
+    node = Ref("leaf")
+    for _ in range(60):
+        node = Seq((node, node))
+    refs, multi = _refs({"root": node, "leaf": lit("x")})
+    assert refs["root"] == {"leaf"} and multi == ["leaf"]
