@@ -74,6 +74,16 @@ class Node:
     __slots__ = ()
 
 
+def _cached_hash(node) -> int:
+    """The hash of a composite node, computed once: `alt` deduplicates alternatives by value, and without the
+    cache every enclosing `alt` hashed the whole subtree again."""
+    h = node._hash
+    if h is None:
+        h = hash((type(node).__name__,) + tuple(getattr(node, f) for f in node.__match_args__))
+        object.__setattr__(node, "_hash", h)
+    return h
+
+
 @dataclass(frozen=True, slots=True)
 class Chars(Node):
     """One code point from `ranges`."""
@@ -84,11 +94,15 @@ class Chars(Node):
 @dataclass(frozen=True, slots=True)
 class Seq(Node):
     items: tuple[Node, ...]
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+    __hash__ = _cached_hash
 
 
 @dataclass(frozen=True, slots=True)
 class Alt(Node):
     items: tuple[Node, ...]
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+    __hash__ = _cached_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +110,8 @@ class Repeat(Node):
     item: Node
     min: int
     max: int | None
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+    __hash__ = _cached_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +124,8 @@ class Escaped(Node):
     """Code points inside are written as JSON string content (quote, backslash, controls escaped)."""
 
     item: Node
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+    __hash__ = _cached_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,12 +185,12 @@ def seq(*items: Node) -> Node:
     for it in items:
         if isinstance(it, Seq):
             flat.extend(it.items)
-        elif it == NOTHING:
+            if any(type(x) is Alt and not x.items for x in it.items):
+                return NOTHING
+        elif type(it) is Alt and not it.items:  # the empty language (NOTHING, or an Alt built empty)
             return NOTHING
         else:
             flat.append(it)
-    if any(it == NOTHING for it in flat):
-        return NOTHING
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
 
 
