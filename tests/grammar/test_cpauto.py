@@ -51,6 +51,24 @@ def test_not_words_is_the_complement_of_the_word_set(seed):
         assert not cpauto.is_empty(fast)
 
 
+@pytest.mark.parametrize(
+    "words",
+    [[], [""], ["a"], ["\x00", "\x00b"], ["ab", "ac", "b"], ["\ud7ff\ue000", "\U0010ffff"], ["\ud800x"]],
+)
+def test_not_words_rows_come_grouped_as_the_byte_nfa_groups_them(words):
+    # The byte NFA lowers an automaton's rows grouped by target (nfa._by_target); not_words hands them over
+    # grouped, in the same order, so lowering it skips the grouping.
+    from tokenseam.grammar.nfa import _by_target
+
+    a = cpauto.not_words(words)
+    assert a.by_target is not None
+    for q in range(a.size):
+        want = _by_target(a.edges[q])
+        assert list(a.by_target[q].items()) == list(want.items()), (words, q)
+    cpauto.trim(a)
+    assert a.by_target is None  # trimming rewrites rows: the grouping is computed afresh
+
+
 def test_not_words_never_accepts_a_surrogate():
     a = cpauto.not_words(["x"])
     for s in range(a.size):

@@ -27,6 +27,9 @@ class CPNFA:
         self.finals: set[int] = set()
         self.universal_states: set[int] | None = None  # `universal`, kept once the automaton is embedded
         self.live_start: bool | None = None  # whether the start state can reach a final one, once trimmed
+        # Each state's edges as one normalised range set per target (nfa._by_target), once it is known: the
+        # byte NFA lowers them that way, and an automaton embedded twice is grouped once.
+        self.by_target: list[dict[int, tuple]] | None = None
 
     def add(self) -> int:
         n = len(self.edges)
@@ -321,6 +324,7 @@ def trim(nfa: CPNFA) -> CPNFA:
             nfa.edges[s] = []
             nfa.eps[s] = []
     nfa.live_start = nfa.start in live
+    nfa.by_target = None
     return nfa
 
 
@@ -468,20 +472,42 @@ def not_words(words: list[str]) -> CPNFA:
         ends.add(s)
     sink = out.add()
     budget = current()
+    # The rows grouped by target as they are built (the gaps into the sink are sorted, apart and free of
+    # surrogates: already the normal form `nfa._by_target` would compute).
+    grouped: list[dict[int, tuple]] = []
     for s in range(sink):
         row = out.edges[s]
+        gaps: list[tuple[int, int]] = []
+        kids = children[s]
         prev = 0
-        for c in sorted(children[s]):
+        for c in sorted(kids):
             if c > prev:
-                row.extend((a, b, sink) for a, b in cut_surrogates(prev, c - 1))
-            row.append((c, c, children[s][c]))
+                gaps.extend(cut_surrogates(prev, c - 1))
             prev = c + 1
-        row.extend((a, b, sink) for a, b in cut_surrogates(prev, ANY_RANGES[-1][1]))
+        gaps.extend(cut_surrogates(prev, ANY_RANGES[-1][1]))
+        by: dict[int, tuple] = {}
+        gi = 0
+        for c in sorted(kids):
+            while gi < len(gaps) and gaps[gi][1] < c:
+                row.append((gaps[gi][0], gaps[gi][1], sink))
+                by[sink] = ()
+                gi += 1
+            t = kids[c]
+            row.append((c, c, t))
+            by[t] = ((c, c),)
+        for a, b in gaps[gi:]:
+            row.append((a, b, sink))
+            by[sink] = ()
+        if gaps:
+            by[sink] = tuple(gaps)
+        grouped.append(by)
         budget.spend(2 * len(row))
         if s not in ends:
             out.finals.add(s)
     for a, b in ANY_RANGES:
         out.edges[sink].append((a, b, sink))
+    grouped.append({sink: ANY_RANGES})
+    out.by_target = grouped
     out.finals.add(sink)
     out.start = 0
     # Every state reaches the sink, which accepts: nothing to trim, and after any text a state is still alive.

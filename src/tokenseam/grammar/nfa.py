@@ -122,6 +122,13 @@ def _by_target(row: list) -> dict[int, tuple]:
     return {t: norm(rs) if len(rs) > 1 else tuple(rs) for t, rs in out.items()}
 
 
+def _grouped(a: CPNFA) -> list[dict[int, tuple]]:
+    """`a`'s rows grouped by target (_by_target), computed once per automaton."""
+    if a.by_target is None:
+        a.by_target = [_by_target(row) for row in a.edges]
+    return a.by_target
+
+
 class _Builder:
     def __init__(self, g: Grammar, graph: tuple[dict[str, set[str]], list[str]] | None = None) -> None:
         """`graph`: rule_refs(g), if the caller has it."""
@@ -581,8 +588,9 @@ class _Builder:
         if univ is None:
             univ = a.universal_states = cpauto.universal(a)
         nfa.universal.update(m[q] for q in univ)
+        grouped = _grouped(a)
         for q in range(a.size):
-            for t, rs in _by_target(a.edges[q]).items():
+            for t, rs in grouped[q].items():
                 self.code_points.lower(rs, m[q], m[t], esc)
             for t in a.eps[q]:
                 nfa.eps[m[q]].append(m[t])
@@ -608,6 +616,7 @@ class _Builder:
         # from the lowest of those bounds.
         nfa.loop_slack[lid] = max(d for d in dist if d is not None)
         guard_lids: dict[int, int] = {}
+        grouped = _grouped(a)
         head = [nfa.add() for _ in range(a.size)]
         p = nfa.add()
         nfa.eps[s].append(p)
@@ -622,7 +631,7 @@ class _Builder:
                 x = nfa.add()
                 nfa.eps[head[q]].append(x)
                 nfa.cexit[x] = (e, lid)
-            for t, rs in _by_target(a.edges[q]).items():
+            for t, rs in grouped[q].items():
                 if dist[t] is None or dist[t] + 1 > limit:
                     continue
                 bound = limit - dist[t]  # the character is allowed while the count v < bound
