@@ -354,7 +354,14 @@ class ContainerLowering:
                     return NOTHING
                 continue
             items.append((seq(lit(json.dumps(name, ensure_ascii=False)), self.colon, vnode), req))
-        not_declared = cpauto.not_words(names)
+        not_declared = None  # "any key but the declared names", built when first needed
+
+        def undeclared():
+            nonlocal not_declared
+            if not_declared is None:
+                not_declared = cpauto.not_words(names)
+            return not_declared
+
         extra_alts = []
         pat_names = []
         # A key one reading of a pattern matches and the other does not is matched for one validator and
@@ -375,7 +382,7 @@ class ContainerLowering:
                     continue
                 d = self.pattern_dfa(p, ptr, reading)
                 # Keys the pattern matches minus the declared ones (the product is skipped when none matches).
-                key = cpauto.product(d, not_declared) if any(cpauto.accepts(d, n) for n in names) else d
+                key = cpauto.product(d, undeclared()) if any(cpauto.accepts(d, n) for n in names) else d
                 if name_dfa is not None:
                     key = cpauto.product(key, name_dfa)
                 if not cpauto.is_empty(key):
@@ -389,7 +396,7 @@ class ContainerLowering:
             # Literal patterns (`^client_id$`, common in generated schemas) join the declared names; the others
             # are intersected away.
             words = [w for p in pat_names for w in self.pattern_words(p, ptr) or ()]
-            key = cpauto.not_words(names + words) if words else not_declared
+            key = cpauto.not_words(names + words) if words else undeclared()
             for p in pat_names:
                 if self.pattern_words(p, ptr) is None:
                     key = cpauto.product(key, self.pattern_dfa(p, ptr, "either", complement=True))
