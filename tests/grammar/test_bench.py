@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -138,3 +139,41 @@ def test_no_engine_installed_fails_the_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(bench.ADAPTERS, "xgrammar", Missing)
     assert bench.run(_args(data=_mini_maskbench(tmp_path), engines="xgrammar")) == 1
     assert "none of the requested engines is installed" in capsys.readouterr().err
+
+
+def test_engines_run_interleaved_and_a_crash_stays_in_its_engine(tmp_path, monkeypatch):
+    """Each file goes through every engine before the next file; an engine whose process dies on the second
+    file is reported as crashed, and the others finish every file."""
+    data = _mini_maskbench(tmp_path)
+    (data / "mini_2.json").write_text((data / "mini_0.json").read_text())
+    order = tmp_path / "order.log"
+
+    class Logged(bench.TokenseamEngine):
+        def compile(self, schema):
+            with order.open("a") as f:
+                f.write(f"{self.name}\n")
+            return super().compile(schema)
+
+    class Dies(Logged):
+        name = "xgrammar"
+        calls = 0
+
+        def compile(self, schema):
+            Dies.calls += 1
+            if Dies.calls == 4:  # the second file's first compile (each file compiles once per test)
+                os._exit(3)
+            return super().compile(schema)
+
+    monkeypatch.setitem(bench.ADAPTERS, "tokenseam", Logged)
+    monkeypatch.setitem(bench.ADAPTERS, "xgrammar", Dies)
+    out = tmp_path / "r.json"
+    bench.run(_args(data=data, engines="tokenseam,xgrammar", out=out))
+    report = json.loads(out.read_text())
+    by = {s["engine"]: s for s in report["summaries"]}
+    assert by["xgrammar"]["status"] == "crashed" and "exit code 3" in by["xgrammar"]["error"]
+    ts = by["tokenseam"]
+    assert ts["files"] == 3 and ts["wrong_accepts"] == 0 and ts["tokens"] > 0 and ts["peak_rss_mb"] > 0
+    # File 0: tokenseam then xgrammar (3 compiles each); file 1 starts with xgrammar (rotated), which dies.
+    names = order.read_text().split()
+    assert names[:6] == ["tokenseam"] * 3 + ["xgrammar"] * 3
+    assert names[6:] == ["tokenseam"] * 6

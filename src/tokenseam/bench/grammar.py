@@ -1,6 +1,7 @@
 """`tokenseam bench grammar`: MaskBench-style correctness and mask-latency comparison of grammar engines.
 
-Every engine is fed the same token sequences, single-threaded; results go to a table, JSON and a PNG plot.
+Every engine is fed the same token sequences, single-threaded, each in its own child process, the engines
+interleaved file by file (one after the other with --busy-streams); results go to a table, JSON and a PNG plot.
 """
 
 from __future__ import annotations
@@ -324,16 +325,21 @@ def _run_files(name: str, engine, docs, timeout_s: float, verbose: bool):
         r = run_file(engine, schema, tests, timeout_s, mask_times, accept_times)
         r["file"] = path.name
         results.append(r)
-        if verbose and r["status"] != "pass":
-            print(
-                f"  {name} {path.name}: {r['status']} wa={r['wrong_accepts']} wr={r['wrong_rejects']} "
-                f"{r['error'] or ''}",
-                file=sys.stderr,
-            )
+        if verbose:
+            _say_failure(name, r)
     peak = _rss_mb()
     summary = summarize(name, results, mask_times, peak - base_rss, accept_times)
     summary["peak_rss_mb"] = peak
     return summary, results, mask_times
+
+
+def _say_failure(name: str, r: dict) -> None:
+    if r["status"] != "pass":
+        print(
+            f"  {name} {r['file']}: {r['status']} wa={r['wrong_accepts']} wr={r['wrong_rejects']} "
+            f"{r['error'] or ''}",
+            file=sys.stderr,
+        )
 
 
 def run_engine_isolated(
@@ -471,6 +477,130 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _EngineWorker:
+    """One engine in a forked child that stays up for the whole run and compiles and replays the files it is
+    sent one at a time: the parent hands each file to every engine in turn, so all engines are timed in the
+    same stretch of the machine's speed (a shared machine drifts by tens of percent within minutes, more than
+    the differences measured). Peak memory is the engine's own, and a crash stays in its child."""
+
+    def __init__(self, name: str, vocab, docs, timeout_s: float, tokenizer) -> None:
+        import multiprocessing as mp
+
+        self.name = name
+        self.results: list[dict] = []
+        self.mask_times: list[float] = []
+        self.accept_times: list[float] = []
+        self.summary: dict | None = None  # set when the engine cannot run (not installed, crashed)
+        ctx = mp.get_context("fork")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=self._serve, args=(child, name, vocab, docs, timeout_s, tokenizer))
+        self._proc.start()
+        child.close()
+        ready = self._recv()
+        if ready != "ready":
+            self.summary = ready  # not installed, or crashed while starting
+            self._stop()
+
+    @staticmethod
+    def _serve(conn, name, vocab, docs, timeout_s, tokenizer) -> None:
+        from ..server.runtime import settle_heap
+
+        try:
+            try:
+                engine = ADAPTERS[name](vocab, tokenizer) if name == "llguidance" else ADAPTERS[name](vocab)
+            except ImportError as exc:
+                conn.send({"engine": name, "status": "not installed", "error": str(exc)})
+                return
+            settle_heap()  # as _run_files: what is loaded now stays, the collector set as `tokenseam serve` sets it
+            base_rss = _rss_mb()
+            conn.send("ready")
+            while True:
+                k = conn.recv()
+                if k is None:
+                    conn.send((base_rss, _rss_mb()))
+                    return
+                path, schema, tests = docs[k]
+                masks: list[float] = []
+                accepts: list[float] = []
+                r = run_file(engine, schema, tests, timeout_s, masks, accepts)
+                r["file"] = path.name
+                conn.send((r, masks, accepts))
+        except BaseException as exc:  # noqa: BLE001 - reported as the engine's crash
+            conn.send({"engine": name, "status": "crashed", "error": repr(exc)})
+        finally:
+            conn.close()
+
+    def _recv(self):
+        try:
+            return self._conn.recv()
+        except EOFError:
+            return {"engine": self.name, "status": "crashed", "error": f"exit code {self._proc.exitcode}"}
+
+    def run_file(self, k: int, verbose: bool) -> None:
+        if self.summary is not None:
+            return
+        self._conn.send(k)
+        got = self._recv()
+        if isinstance(got, dict):
+            self.summary = got
+            self._stop()
+            return
+        r, masks, accepts = got
+        self.results.append(r)
+        self.mask_times.extend(masks)
+        self.accept_times.extend(accepts)
+        if verbose:
+            _say_failure(self.name, r)
+
+    def finish(self) -> dict:
+        """The engine's summary, once the child has reported its memory and exited."""
+        if self.summary is None:
+            self._conn.send(None)
+            got = self._recv()
+            self._stop()
+            if isinstance(got, dict):
+                return got
+            base_rss, peak = got
+            self.summary = summarize(
+                self.name, self.results, self.mask_times, peak - base_rss, self.accept_times
+            )
+            self.summary["peak_rss_mb"] = peak
+        return self.summary
+
+    def _stop(self) -> None:
+        self._proc.join(timeout=30)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._conn.close()
+
+
+def _run_interleaved(engines: list[str], vocab, docs, args, tokenizer):
+    """Every file through every engine before the next file (the engines' order rotating from file to file),
+    each engine in its own child (_EngineWorker)."""
+    workers = [_EngineWorker(name, vocab, docs, args.timeout, tokenizer) for name in engines]
+    wall = dict.fromkeys(engines, 0.0)
+    try:
+        for k in range(len(docs)):
+            for j in range(len(workers)):
+                w = workers[(k + j) % len(workers)]
+                t0 = time.time()
+                w.run_file(k, args.verbose)
+                wall[w.name] += time.time() - t0
+            if (k + 1) % 50 == 0 or k + 1 == len(docs):
+                print(f"[{k + 1}/{len(docs)} files]", file=sys.stderr)
+        summaries = []
+        for w in workers:
+            summary = w.finish()
+            summary["wall_s"] = round(wall[w.name], 2)
+            summaries.append(summary)
+    finally:
+        for w in workers:
+            if w._proc.is_alive():
+                w._proc.kill()
+    return summaries, {w.name: w.results for w in workers}, {w.name: w.mask_times for w in workers}
+
+
 def run(args: argparse.Namespace) -> int:
     from tokenseam.models import resolve_model
     from tokenseam.vocab import Tokenizer, load_vocabulary
@@ -501,16 +631,21 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"warning: skipping {p.name}: {exc}", file=sys.stderr)
     summaries, all_times, per_file = [], {}, {}
-    for name in engines:
-        t0 = time.time()
-        summary, results, times = run_engine_isolated(
-            name, vocab, docs, args.timeout, args.verbose, tokenizer, args.busy_streams
-        )
-        summary["wall_s"] = round(time.time() - t0, 2)
-        summaries.append(summary)
-        per_file[name] = results
-        all_times[name] = times
-        print(f"[{name}] done in {summary['wall_s']}s", file=sys.stderr)
+    if args.busy_streams:
+        # Each engine beside its own decoding streams, one engine after the other (interleaved, every child's
+        # streams would decode at once).
+        for name in engines:
+            t0 = time.time()
+            summary, results, times = run_engine_isolated(
+                name, vocab, docs, args.timeout, args.verbose, tokenizer, args.busy_streams
+            )
+            summary["wall_s"] = round(time.time() - t0, 2)
+            summaries.append(summary)
+            per_file[name] = results
+            all_times[name] = times
+            print(f"[{name}] done in {summary['wall_s']}s", file=sys.stderr)
+    else:
+        summaries, per_file, all_times = _run_interleaved(engines, vocab, docs, args, tokenizer)
     beside = (
         f", beside {args.busy_streams} streams decoding in the same process (tokens/s: "
         + ", ".join(f"{s['engine']} {s.get('busy_tokens_per_s', '-')}" for s in summaries)
@@ -518,6 +653,8 @@ def run(args: argparse.Namespace) -> int:
         if args.busy_streams
         else ", single-threaded"
     )
+    if not args.busy_streams and len(engines) > 1:
+        beside += ", engines interleaved file by file"
     print(f"MaskBench files: {len(docs)} from {data}, tokenizer {args.tokenizer}{beside}")
     print_table(summaries)
     if args.out:
