@@ -272,3 +272,20 @@ def test_memory_cap_stops_a_growing_compile_and_refuses_a_new_one():
     assert out["growing"].startswith("GrammarResourceError") and "memory cap" in out["growing"], out
     # a cap already passed: nothing is compiled
     assert out["full"].startswith("GrammarResourceError") and "no grammar is compiled" in out["full"], out
+
+
+def test_the_byte_nfa_state_cap_and_its_charges_fall_where_they_did(monkeypatch):
+    """ByteNFA.add checks only at block ends and at the cap: the cap is still exact (state MAX_STATES is
+    refused, the one before it made), and each block of CHARGE_BLOCK states is charged once."""
+    from tokenseam.grammar import nfa as nfa_mod
+    from tokenseam.grammar.budget import compile_budget as budget_of
+
+    monkeypatch.setattr(nfa_mod, "MAX_STATES", 1000)
+    a = nfa_mod.ByteNFA()
+    with budget_of(10, None, None) as b:
+        spent0 = b.size_used
+        with pytest.raises(GrammarError, match="more than 1000 automaton states"):
+            while True:
+                a.add()
+        assert a.size == 1000
+        assert b.size_used - spent0 == (1000 // nfa_mod.CHARGE_BLOCK) * 4 * nfa_mod.CHARGE_BLOCK

@@ -47,6 +47,7 @@ class ByteNFA:
     def __init__(self) -> None:
         # Lists while the NFA is built; FlatRows once it is final (freeze_rows).
         self.edges: list[list[tuple[int, int, int]]] | FlatRows = []
+        self._next_check = CHARGE_BLOCK - 1  # add(): the state index at which _check runs next
         self.eps: list[list[int]] | FlatRows = []
         self.call: dict[int, tuple[int, int]] = {}
         self.rule_start: list[int] = []
@@ -80,13 +81,20 @@ class ByteNFA:
 
     def add(self) -> int:
         n = len(self.edges)
+        if n >= self._next_check:
+            self._check(n)
+        self.edges.append([])
+        self.eps.append([])
+        return n
+
+    def _check(self, n: int) -> None:
+        """At state n = the next check (the last of a block of CHARGE_BLOCK states, or MAX_STATES): refuse a
+        state past MAX_STATES, charge the block to the compile budget, and set the next check."""
         if n >= MAX_STATES:
             raise GrammarError(f"grammar too large: more than {MAX_STATES} automaton states")
         if n % CHARGE_BLOCK == CHARGE_BLOCK - 1:
             current().spend(4 * CHARGE_BLOCK)
-        self.edges.append([])
-        self.eps.append([])
-        return len(self.edges) - 1
+        self._next_check = min(n + 1 + (CHARGE_BLOCK - 2 - n) % CHARGE_BLOCK, MAX_STATES)
 
     @property
     def size(self) -> int:
