@@ -472,32 +472,25 @@ def not_words(words: list[str]) -> CPNFA:
         ends.add(s)
     sink = out.add()
     budget = current()
-    # The rows grouped by target as they are built (the gaps into the sink are sorted, apart and free of
-    # surrogates: already the normal form `nfa._by_target` would compute).
+    # The rows grouped by target as they are built, targets in the order their first edge comes (the gaps into
+    # the sink are sorted, apart and free of surrogates: already the normal form `nfa._by_target` computes).
     grouped: list[dict[int, tuple]] = []
     for s in range(sink):
         row = out.edges[s]
-        gaps: list[tuple[int, int]] = []
         kids = children[s]
-        prev = 0
-        for c in sorted(kids):
-            if c > prev:
-                gaps.extend(cut_surrogates(prev, c - 1))
-            prev = c + 1
-        gaps.extend(cut_surrogates(prev, ANY_RANGES[-1][1]))
         by: dict[int, tuple] = {}
-        gi = 0
-        for c in sorted(kids):
-            while gi < len(gaps) and gaps[gi][1] < c:
-                row.append((gaps[gi][0], gaps[gi][1], sink))
-                by[sink] = ()
-                gi += 1
-            t = kids[c]
-            row.append((c, c, t))
-            by[t] = ((c, c),)
-        for a, b in gaps[gi:]:
-            row.append((a, b, sink))
-            by[sink] = ()
+        gaps: list[tuple[int, int]] = []
+        prev = 0
+        for c in [*sorted(kids), ANY_RANGES[-1][1] + 1]:
+            piece = cut_surrogates(prev, c - 1)
+            if piece and not gaps:
+                by[sink] = ()  # the sink's place among the targets; its ranges are set below
+            gaps.extend(piece)
+            row.extend((a, b, sink) for a, b in piece)
+            if c in kids:
+                row.append((c, c, kids[c]))
+                by[kids[c]] = ((c, c),)
+            prev = c + 1
         if gaps:
             by[sink] = tuple(gaps)
         grouped.append(by)
