@@ -365,6 +365,7 @@ def run_engine_isolated(
     try:
         out = parent.recv()
     except EOFError:
+        proc.join()  # the pipe closes before the child is reaped
         out = ({"engine": name, "status": "crashed", "error": f"exit code {proc.exitcode}"}, [], [])
     proc.join()
     return out
@@ -534,6 +535,8 @@ class _EngineWorker:
         try:
             return self._conn.recv()
         except EOFError:
+            # The pipe closes as the child dies, before it is reaped: wait for its exit code.
+            self._proc.join(timeout=30)
             return {"engine": self.name, "status": "crashed", "error": f"exit code {self._proc.exitcode}"}
 
     def run_file(self, k: int, verbose: bool) -> None:
