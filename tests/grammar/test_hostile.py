@@ -50,32 +50,41 @@ def test_hostile_request_bodies(compiler):
 
 
 @pytest.mark.parametrize("python_builder", [False, True])
-def test_a_grammar_whose_parses_double_with_every_byte_stops_with_a_clear_error(
+def test_a_grammar_whose_parses_double_with_every_byte_stops_the_automaton_not_the_request(
     compiler, python_builder, monkeypatch
 ):
-    """Two recursive rules that read the same text: each "a" doubles the call stacks left open. The state that
-    would hold more than MAX_STATE_CONFIGS of them is an error (the request ends), not a mask that takes
-    seconds, then minutes, with memory to match."""
+    """Two recursive rules that read the same text: each "a" doubles the call stacks left open. The automaton
+    stops at MAX_STATE_CONFIGS of them with a clear error (not a mask that takes seconds, then minutes, with
+    memory to match); a matcher then moves to the GSS parser and the request goes on (test_gss.py)."""
     import numpy as np
 
     from tokenseam.grammar import GrammarMatcher, automaton
     from tokenseam.grammar.localbuild import MAX_STATE_CONFIGS
 
     g = compiler.compile_gbnf('root ::= x\nx ::= "a" x | "a" y | "a"\ny ::= "a" x | "a" y | "a"')
+    limit = MAX_STATE_CONFIGS
     if python_builder:  # the reference builder raises the same error (at a lower limit: Python is slow)
         monkeypatch.setattr(automaton, "MAX_STATE_CONFIGS", 256)
-        auto = automaton.Automaton(g.current[0].prepared, g.current[0].table, python_builder=True)
-        with pytest.raises(GrammarError, match="parses open \\(limit 256\\)"):
-            st = auto.start
-            for _ in range(40):
-                st = auto.step_bytes(st, b"a")
+        limit = 256
+    auto = automaton.Automaton(g.current[0].prepared, g.current[0].table, python_builder=python_builder)
+    with pytest.raises(GrammarError, match=f"parses open \\(limit {limit}\\)"):
+        st = auto.start
+        for _ in range(40):  # 2**15 > the limit: it stops near the 15th byte
+            st = auto.step_bytes(st, b"a")
+    if python_builder:
         return
+    before = g.gss_fallbacks
     m = GrammarMatcher(g)
     mask = np.zeros(compiler.vocab.mask_words, dtype=np.int32)
-    with pytest.raises(GrammarError, match=f"parses open \\(limit {MAX_STATE_CONFIGS}\\)"):
-        for _ in range(40):  # 2**15 > the limit: it stops near the 15th byte
-            m.fill_next_token_bitmask(mask)
-            assert m.accept_bytes(b"a")
+    for _ in range(40):
+        m.fill_next_token_bitmask(mask)
+        assert m.accept_bytes(b"a")
+    assert g.gss_fallbacks == before + 1
+    m.fill_next_token_bitmask(mask)
+    assert m.is_accepting()
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")
+    tb = compiler.vocab.token_bytes
+    assert bits[tb.index(b"a")] and bits[tb.index(b"aa")] and not bits[tb.index(b"b")]
     # an unambiguous grammar for the same text is unaffected
     m = GrammarMatcher(compiler.compile_gbnf('root ::= "a"+'))
     for _ in range(40):

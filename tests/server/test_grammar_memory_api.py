@@ -75,3 +75,26 @@ def test_the_default_server_exports_the_default_budget(smollm2_server):
     text = httpx.get(smollm2_server.url + "/metrics").text
     assert _metric(text, "tokenseam_grammar_cache_budget_bytes") == DEFAULT_BUDGET_MB << 20
     assert _metric(text, "tokenseam_grammar_cache_bytes") > 0  # the warm-up grammar, at least
+
+
+def test_a_grammar_too_ambiguous_for_the_automaton_still_completes(smollm2_server):
+    """24 forced "a"s, each of which may or may not be matched by a "b" later: 2^24 parses, more than the
+    automaton keeps. The request moves to the GSS parser and ends with a valid output."""
+    url = smollm2_server.url
+    n = 24
+    rules = (
+        ["root ::= l0"] + [f'l{i} ::= "a" l{i + 1} | "a" l{i + 1} "b"' for i in range(n)] + [f'l{n} ::= ""']
+    )
+    before = _metric(httpx.get(url + "/metrics").text, "tokenseam_grammar_gss_fallbacks_total")
+    r = httpx.post(
+        url + "/v1/completions",
+        json={"model": "smollm2", "prompt": "Letters:", "max_tokens": 60, "guided_grammar": "\n".join(rules)},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    text = choice["text"]
+    assert text.startswith("a" * n) and set(text[n:]) <= {"b"} and len(text) - n <= n, text
+    assert choice["finish_reason"] in ("stop", "length")
+    after = _metric(httpx.get(url + "/metrics").text, "tokenseam_grammar_gss_fallbacks_total")
+    assert after == before + 1

@@ -686,32 +686,13 @@ class Automaton:
         if k < 0:
             return DEAD
         if self.indent_limit is not None:
-            run = self._indent_after(run, data)
+            run = indent_after(self.indent_limit, run, data)
             if run is None:
                 return DEAD
         configs, acc = self._run(k, p, data)
         if not configs and not acc:
             return DEAD
         return self._position(configs, acc, run)
-
-    def _indent_after(self, run: int, data: bytes) -> int | None:
-        """The indentation run after `data` from a run of `run` (-1: none), or None if a run passes the limit."""
-        lim = self.indent_limit
-        parts = data.split(b"\n")
-        first = parts[0]
-        lead = len(first) - len(first.lstrip(b" \t"))
-        if run >= 0:
-            if run + lead > lim:
-                return None
-            if len(parts) == 1:
-                return run + lead if lead == len(first) else -1
-        for x in parts[1:]:
-            if len(x) - len(x.lstrip(b" \t")) > lim:
-                return None
-        if len(parts) == 1:
-            return -1
-        last = parts[-1]
-        return len(last) if not last.lstrip(b" \t") else -1
 
     def is_accepting(self, pid: int) -> bool:
         return self.pairs[pid][2]
@@ -777,3 +758,22 @@ class Automaton:
                     k2 = self.clamped(k2)
             hit = self._escape_memo[key] = (k2, p2, bool(acc2))
         return hit
+
+
+def indent_after(lim: int, run: int, data: bytes) -> int | None:
+    """The indentation run after `data` from a run of `run` (-1: none), or None if a run passes the limit."""
+    parts = data.split(b"\n")
+    first = parts[0]
+    lead = len(first) - len(first.lstrip(b" \t"))
+    if run >= 0:
+        if run + lead > lim:
+            return None
+        if len(parts) == 1:
+            return run + lead if lead == len(first) else -1
+    for x in parts[1:]:
+        if len(x) - len(x.lstrip(b" \t")) > lim:
+            return None
+    if len(parts) == 1:
+        return -1
+    last = parts[-1]
+    return len(last) if not last.lstrip(b" \t") else -1

@@ -48,6 +48,9 @@ class CompiledGrammar:
         self.users: weakref.WeakSet = weakref.WeakSet()  # live matchers: a grammar in use is never evicted
         self.fresh = True  # nothing built since it was compiled or renewed
         self.unmemoised_noted = 0  # masks.unmemoised as last taken in by the budget
+        self.gss_fallbacks = (
+            0  # matchers moved to the GSS parser (gss.py) because the automaton could not go on
+        )
         self._nfa_bytes = nfa_bytes(self.automaton.nfa)
         self._seen: tuple = ()
         self._renew_lock = threading.Lock()

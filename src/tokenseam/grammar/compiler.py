@@ -96,7 +96,8 @@ class GrammarCompiler:
         """What this compiler's grammars hold: `bytes` (cached or in use, estimated), `budget_bytes`,
         `cached_grammars`, `live_grammars` (cached or in use), `evictions` (grammars evicted to keep the
         budget), `renewals` (grammars in use started over), `unmemoised_masks` (masks computed and not
-        kept because the budget was spent)."""
+        kept because the budget was spent), `gss_fallbacks` (requests moved to the exact GSS parser because
+        their grammar left more parses open than the automaton keeps)."""
         with self._lock:
             return {"cached_grammars": len(self._cache), **self.memory.stats()}
 

@@ -2,6 +2,10 @@
 
 It also satisfies the engine's `Constraint` protocol (fill_mask / accept / is_finished / is_active).
 
+When the automaton cannot go on (an ambiguous grammar leaves more parses open than it keeps: MAX_CLOSURE,
+MAX_STATE_CONFIGS), the matcher does not fail the request: it moves to the exact GSS parser (gss.py) at the
+position its committed bytes reach, and stays there; its positions are then gss.GSSPosition objects.
+
 A live matcher keeps its grammar from being evicted from the compiler's cache (CompiledGrammar.users). When
 the grammar is started over under the memory budget (CompiledGrammar.renew), the matcher moves its position to
 the new generation at its next mask or commit (`_move`); the positions in its history are then the old
@@ -13,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from .compiled import CompiledGrammar
+from .errors import GrammarError
+from .gss import GSSParser, GSSPosition
 
 MAX_JUMP = 4096
 
@@ -62,6 +68,7 @@ class GrammarMatcher:
                 np.asarray(sorted(table_eos | self._eos), dtype=np.int64),
                 np.asarray(sorted(self._eos), dtype=np.int64),
             )
+        self._gss: GSSParser | None = None  # set when the automaton could not go on (see the module text)
         self._end_tag = reasoning_end.encode("utf-8") if reasoning_end else None
         self._free_mask: np.ndarray | None = None
         self._end_ids: set[int] = set()
@@ -79,7 +86,7 @@ class GrammarMatcher:
 
     def reset(self) -> None:
         self._auto, self._masks = self.compiled.current
-        self._state = self._auto.start
+        self._state = self._auto.start if self._gss is None else self._gss.start
         self._history: list[int] = []
         self._path: list[bytes] = []  # the bytes committed to the grammar since its start, chunk by chunk
         self._marks: list[int] = []  # len(_path) at each history entry
@@ -108,8 +115,8 @@ class GrammarMatcher:
         # The tag may end inside the token ("</think>\n{"): what follows it is the grammar's first input.
         rest = tail[k + len(self._end_tag) :]
         if rest:
-            nxt = self._auto.step_bytes(self._state, rest)
-            if nxt < 0:
+            nxt = self._advance(rest)
+            if nxt is None:
                 self._history.pop()
                 self._marks.pop()
                 self._tail_stack.pop()
@@ -130,7 +137,7 @@ class GrammarMatcher:
         if self._free:
             return self._accept_free(tid)
         if tid in self._eos:
-            if not self._auto.is_accepting(self._state):
+            if not self.is_accepting():
                 return False
             self._history.append(self._state)
             self._marks.append(len(self._path))
@@ -141,9 +148,8 @@ class GrammarMatcher:
         data = self._table.token_bytes[tid]
         if not data:
             return False
-        nxt = self._auto.step_bytes(self._state, data)
-        self.compiled.settle()
-        if nxt < 0:
+        nxt = self._advance(data)
+        if nxt is None:
             return False
         self._history.append(self._state)
         self._marks.append(len(self._path))
@@ -167,9 +173,8 @@ class GrammarMatcher:
             self._tail = b""
             data = tail[k + len(self._end_tag) :]
         data = bytes(data)
-        nxt = self._auto.step_bytes(self._state, data)
-        self.compiled.settle()
-        if nxt < 0:
+        nxt = self._advance(data)
+        if nxt is None:
             return False
         self._state = nxt
         if data:
@@ -182,31 +187,89 @@ class GrammarMatcher:
         for _ in range(n):
             h = self._history.pop()
             del self._path[self._marks.pop() :]
-            if h < 0:
+            if isinstance(h, GSSPosition):
+                self._state = h
+            elif h < 0:
                 # Back into the free (reasoning) phase, before any grammar input.
                 self._free = True
                 self._tail = self._tail_stack.pop()
-                self._state = self._auto.start
+                self._state = self._auto.start if self._gss is None else self._gss.start
             else:
                 self._state = h
         if n:
             self._terminated = False
+        if self._gss is not None:
+            if not isinstance(self._state, GSSPosition):  # a position from before the move to the GSS parser
+                self._state = self._replay(self._gss)
+            return
         if len(self._history) < self._stale:
             # Back to a position of an older generation: the same position in this one, from the start.
             self._stale = len(self._history)
             if not self._free:
                 pid = self._auto.start
-                for chunk in self._path:
-                    pid = self._auto.step_bytes(pid, chunk)
+                try:
+                    for chunk in self._path:
+                        pid = self._auto.step_bytes(pid, chunk)
+                except GrammarError:
+                    self._fall_back()
+                    return
                 self._state = pid
+
+    def _advance(self, data: bytes):
+        """The position after `data` from the current one (None if the grammar cannot read it); moves to the GSS
+        parser when the automaton cannot go on."""
+        if self._gss is None:
+            try:
+                nxt = self._auto.step_bytes(self._state, data)
+            except GrammarError:
+                self._fall_back()
+            else:
+                self.compiled.settle()
+                return None if nxt < 0 else nxt
+        return self._gss.step_bytes(self._state, data)
+
+    def _fall_back(self) -> None:
+        """Move to the exact GSS parser, at the position the bytes committed so far reach (gss.py)."""
+        auto = self._auto
+        gss = GSSParser(auto.nfa, auto.table, self._masks._indent_rows)
+        self._state = gss.start if self._free else self._replay(gss)
+        self._gss = gss
+        self.compiled.gss_fallbacks += 1
+        memory = self.compiled.memory() if self.compiled.memory is not None else None
+        if memory is not None:
+            memory.note_gss_fallback()
+
+    def _replay(self, gss: GSSParser) -> GSSPosition:
+        p = gss.start
+        for chunk in self._path:
+            p = gss.step_bytes(p, chunk)
+        assert p is not None, "committed bytes the GSS parser refuses"
+        return p
+
+    def _query(self, fn, *args):
+        """fn(*args) on the automaton; after a move to the GSS parser (also when fn could not go on), None."""
+        if self._gss is None:
+            try:
+                return fn(*args)
+            except GrammarError:
+                self._fall_back()
+        return None
 
     def _move(self) -> None:
         """Move to the grammar's current generation (it was started over): the same position, in the new one."""
         auto, masks = self.compiled.current
+        if self._gss is not None:  # positions are the GSS parser's: nothing to move
+            self._auto, self._masks = auto, masks
+            return
         if self._free:
             self._state = auto.start
         else:
-            self._state = auto.import_position(self._auto.export_position(self._state))
+            try:
+                self._state = auto.import_position(self._auto.export_position(self._state))
+            except GrammarError:
+                self._fall_back()
+                self._auto, self._masks = auto, masks
+                return
         self._stale = len(self._history)
         self._auto, self._masks = auto, masks
 
@@ -224,15 +287,18 @@ class GrammarMatcher:
             return
         if self._auto is not self.compiled.current[0]:
             self._move()
-        row[:] = self._masks.mask(self._state)
+        m = self._query(self._masks.mask, self._state)
+        row[:] = self._gss.mask(self._state) if m is None else m
         self.compiled.settle()
         if self._swap_ends is not None:
             _clear_bits(row, self._swap_ends[0])
-            if self._auto.is_accepting(self._state):
+            if self.is_accepting():
                 _set_bits(row, self._swap_ends[1])
 
     def is_accepting(self) -> bool:
-        return not self._free and self._auto.is_accepting(self._state)
+        if self._free:
+            return False
+        return self._state.acc if self._gss is not None else self._auto.is_accepting(self._state)
 
     def is_terminated(self) -> bool:
         if self._terminated:
@@ -241,15 +307,19 @@ class GrammarMatcher:
             return False
         if not self.is_accepting():
             return False
-        done = not self._masks.has_moves(self._state)
+        moves = self._query(self._masks.has_moves, self._state)
+        if moves is None:
+            moves = self._gss.has_moves(self._state)
         self.compiled.settle()  # the mask it took may be new
-        return done
+        return not moves
 
     def find_jump_forward_string(self) -> str:
         """The continuation the grammar forces from here (longest complete-UTF-8 prefix), or ''."""
         if self._free:
             return ""
-        data = self._auto.forced_bytes(self._state, MAX_JUMP)
+        data = self._query(self._auto.forced_bytes, self._state, MAX_JUMP)
+        if data is None:
+            data = self._gss.forced_bytes(self._state, MAX_JUMP)
         self.compiled.settle()
         for cut in range(len(data), max(-1, len(data) - 4), -1):
             try:

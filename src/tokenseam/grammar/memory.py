@@ -24,7 +24,9 @@ hold at most `budget` bytes. Past it, after a step of some request grew a gramma
    step (the same position, so the same masks), and the old generation is freed once they have.
 A compile only does 1 (it runs in its own thread; 2 and 3 change grammars in use, which only the thread
 stepping them does, at the next step of any request).
-A step always completes: nothing is refused or stopped mid-request because a cap was reached. The budget
+A step always completes: nothing is refused or stopped mid-request because a cap was reached (a request
+whose grammar leaves more parses open than the automaton keeps moves to the GSS parser, gss.py; what that
+parser holds is the request's own, bounded by gss.CANON_ENTRIES positions, and not counted here). The budget
 can therefore be exceeded by what one step builds (one mask walk over the vocabulary, or one token's commit)
 until the end of that step, by a compile until the next step, and by an old generation until its requests'
 next steps.
@@ -143,6 +145,7 @@ class GrammarMemory:
         self.evictions = 0
         self.renewals = 0
         self.unmemoised = 0
+        self.gss_fallbacks = 0  # requests moved to the GSS parser (matcher.GrammarMatcher._fall_back)
 
     def add(self, g: CompiledGrammar) -> None:
         """Count a grammar just made, and keep the budget."""
@@ -227,7 +230,8 @@ class GrammarMemory:
                     return
 
     def stats(self) -> dict[str, int]:
-        """bytes held, budget_bytes, live_grammars (cached or in use), evictions, renewals, unmemoised_masks."""
+        """bytes held, budget_bytes, live_grammars (cached or in use), evictions, renewals, unmemoised_masks,
+        gss_fallbacks."""
         with self.lock:
             self._take_freed()
             for r in list(self._live.values()):
@@ -243,4 +247,9 @@ class GrammarMemory:
                 "evictions": self.evictions,
                 "renewals": self.renewals,
                 "unmemoised_masks": self.unmemoised,
+                "gss_fallbacks": self.gss_fallbacks,
             }
+
+    def note_gss_fallback(self) -> None:
+        with self.lock:
+            self.gss_fallbacks += 1

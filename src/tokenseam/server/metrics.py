@@ -166,6 +166,12 @@ class GrammarCollector:
                 "Token masks computed without being memoised (the budget was spent)",
                 "unmemoised_masks",
             ),
+            (
+                "tokenseam_grammar_gss_fallbacks",
+                "Requests moved to the exact GSS parser (their grammar left more parses open than the automaton"
+                " keeps)",
+                "gss_fallbacks",
+            ),
         ):
             m = CounterMetricFamily(name, doc)
             m.add_metric([], st[key])

@@ -161,6 +161,7 @@ class ServerState:
                 "evictions": 0,
                 "renewals": 0,
                 "unmemoised_masks": 0,
+                "gss_fallbacks": 0,
             }
         return compiler.memory_stats()
 
