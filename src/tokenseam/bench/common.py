@@ -23,12 +23,19 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def machine() -> dict:
-    return {
+    out = {
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    try:
+        from ..engine.backend import amx_in_build
+    except ImportError:  # no llama.cpp installed (the grammar benchmark needs none)
+        return out
+    # weights in plain CPU buffers (no repacking) on a build with AMX kernels: such runs compare only with their like
+    out["llama_cpp_extra_buffers"] = not amx_in_build()
+    return out
 
 
 def write_json(path: str | Path, data: dict) -> Path:
@@ -113,7 +120,9 @@ def free_port() -> int:
 
 
 class LlamaServer(ServerProcess):
-    """llama-server (the anchor binary, never a dependency)."""
+    """llama-server (the anchor binary, never a dependency). Where tokenseam's llama.cpp build carries AMX kernels
+    and so loads weights without extra buffer types (engine.backend.model_params), the anchor runs with
+    `--no-repack`, which does the same: both sides multiply with the same kernels."""
 
     name = "llama-server"
 
@@ -126,7 +135,11 @@ class LlamaServer(ServerProcess):
         ctx_per_slot: int,
         extra_args: list[str] | None = None,
     ) -> None:
+        from ..engine.backend import amx_in_build
+
         port = free_port()
+        if amx_in_build():
+            extra_args = ["--no-repack", *(extra_args or [])]
         super().__init__(
             [
                 binary,

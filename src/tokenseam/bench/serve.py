@@ -168,17 +168,26 @@ def _print(console, res: dict, args) -> None:
 
 class _LlamaCppPython:
     def __init__(self, path: Path, args) -> None:
+        import llama_cpp.llama_cpp as raw
         from llama_cpp import Llama
 
+        from ..engine.backend import model_params
+
         self.args = args
-        self.llm = Llama(
-            model_path=str(path),
-            n_ctx=2048,
-            n_threads=args.threads,
-            n_threads_batch=args.threads,
-            n_batch=512,
-            verbose=False,
-        )
+        # Llama builds its model parameters from llama_model_default_params(): the same ones as the engine's
+        # (backend.model_params: no extra buffer types on a build with AMX kernels), so the anchor loads alike.
+        default, raw.llama_model_default_params = raw.llama_model_default_params, model_params
+        try:
+            self.llm = Llama(
+                model_path=str(path),
+                n_ctx=2048,
+                n_threads=args.threads,
+                n_threads_batch=args.threads,
+                n_batch=512,
+                verbose=False,
+            )
+        finally:
+            raw.llama_model_default_params = default
         self.llm.create_completion(PROMPTS[0], max_tokens=4, temperature=0)  # warm-up
 
     def once(self, r: int) -> dict:
@@ -302,13 +311,12 @@ class _RawBatch:
     def __init__(self, path: Path, args) -> None:
         import llama_cpp
 
+        from ..engine.backend import model_params
         from ..vocab.tokenizer import ensure_llama_backend
 
         ensure_llama_backend()
         self.args = args
-        self.model = llama_cpp.llama_model_load_from_file(
-            str(path).encode(), llama_cpp.llama_model_default_params()
-        )
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params())
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
 

@@ -19,6 +19,23 @@ from ..vocab.tokenizer import ensure_llama_backend
 from .errors import BackendError
 
 
+def amx_in_build() -> bool:
+    """Whether this llama.cpp build carries its AMX matrix kernels (a native build on a CPU that reports AMX)."""
+    return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
+
+
+def model_params():
+    """llama.cpp model parameters for the CPU: defaults, no GPU layers, and no extra buffer types on a build with
+    AMX kernels. Those kernels die with SIGILL at their first tile instruction (ggml lets the compiler drop the
+    tile configuration it loads: llama.cpp issue 28756, pull request 26954), and weights reach them only through
+    the CPU backend's extra buffer types; without those the weights stay in plain CPU buffers (no AMX, and no
+    weight repacking either, which llama-server's `--no-repack` matches)."""
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = 0
+    params.use_extra_bufts = not amx_in_build()
+    return params
+
+
 @dataclass(frozen=True)
 class BackendConfig:
     n_ctx: int = 4096  # tokens per sequence
@@ -78,9 +95,7 @@ class LlamaCppBackend:
         )
         self.chat_template: str | None = meta.get("tokenizer.chat_template")
         self.model_name = self.path.stem
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = 0
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params())
         if not self._model:
             raise BackendError(f"llama.cpp could not load model {self.path}")
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
