@@ -86,13 +86,22 @@ def test_json_output_into_a_closed_pipe_prints_no_traceback():
     assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("value", ["-1", "x", "1.5", "", str((1 << 20) + 1)])
-def test_serve_refuses_a_bad_grammar_cache_size(value, capsys):
+@pytest.mark.parametrize("flag", ["--grammar-cache-mb", "--tokenize-memo-mb", "--turn-memory-mb"])
+@pytest.mark.parametrize("value", ["-1", "x", "1.5", "", "1e3", str((1 << 20) + 1)])
+def test_serve_refuses_a_bad_memory_size(flag, value, capsys):
     from tokenseam.cli import build_parser
 
     with pytest.raises(SystemExit) as ei:
-        build_parser("serve").parse_args(["serve", "--grammar-cache-mb", value])
-    assert ei.value.code == 2 and "--grammar-cache-mb" in capsys.readouterr().err
+        build_parser("serve").parse_args(["serve", flag, value])
+    assert ei.value.code == 2 and flag in capsys.readouterr().err
+
+
+def test_serve_tokenize_memo_default_and_zero():
+    from tokenseam.cli import build_parser
+
+    parser = build_parser("serve")
+    assert parser.parse_args(["serve"]).tokenize_memo_mb == 16
+    assert parser.parse_args(["serve", "--tokenize-memo-mb", "0"]).tokenize_memo_mb == 0
 
 
 def test_serve_grammar_cache_size_default_and_zero():

@@ -387,3 +387,36 @@ def test_an_answer_cut_inside_a_character_is_known_by_the_text_sent():
     assert ans.data == "ab中\ufffdc".encode()
     assert ans.ends == array("i", [2, 2, 5, 8, 9, 9])
     assert list(ans.ids) == list(range(len(parts)))
+
+
+def test_a_long_prompt_that_begins_like_a_recent_one_reuses_its_ids(smollm2_server):
+    """Two completions of a 600-word document with different questions: the second takes the document's ids
+    from the tokenization memo (the metrics say how many), and its prompt has exactly the ids of a whole
+    tokenization (its token count, and its echoed ids through the llama-server route)."""
+    from tokenseam.bench.prefix_cache import document
+
+    st = smollm2_server.state
+    doc = document(600, 31)  # about 3.7 KB, 830 tokens: inside the shared server's 1,024-token context
+
+    def metric(name: str) -> float:
+        text = httpx.get(smollm2_server.url + "/metrics", timeout=30).text
+        return next(float(x.split()[1]) for x in text.splitlines() if x.startswith(name + " "))
+
+    before = metric("tokenseam_tokenize_memo_reused_tokens_total")
+    prompts = [doc + "\n\nQuestion: which river? Answer:", doc + "\n\nQuestion: which city is it? Answer:"]
+    for prompt in prompts:
+        r = httpx.post(
+            smollm2_server.url + "/v1/completions",
+            json={"prompt": prompt, "max_tokens": 1, "temperature": 0, "token_healing": False},
+            timeout=300,
+        )
+        assert r.status_code == 200, r.text
+        want = st.tokenizer._encode(prompt.encode(), False, True)
+        assert r.json()["usage"]["prompt_tokens"] == len(want)
+    reused = metric("tokenseam_tokenize_memo_reused_tokens_total") - before
+    assert reused > len(st.tokenizer._encode(doc.encode(), False)) - 40
+    assert metric("tokenseam_tokenize_memo_bytes") <= metric("tokenseam_tokenize_memo_budget_bytes")
+    # the ids themselves, through a route that tokenizes the same way and returns them
+    r = httpx.post(smollm2_server.url + "/tokenize", json={"content": prompts[1]}, timeout=60)
+    assert r.status_code == 200
+    assert r.json()["tokens"] == st.tokenizer._encode(prompts[1].encode(), False, False)

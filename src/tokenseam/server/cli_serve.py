@@ -114,6 +114,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "text reuses its cached KV (default 64; LRU; 0: histories are re-tokenized)",
     )
     p.add_argument(
+        "--tokenize-memo-mb",
+        type=_positive("--tokenize-memo-mb", 0, 1 << 20),
+        default=16,
+        metavar="MB",
+        help="memory for the ids of recent long prompts: a prompt that begins like one of them reuses its ids "
+        "up to a safe cut and tokenizes only the rest, with the same ids as a whole tokenization (default 16; "
+        "LRU; 0: every prompt is tokenized whole)",
+    )
+    p.add_argument(
         "--grammar-cache-mb",
         type=_positive("--grammar-cache-mb", 0, 1 << 20),
         default=None,
@@ -182,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
             grammar_seconds=args.grammar_timeout,
             grammar_cache_mb=args.grammar_cache_mb,
             turn_memory_mb=args.turn_memory_mb,
+            tokenize_memo_mb=args.tokenize_memo_mb,
             flash_attn=args.flash_attn,
         )
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:

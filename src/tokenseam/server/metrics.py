@@ -125,6 +125,39 @@ class TurnMemoryCollector:
             yield c
 
 
+class TokenizeMemoCollector:
+    """The tokenization memo (vocab/prefix_memo.py): ids of recent long prompts reused, read at scrape time."""
+
+    def __init__(self, memo) -> None:
+        self.memo = memo
+
+    def collect(self):
+        st = self.memo.stats()
+        for name, doc, value in (
+            ("tokenseam_tokenize_memo_bytes", "Bytes held by the tokenization memo", st["bytes"]),
+            ("tokenseam_tokenize_memo_budget_bytes", "Its budget (--tokenize-memo-mb)", self.memo.max_bytes),
+        ):
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], value)
+            yield g
+        for name, doc, value in (
+            ("tokenseam_tokenize_memo_calls", "Long texts tokenized through the memo", st["calls"]),
+            (
+                "tokenseam_tokenize_memo_reused_tokens",
+                "Token ids taken from an earlier text instead of tokenized",
+                st["reused_tokens"],
+            ),
+            (
+                "tokenseam_tokenize_memo_tokenized_bytes",
+                "Bytes those texts still had tokenized",
+                st["tokenized_bytes"],
+            ),
+        ):
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], value)
+            yield c
+
+
 class GrammarCollector:
     """The grammar compiler's memory (grammar/memory.py), read at scrape time.
 

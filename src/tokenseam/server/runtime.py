@@ -32,6 +32,7 @@ def build_server(
     grammar_seconds: float | None = None,
     grammar_cache_mb: int | None = None,
     turn_memory_mb: int = 64,
+    tokenize_memo_mb: int = 16,
     flash_attn: str = "auto",
 ):
     """Load a model and build the app. The response cache is off unless `cache_mode` says otherwise
@@ -39,7 +40,9 @@ def build_server(
     `cors_origins` configure the HTTP guard (see `create_app`); `max_memory_mb` caps the process's resident
     memory that grammar compiles may grow it to; `grammar_seconds` each compile's time budget; `grammar_cache_mb`
     the memory compiled grammars may hold (None: grammar.memory.DEFAULT_BUDGET_MB); `turn_memory_mb` the memory
-    the ids of earlier chat answers may hold (0: chat histories are always re-tokenized); `flash_attn`
+    the ids of earlier chat answers may hold (0: chat histories are always re-tokenized); `tokenize_memo_mb` the
+    memory for the ids of recent long prompts, whose beginnings later prompts reuse (0: every prompt is tokenized
+    whole); `flash_attn`
     llama.cpp's flash attention ("auto", "on", "off": see LlamaCppBackend.flash_attention_for)."""
     path = resolve_model(model)
     backend = LlamaCppBackend(
@@ -67,6 +70,7 @@ def build_server(
         grammar_seconds=grammar_seconds,
         grammar_cache_mb=grammar_cache_mb,
         turn_memory_mb=turn_memory_mb,
+        tokenize_memo_mb=tokenize_memo_mb,
     )
     state.warm_up()
     if cache_mode != "off":

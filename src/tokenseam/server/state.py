@@ -15,7 +15,13 @@ import numpy as np
 from ..engine import Engine
 from ..engine.chat_template import ChatTemplate
 from .errors import known_error
-from .metrics import EngineCollector, GrammarCollector, ServerMetrics, TurnMemoryCollector
+from .metrics import (
+    EngineCollector,
+    GrammarCollector,
+    ServerMetrics,
+    TokenizeMemoCollector,
+    TurnMemoryCollector,
+)
 from .pool import WorkPool
 from .protocol import ParsedRequest
 from .relay import EventRelay
@@ -48,6 +54,7 @@ class ServerState:
         reasoning_end: str = "</think>",
         grammar_cache_mb: int | None = None,
         turn_memory_mb: int = 64,
+        tokenize_memo_mb: int = 16,
     ) -> None:
         self.engine = engine
         self.reasoning_end = reasoning_end
@@ -87,6 +94,16 @@ class ServerState:
         )
         if self.turns is not None:
             self.metrics.registry.register(TurnMemoryCollector(self.turns))
+        if (
+            isinstance(tokenize_memo_mb, bool)
+            or not isinstance(tokenize_memo_mb, int)
+            or tokenize_memo_mb < 0
+        ):
+            raise ValueError(f"tokenize_memo_mb must be a whole number of MB >= 0, got {tokenize_memo_mb!r}")
+        # Long prompts that begin like a recent one reuse its ids up to a safe cut (vocab/prefix_memo.py; the
+        # same ids as tokenizing the whole prompt), so a cached prefix is not tokenized again on every request.
+        if tokenize_memo_mb and self.tokenizer.use_prefix_memo(self.vocab.token_bytes, tokenize_memo_mb * MB):
+            self.metrics.registry.register(TokenizeMemoCollector(self.tokenizer.memo))
         self.started = int(time.time())
         self.system_fingerprint = "ts-" + self.vocab.fingerprint[:12]  # the OpenAI routes' system_fingerprint
         # Extra per-request constraint source (an embedding application's own rules; tests use it to force

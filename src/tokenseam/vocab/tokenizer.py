@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import llama_cpp
 
 from .errors import VocabularyError
+from .prefix_memo import DEFAULT_BYTES as DEFAULT_MEMO_BYTES
+from .prefix_memo import SAMPLE, PrefixMemo
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -44,6 +47,8 @@ class Tokenizer:
         self.path = path
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self.memo: PrefixMemo | None = None  # use_prefix_memo
+        self._lead: list[int] | None = None
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> Tokenizer:
@@ -78,11 +83,35 @@ class Tokenizer:
         except Exception:
             pass
 
+    def use_prefix_memo(self, token_bytes: Sequence[bytes], max_bytes: int = DEFAULT_MEMO_BYTES) -> bool:
+        """From now on, long texts that begin like a recent one reuse its ids up to a safe cut (vocab.prefix_memo:
+        the same ids as tokenizing the whole text). `token_bytes`: the vocabulary's bytes per id. False (and no
+        memo) when this tokenizer fails the memo's check or `max_bytes` is 0."""
+        memo = PrefixMemo(self._encode, token_bytes, max_bytes)
+        self.memo = memo if memo.enabled else None
+        if self.memo is not None:
+            sample = SAMPLE.encode()
+            lead = self._encode(b"", False, True)
+            ok = self._encode(sample, False, True) == lead + self._encode(sample, False, False)
+            self._lead = lead if ok else None  # what add_special puts before the text, when only that
+        return self.memo is not None
+
     def encode(self, text: str | bytes, add_special: bool = False, parse_special: bool = False) -> list[int]:
         """Token ids for `text`. `add_special` adds BOS if the model wants it; `parse_special` turns
         special-token text such as `<|im_end|>` into its id (only for trusted text such as chat templates)."""
         self._check()
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        memo = self.memo
+        if memo is not None:
+            if not add_special:
+                return memo.encode(data, parse_special)
+            if self._lead is not None:
+                return self._lead + memo.encode(data, parse_special)
+        return self._encode(data, parse_special, add_special)
+
+    def _encode(self, data: bytes, parse_special: bool, add_special: bool = False) -> list[int]:
+        """llama.cpp's tokenization of `data`, whole."""
+        self._check()
         n_max = len(data) + 8
         buf = (llama_cpp.llama_token * n_max)()
         n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
