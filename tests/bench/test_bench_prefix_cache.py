@@ -15,6 +15,7 @@ from tokenseam.cli import main
         (["--rounds", "1"], "--rounds must be between 2 and 100"),
         (["--interleaved-tokens", "0"], "--interleaved-tokens must be between 1 and 64"),
         (["--interleaved-tokens", "four"], "--interleaved-tokens must be an integer"),
+        (["--prompt-form", "bytes"], "--prompt-form: invalid choice"),
     ],
 )
 def test_bad_options_are_clear_errors(argv, says, tmp_path, capsys):
@@ -26,11 +27,12 @@ def test_bad_options_are_clear_errors(argv, says, tmp_path, capsys):
 @pytest.mark.model
 @pytest.mark.server
 def test_a_small_run_on_smollm2(tmp_path):
+    """Prompts as text, as clients send them (the server tokenizes each; `ids` sends the same ids directly)."""
     out = tmp_path / "pc.json"
     argv = ["bench", "prefix-cache", "--models", "smollm2", "--long-prefix-tokens", "96", "--rounds", "2"]
-    assert main([*argv, "--interleaved-tokens", "2", "--out", str(out)]) == 0
+    assert main([*argv, "--interleaved-tokens", "2", "--prompt-form", "text", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert res["config"] == {"rounds": 2, "interleaved_tokens": 2}
+    assert res["config"] == {"rounds": 2, "interleaved_tokens": 2, "prompt_form": "text"}
     m = res["models"]["smollm2"]
     for rag in (m["rag_plain"], m["rag_stable_keys"]):
         assert rag["requests"] > 0 and 0.99 <= rag["mean_share"] <= 1.0
@@ -43,6 +45,18 @@ def test_a_small_run_on_smollm2(tmp_path):
     assert all(c >= 96 for c in one["long_prefix"]["96"]["cached_tokens"])
     assert one["interleaved_8"]["prefixes"] == 8 and one["interleaved_8"]["ttft_median_s"] > 0
     assert "llama_server" not in m
+
+
+@pytest.mark.model
+def test_a_text_prompt_is_the_text_of_the_ids(tokenizers):
+    from tokenseam.bench.prefix_cache import _doc_ids, _form, _questions
+
+    tok = tokenizers["smollm2"]
+    ids = _doc_ids(tok, 300, seed=3) + _questions(tok)[1]
+    assert _form(tok, ids, "ids") is ids
+    text = _form(tok, ids, "text")
+    assert isinstance(text, str) and text.encode() == tok.decode(ids)
+    assert text.startswith("Document:\n") and text.endswith("\nAnswer:")
 
 
 def test_llama_server_reuse_is_its_cache_n_not_the_tokens_its_slot_holds():

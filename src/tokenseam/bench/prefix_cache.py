@@ -50,6 +50,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=4,
         help="tokens each interleaved request generates, on every server (4)",
     )
+    p.add_argument(
+        "--prompt-form",
+        choices=("ids", "text"),
+        default="ids",
+        help="send the cached-TTFT prompts as token ids (both servers skip tokenizing: the prompt pass alone) "
+        "or as text, as clients do (each server tokenizes the whole prompt, tokenseam through its memo)",
+    )
     p.add_argument("--llama-server", default=None, help="path to a llama-server binary (anchor)")
     p.add_argument("--out", default="bench-results/prefix-cache.json")
 
@@ -108,7 +115,11 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     res: dict = {
         "machine": machine(),
-        "config": {"rounds": args.rounds, "interleaved_tokens": args.interleaved_tokens},
+        "config": {
+            "rounds": args.rounds,
+            "interleaved_tokens": args.interleaved_tokens,
+            "prompt_form": args.prompt_form,
+        },
         "models": {},
     }
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
@@ -135,7 +146,7 @@ class _Target:
 
 
 def _tokenseam_target(name: str, url: str, state) -> _Target:
-    async def send(c: httpx.AsyncClient, prompt: list[int], n: int) -> tuple[float, int]:
+    async def send(c: httpx.AsyncClient, prompt: list[int] | str, n: int) -> tuple[float, int]:
         body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "token_healing": False}
         t, usage = await _ttft(c, url + "/v1/completions", body)
         return t, usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
@@ -147,7 +158,7 @@ def _tokenseam_target(name: str, url: str, state) -> _Target:
 
 
 def _llama_target(name: str, base: str) -> _Target:
-    async def send(c: httpx.AsyncClient, prompt: list[int], n: int) -> tuple[float, int]:
+    async def send(c: httpx.AsyncClient, prompt: list[int] | str, n: int) -> tuple[float, int]:
         t0 = time.perf_counter()
         first, cached = None, 0
         # a new connection each time: llama-server may close a kept-alive one after a long streamed answer
@@ -178,7 +189,12 @@ def llama_reused(event: dict, before: int) -> int:
     return before
 
 
-async def _timed(c: httpx.AsyncClient, target: _Target, prompt: list[int], n: int) -> tuple[float, int]:
+def _form(tok, prompt: list[int], form: str) -> list[int] | str:
+    """What a server is sent: the ids, or their text (which it tokenizes itself)."""
+    return prompt if form == "ids" else tok.decode(prompt).decode("utf-8")
+
+
+async def _timed(c: httpx.AsyncClient, target: _Target, prompt: list[int] | str, n: int) -> tuple[float, int]:
     out = await target.send(c, prompt, n)
     await asyncio.sleep(SETTLE_SECONDS)
     return out
@@ -190,9 +206,9 @@ def _turns(targets: list[_Target], k: int) -> list[_Target]:
     return targets[k % len(targets) :] + targets[: k % len(targets)]
 
 
-async def _long_prefix(tok, targets: list[_Target], n_tokens: int) -> dict[str, dict]:
+async def _long_prefix(tok, targets: list[_Target], n_tokens: int, form: str = "ids") -> dict[str, dict]:
     """Per server: one cold request (caches cleared, or a document it has not seen), then ten with the same
-    document and other questions, the servers taking turns request by request."""
+    document and other questions, the servers taking turns request by request. `form`: see _form."""
     ids = _doc_ids(tok, n_tokens, seed=n_tokens)  # each length its own document: no length warms another
     qs = _questions(tok)
     cold: dict[str, float] = {}
@@ -201,10 +217,10 @@ async def _long_prefix(tok, targets: list[_Target], n_tokens: int) -> dict[str, 
         for t in targets:
             if t.clear is not None:
                 t.clear()
-            cold[t.name] = (await _timed(c, t, ids + qs[0], 1))[0]
+            cold[t.name] = (await _timed(c, t, _form(tok, ids + qs[0], form), 1))[0]
         for k, q in enumerate(qs[1:]):
             for t in _turns(targets, k):
-                warm[t.name].append(await _timed(c, t, ids + q, 1))
+                warm[t.name].append(await _timed(c, t, _form(tok, ids + q, form), 1))
     out = {}
     for t in targets:
         times = [x for x, _ in warm[t.name]]
@@ -232,7 +248,10 @@ async def _interleaved(args, tok, targets: list[_Target]) -> dict[str, dict]:
             for t in _turns(targets, rnd):
                 qs = _interleaved_questions(tok, rnd)
                 outs = await asyncio.gather(
-                    *[t.send(c, h + q, args.interleaved_tokens) for h, q in zip(heads, qs, strict=True)]
+                    *[
+                        t.send(c, _form(tok, h + q, args.prompt_form), args.interleaved_tokens)
+                        for h, q in zip(heads, qs, strict=True)
+                    ]
                 )
                 await asyncio.sleep(SETTLE_SECONDS)
                 if rnd:
@@ -313,7 +332,9 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                         LlamaServer(args.llama_server, state.backend.path, np_, args.threads, _ctx(args))
                     )
                     targets.append(_llama_target(f"np{np_}", ls.url))
-            long = {str(n): asyncio.run(_long_prefix(tok, targets, n)) for n in _lengths(args)}
+            long = {
+                str(n): asyncio.run(_long_prefix(tok, targets, n, args.prompt_form)) for n in _lengths(args)
+            }
             inter = asyncio.run(_interleaved(args, tok, targets))
         m["flash_attn"] = {"tokenseam": state.backend.flash_attn, "tokenseam-p1": one[1].backend.flash_attn}
     finally:
