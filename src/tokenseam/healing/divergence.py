@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..vocab import Vocabulary
+from ..vocab.prefix_memo import common_prefix
 
 # How far past the parting point the bytes are compared (tokens of each side).
 LOOKAHEAD_TOKENS = 256
@@ -58,14 +59,6 @@ def piece(vocab: Vocabulary, t: int) -> bytes:
     if vocab.is_special[t]:
         return vocab.token_text[t].encode("utf-8", "surrogatepass")
     return vocab.token_bytes[t]
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
-    n = min(len(a), len(b))
-    k = start
-    while k < n and a[k] == b[k]:
-        k += 1
-    return k
 
 
 def diverge(vocab: Vocabulary, a: Sequence[int], b: Sequence[int], at: int | None = None) -> Divergence:

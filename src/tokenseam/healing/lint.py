@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from ..vocab import Vocabulary
+from ..vocab.prefix_memo import common_prefix
 
 if TYPE_CHECKING:
     from ..vocab import Tokenizer
@@ -122,14 +123,6 @@ class BoundaryCheck:
     context: str  # up to 30 characters either side, `|` marking the boundary
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def vocabulary_witnesses(
     vocab: Vocabulary, ids: list[int], max_rollback: int = DEFAULT_MAX_ROLLBACK
 ) -> list[str]:
@@ -180,7 +173,7 @@ def check_continuations(
     out = []
     for cat, c in continuations:
         joined = tokenizer.encode(text + c, add_special=False, parse_special=parse_special)
-        out.append(ContinuationCheck(cat, c, len(base) - _common_prefix(base, joined)))
+        out.append(ContinuationCheck(cat, c, len(base) - common_prefix(base, joined)))
     return base, out
 
 

@@ -38,19 +38,23 @@ SAMPLE = (
 )
 
 
-def _common_prefix(a: bytes, b: bytes) -> int:
-    """The length of the longest common prefix of a and b (memcmp-speed: halving on slice equality)."""
+def common_prefix(a: Sequence, b: Sequence, start: int = 0) -> int:
+    """The length of the longest common prefix of two sequences that agree before `start`. Two bytes, lists or
+    tuples are compared by halving on slice equality, in C (bytes at memcmp speed: two 32 KB prompts in some
+    tens of microseconds, where a loop in Python takes a millisecond); other sequences element by element."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 64:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    while a[lo] == b[lo]:
+    lo = start
+    if type(a) is type(b) and isinstance(a, (bytes, list, tuple)):  # slices of one kind compare as values
+        if lo < n and a[lo:n] == b[lo:n]:
+            return n
+        hi = n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+        while hi - lo > 32:
+            mid = (lo + hi) // 2
+            if a[lo:mid] == b[lo:mid]:
+                lo = mid
+            else:
+                hi = mid
+    while lo < n and a[lo] == b[lo]:
         lo += 1
     return lo
 
@@ -112,7 +116,7 @@ class PrefixMemo:
             ends = self._ends(whole)
             if ends is None or not len(ends) or ends[-1] != len(data):
                 return False
-            cuts = [int(p) for p in ends[:-1] if self._cut[data[p - 1], data[p]]]
+            cuts = [int(p) for p in ends[:-1] if p > 0 and self._cut[data[p - 1], data[p]]]
             if not cuts:
                 return False
             for p in cuts:
@@ -149,13 +153,16 @@ class PrefixMemo:
 
     def _find_cut(self, data: bytes, parse_special: bool) -> tuple[list[int], int]:
         """(ids of data[:p], p) for the best cut p found in a recent text's ids; ([], 0) if none. Holds the lock."""
-        best, best_len = None, 0
-        for (special, _), e in list(reversed(self._entries.items()))[: LOOKUP_ENTRIES * 2]:
+        best, best_len, looked = None, 0, 0
+        for (special, _), e in reversed(self._entries.items()):
             if special != parse_special:
                 continue
-            n = _common_prefix(data, e.data)
+            n = common_prefix(data, e.data)
             if n > best_len:
                 best, best_len = e, n
+            looked += 1
+            if looked == LOOKUP_ENTRIES:
+                break
         if best is None or best_len < MIN_BYTES // 2:
             return [], 0
         # tokens ending at or before best_len - 1: a cut p needs data[p] inside the shared beginning too
@@ -163,7 +170,7 @@ class PrefixMemo:
         cut = self._cut
         for j in range(k, max(0, k - SCAN_TOKENS), -1):
             p = int(best.ends[j - 1])
-            if cut[data[p - 1], data[p]]:
+            if p > 0 and cut[data[p - 1], data[p]]:
                 self._entries.move_to_end((parse_special, best.data))
                 return best.ids[:j].tolist(), p
         return [], 0
