@@ -189,17 +189,23 @@ def test_a_path_that_continues_a_leaf_is_kept_to_the_token():
 
 
 class TinyVocab:
-    """What the miss report reads of a vocabulary: bytes per id, special flags and texts."""
+    """What the miss report reads of a vocabulary: bytes per id, special flags, texts and end-of-generation ids."""
 
-    def __init__(self, pieces: list[bytes], special: set[int] = frozenset()) -> None:
+    def __init__(
+        self, pieces: list[bytes], special: set[int] = frozenset(), eos: set[int] = frozenset()
+    ) -> None:
         self.token_bytes = pieces
+        self.eos_token_ids = frozenset(eos)
         self.is_special = [i in special for i in range(len(pieces))]
         self.token_text = [p.decode("utf-8", "replace") for p in pieces]
 
 
-# ids: 0 "<s>", 1 "\n", 2 "\n\n", 3 "Hi", 4 " there", 5 "Bye", 6 "<think>x</think>", 7 "ok", 8 "a", 9 "b"
+# ids: 0 "<s>", 1 "\n", 2 "\n\n", 3 "Hi", 4 " there", 5 "Bye", 6 "<think>x</think>", 7 "ok", 8 "a", 9 "b",
+# 10 "<eot>" (the model's end of turn)
 VOCAB = TinyVocab(
-    [b"<s>", b"\n", b"\n\n", b"Hi", b" there", b"Bye", b"<think>x</think>", b"ok", b"a", b"b"], {0}
+    [b"<s>", b"\n", b"\n\n", b"Hi", b" there", b"Bye", b"<think>x</think>", b"ok", b"a", b"b", b"<eot>"],
+    {0, 10},
+    {10},
 )
 
 
@@ -219,6 +225,8 @@ def _cached(paths: list[list[int]], max_tokens=1000) -> PrefixCache:
         ([[0, 8, 3, 4, 9]], [0, 8, 5, 4, 9], "edited"),  # "Hi" became "Bye"
         ([[0, 8, 6, 7, 4, 4, 4]], [0, 8, 7, 4, 4, 4, 9], "template"),  # the reasoning block is gone
         ([[0, 8, 3]], [0, 8, 3, 4, 9, 9], "new"),  # the cache holds all it ever had of this prompt
+        # the answer ended with the model's own end token; the template wrote "ok" after it instead
+        ([[0, 8, 3, 10, 1, 9]], [0, 8, 3, 7, 1, 9, 9], "end_of_turn"),
         ([[0, 8, 3, 4, 9]], [0, 8, 3, 4, 9, 9], "hit"),
     ],
 )
@@ -234,6 +242,8 @@ def test_the_miss_report_names_the_cause(cached, prompt, cause):
         assert rep["at_token"] == 2 and rep["at_byte"] == len(b"<s>a")
     if cause == "template":
         assert rep["removed_from"] == "prompt" and rep["removed_bytes"] == len(b"<think>x</think>")
+    if cause == "end_of_turn":
+        assert rep["end_token_in"] == "cache" and rep["at_token"] == 3 and rep["cached"]["ids"][0] == 10
 
 
 def test_the_miss_report_names_an_eviction():

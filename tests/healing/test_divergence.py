@@ -37,6 +37,13 @@ def test_causes_on_real_tokenizations(model, vocabs, tokenizers):
     assert strip.removed_bytes == len(b"<think>a long thought here</think>")
     assert diverge(vocab, base, base + rest).cause == "extended"
     assert diverge(vocab, base, base).cause == "same"
+    # an answer that ended with the model's own end token, where the next prompt's template writes other text
+    for end in sorted(vocab.eos_token_ids):
+        mark = tok.encode("</turn>\n", add_special=False)
+        eot = diverge(vocab, base + rest + [end] + base, base + rest + mark + base)
+        assert eot.cause == "end_of_turn" and eot.end_token == "a" and eot.at == len(base + rest)
+        assert eot.to_json()["end_token_in"] == "a"
+        assert diverge(vocab, base + mark, base + [end]).end_token == "b"
 
 
 def run_lint(*args, stdin=None):

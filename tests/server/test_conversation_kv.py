@@ -420,3 +420,23 @@ def test_a_long_prompt_that_begins_like_a_recent_one_reuses_its_ids(smollm2_serv
     r = httpx.post(smollm2_server.url + "/tokenize", json={"content": prompts[1]}, timeout=60)
     assert r.status_code == 200
     assert r.json()["tokens"] == st.tokenizer._encode(prompts[1].encode(), False, False)
+
+
+def test_an_answer_ended_by_gemmas_own_end_token_misses_it_and_says_so(gemma3_server):
+    """The bundled Gemma GGUF has no chat template, so the server renders ChatML; an answer that ends with
+    Gemma's `<end_of_turn>` comes back in the next prompt as the template's `<|im_end|>` text instead. That one
+    token cannot be reused (the model must read what the template wrote), and the report names why."""
+    st = gemma3_server.state
+    eot = 106
+    assert st.vocab.token_bytes[eot] == b"<end_of_turn>" and eot in st.backend.eog_ids
+    text = "Hello there, friend"
+    m1 = [{"role": "user", "content": "Greet me, please, in four words."}]
+    r1 = chat(gemma3_server.url, m1, char_ids(st, text) + [eot], max_tokens=40)
+    assert r1["choices"][0]["message"]["content"] == text and r1["choices"][0]["finish_reason"] == "stop"
+    m2 = m1 + [{"role": "assistant", "content": text}, {"role": "user", "content": "Once more."}]
+    r2 = chat(gemma3_server.url, m2, max_tokens=2)
+    report = r2["prefix_cache"]
+    assert report["answers_reused"] == 1
+    assert cached(r2) == context(r1) - 1  # all but the end token
+    assert report["cause"] == "end_of_turn" and report["end_token_in"] == "cache"
+    assert report["cached"]["ids"][0] == eot

@@ -178,7 +178,9 @@ class PrefixCache:
         Causes: `hit` (all but the last prompt token, which is always decoded); `new` (the cache holds nothing
         that goes on past this point); `retokenized` (the cache goes on with the same text in other ids);
         `template` (the prompt leaves out text the cache holds here, as a chat template that strips an earlier
-        reasoning block does); `edited` (the text differs from here on); `evicted` (a path that went on
+        reasoning block does); `end_of_turn` (one side has the model's end-of-generation token where the other
+        has other text: an answer ended with the model's own end token, which the template writes as another
+        mark); `edited` (the text differs from here on); `evicted` (a path that went on
         further was evicted); `restore_failed` (the cached KV could not be restored). `held`: the ids of the
         slot the prompt was decoded in when its prefix came from there (a resident slot) rather than the tree."""
         from ..healing.divergence import common_prefix, diverge
@@ -208,6 +210,8 @@ class PrefixCache:
             detail.pop("cause")
             if "removed_from" in detail:
                 detail["removed_from"] = "prompt" if d.removed == "a" else "cache"
+            if "end_token_in" in detail:
+                detail["end_token_in"] = "prompt" if d.end_token == "a" else "cache"
             return {**out, "cause": cause, **detail}
         return {**out, "cause": "new", "at_token": matched}
 

@@ -162,6 +162,8 @@ _CAUSES = {
     "extended": "one prompt's ids are a prefix of the other's (a cache holding the shorter one is reused whole)",
     "retokenized": "the text goes on the same, but its bytes are cut into other tokens (a re-tokenized seam)",
     "stripped": "one prompt leaves out text the other holds here, then goes on the same",
+    "end_of_turn": "one prompt has the model's end-of-generation token where the other has other text "
+    "(an answer that ended with the model's own end token, which the chat template writes as another mark)",
     "edited": "the text differs from here on",
 }
 

@@ -5,6 +5,9 @@ Given two id sequences that agree up to position `at`, the cause is named from t
   other tokens, as when `\\n` `\\n` comes back as `\\n\\n`);
 - `stripped`: one side leaves out a run of text the other holds and then goes on with it (a chat template that
   drops an earlier reasoning block from the history; `removed` says which side lost the text);
+- `end_of_turn`: one side has an end-of-generation token of the model where the other has other text (an answer
+  that ended with the model's own end token, which the chat template writes as another mark: Gemma's
+  `<end_of_turn>` under a ChatML template's `<|im_end|>`; `end_token` says which side has the token);
 - `edited`: the text itself differs from this byte on (the client changed it);
 - `extended`: one side simply ends there (nothing differs; the other goes on).
 """
@@ -28,7 +31,7 @@ SHOWN_TOKENS = 8
 @dataclass(frozen=True)
 class Divergence:
     at: int  # index of the first differing id
-    cause: str  # retokenized | stripped | edited | extended | same
+    cause: str  # retokenized | stripped | end_of_turn | edited | extended | same
     byte: int  # bytes of the common ids before `at` (the offset where the two parted, in text)
     a_ids: list[int]  # the next few ids of each side from `at`
     b_ids: list[int]
@@ -37,6 +40,7 @@ class Divergence:
     same_bytes: int = 0  # bytes after the parting point that both sides still agree on
     removed: str = ""  # for `stripped`: "a" or "b", the side that leaves the text out
     removed_bytes: int = 0
+    end_token: str = ""  # for `end_of_turn`: "a" or "b", the side with the model's end-of-generation token
 
     def to_json(self) -> dict:
         out = {
@@ -51,6 +55,8 @@ class Divergence:
         if self.cause == "stripped":
             out["removed_from"] = self.removed
             out["removed_bytes"] = self.removed_bytes
+        if self.cause == "end_of_turn":
+            out["end_token_in"] = self.end_token
         return out
 
 
@@ -94,6 +100,9 @@ def diverge(vocab: Vocabulary, a: Sequence[int], b: Sequence[int], at: int | Non
     if same >= first:
         # the bytes agree through both first ids: the same text, cut into other ids
         return Divergence(cause="retokenized", same_bytes=same, **base)
+    for side, t in (("a", a_next[0]), ("b", b_next[0])):
+        if t in vocab.eos_token_ids:
+            return Divergence(cause="end_of_turn", end_token=side, **base)
     for side, short, long_ in (("b", bb, ab), ("a", ab, bb)):
         resume = short[same : same + RESUME_BYTES]  # where this side goes on; found later in the other?
         if len(resume) < MIN_RESUME_BYTES:
