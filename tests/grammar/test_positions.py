@@ -664,6 +664,24 @@ def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
     assert len(compiler._cache) == 0
 
 
+def test_warm_up_pays_the_one_time_costs_of_a_first_compile(smollm2_vocab):
+    """After warm_up, a first schema with a \\d pattern and an enum finds Python's shorthand classes computed
+    and jsonschema loaded (each about 50-60 ms when the first request of a process pays it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from tokenseam.grammar import GrammarCompiler, regex; from tokenseam.vocab import "
+        "load_vocabulary\n"
+        "assert 'jsonschema' not in sys.modules and regex.python_classes.cache_info().currsize == 0\n"
+        "GrammarCompiler(load_vocabulary('smollm2')).warm_up()\n"
+        "assert 'jsonschema' in sys.modules and regex.python_classes.cache_info().currsize == 1\n"
+        "print('ok')"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
 @pytest.mark.parametrize("max_ws", [40, 0])
 def test_layout_lowering_matches_the_general_one(monkeypatch, smollm2_vocab, max_ws):
     """JSON layout whitespace (ir.LAYOUT, LAYOUT_NO_INDENT) is lowered by nfa._Builder.layout, not by walking

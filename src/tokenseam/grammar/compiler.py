@@ -25,7 +25,7 @@ from .matcher import GrammarMatcher
 from .memory import DEFAULT_BUDGET_MB, MB, GrammarMemory
 from .nfa import build_nfa
 from .prepare import prepare_nfa
-from .regex import parse_regex
+from .regex import parse_regex, python_classes
 from .tables import TokenTable
 
 MAX_CHOICE_CHARS = 200_000
@@ -154,7 +154,14 @@ class GrammarCompiler:
         each one from its on-disk cache (or compiles it, on a first run) at its first call, 10-40 ms apiece.
         Two small grammars cover them all: any JSON value (rule calls, positions split by call frame, tokens
         that leave a called rule) and a counted array of counted strings. Masks and commits run over a short
-        document of each. Nothing is added to this compiler's cache."""
+        document of each. Nothing is added to this compiler's cache.
+
+        Also paid here, once per process, instead of by the first schema that needs them (about 50-60 ms each):
+        the code point ranges of Python's \\d \\w \\s (regex.python_classes scans every code point) and the
+        jsonschema package, which enum and const values are checked with."""
+        import jsonschema  # noqa: F401
+
+        python_classes()
         scratch = GrammarCompiler(self.vocab, cache_size=1, cache_bytes=self.cache_bytes)
         out = np.zeros(self.vocab.mask_words, dtype=np.int32)
         for schema, doc in (
