@@ -33,6 +33,13 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 GRAMMAR_NICE = 10
 
 
+def _whole_mb(name: str, value) -> int:
+    """`value` if it is a whole number of MB >= 0 (a bool is not), else ValueError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a whole number of MB >= 0, got {value!r}")
+    return value
+
+
 class ServerState:
     """What every request of one server shares. `reasoning_end`: the tag that ends a thinking model's reasoning
     (a grammar then starts after it)."""
@@ -62,9 +69,9 @@ class ServerState:
         self.grammar_seconds = grammar_seconds  # each compile's time budget (None: the grammar default)
         from ..grammar.memory import DEFAULT_BUDGET_MB, MB
 
-        mb = DEFAULT_BUDGET_MB if grammar_cache_mb is None else grammar_cache_mb
-        if isinstance(mb, bool) or not isinstance(mb, int) or mb < 0:
-            raise ValueError(f"grammar_cache_mb must be a whole number of MB >= 0, got {grammar_cache_mb!r}")
+        mb = _whole_mb(
+            "grammar_cache_mb", DEFAULT_BUDGET_MB if grammar_cache_mb is None else grammar_cache_mb
+        )
         self.grammar_cache_bytes = mb * MB  # what compiled grammars may hold, cached or in use
         # Requests are prepared off the event loop in two pools: grammar compiles (seconds at worst, bounded by
         # the compiler's budget) cannot take the threads that tokenize plain prompts.
@@ -84,8 +91,7 @@ class ServerState:
         self.metrics.registry.register(EngineCollector(engine))
         self.metrics.registry.register(GrammarCollector(self))
         self.chat = ChatTemplate(engine.backend.chat_template, self.vocab, self.tokenizer)
-        if isinstance(turn_memory_mb, bool) or not isinstance(turn_memory_mb, int) or turn_memory_mb < 0:
-            raise ValueError(f"turn_memory_mb must be a whole number of MB >= 0, got {turn_memory_mb!r}")
+        _whole_mb("turn_memory_mb", turn_memory_mb)
         from ..engine.turn_memory import TurnMemory
 
         # The ids of earlier answers, so a chat history sent back as text keeps its KV (None: off).
@@ -94,12 +100,7 @@ class ServerState:
         )
         if self.turns is not None:
             self.metrics.registry.register(TurnMemoryCollector(self.turns))
-        if (
-            isinstance(tokenize_memo_mb, bool)
-            or not isinstance(tokenize_memo_mb, int)
-            or tokenize_memo_mb < 0
-        ):
-            raise ValueError(f"tokenize_memo_mb must be a whole number of MB >= 0, got {tokenize_memo_mb!r}")
+        _whole_mb("tokenize_memo_mb", tokenize_memo_mb)
         # Long prompts that begin like a recent one reuse its ids up to a safe cut (vocab/prefix_memo.py; the
         # same ids as tokenizing the whole prompt), so a cached prefix is not tokenized again on every request.
         if tokenize_memo_mb and self.tokenizer.use_prefix_memo(self.vocab.token_bytes, tokenize_memo_mb * MB):
