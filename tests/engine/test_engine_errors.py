@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tokenseam.engine import BackendConfig, Engine, GenerationRequest, LlamaCppBackend, SamplingParams
+from tokenseam.engine import GenerationRequest, SamplingParams
 from tokenseam.engine.llm_engine import run_sync
 from tokenseam.engine.sequence import ChoiceEvent, RequestDone
 
@@ -33,17 +33,6 @@ class FailsAfter:
 
     def is_active(self) -> bool:
         return True
-
-
-@pytest.fixture(scope="module")
-def engine(model_paths):
-    be = LlamaCppBackend(
-        model_paths["smollm2"], BackendConfig(n_ctx=256, n_seq=4, n_threads=2, prefix_cache_tokens=0)
-    )
-    eng = Engine(be)
-    yield eng
-    eng.shutdown()
-    be.close()
 
 
 def _run(engine, req, sink):

@@ -40,6 +40,9 @@ PREFILL_MAX_PASSES = 8
 # in, or for a next turn that continues the answer to take them over. 0: an idle engine decodes them at once,
 # while the client reads the answer and sends its next turn, so that turn finds them cached.
 TAIL_IDLE_SECONDS = 0.0
+# How long the engine sleeps when every running request holds its last prompt token for a constraint still
+# being made (the constraint's future wakes it sooner; this only bounds a missed wake-up).
+HELD_WAIT_SECONDS = 0.05
 
 
 class Engine:
@@ -128,7 +131,13 @@ class Engine:
                 self.last_progress = time.monotonic()  # idle until now: the stall clock starts here
             self._waiting.append(state)
             self._cv.notify()
+        if request.constraint_pending is not None:  # a step may be waiting for it: wake the engine when done
+            request.constraint_pending.add_done_callback(lambda _: self._wake())
         return state
+
+    def _wake(self) -> None:
+        with self._cv:
+            self._cv.notify()
 
     def cancel(self, state: RequestState) -> None:
         """Abort a request (client gone): its sequences stop and their KV is freed before the next decode."""
@@ -212,7 +221,12 @@ class Engine:
             if not self._running and not self._tails:
                 continue
             try:
-                self._step()
+                if not self._step():
+                    # Nothing could be decoded: every running request holds its last prompt token for a
+                    # constraint still being made. Wait for one (its future wakes us) or for new work.
+                    with self._cv:
+                        if not (self._waiting or self._cancel or self._clears or self._stop):
+                            self._cv.wait(HELD_WAIT_SECONDS)
             except BackendError as e:
                 log.error("decode failed, aborting %d requests: %s", len(self._running), e)
                 for st in list(self._running):
@@ -325,7 +339,8 @@ class Engine:
             self.stats.cached_tokens += reuse
             self._running.append(st)
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
+        """One llama_decode over the running requests, then sampling; False if there was nothing to decode."""
         t0 = time.perf_counter()
         dec0 = self.backend.decode_seconds
         budget = self.backend.config.n_batch
@@ -358,6 +373,8 @@ class Engine:
         )
         group = 0
         for st in prefilling:
+            if st.held and not self._release_constraints(st):
+                continue
             left = len(st.prompt) - st.prefill_pos
             if budget <= 0 or (group and group + left > PREFILL_GROUP_TOKENS):
                 st.passed_over += 1
@@ -368,6 +385,10 @@ class Engine:
             end = len(st.prompt)
             if st.prompt_lps is not None and st.prefill_pos < end - 1:
                 end -= 1  # every position's logits up to the last token, then the last one's for sampling
+            if st.held:  # its constraint is not there yet: the last token, whose logits are sampled, waits
+                end = min(end, len(st.prompt) - 1)
+                if st.prefill_pos >= end:
+                    continue
             chunk = st.prompt[st.prefill_pos : min(end, st.prefill_pos + size)]
             last = st.prefill_pos + len(chunk) == len(st.prompt)
             items.append(
@@ -381,6 +402,8 @@ class Engine:
             owners.append((st, None))
             budget -= len(chunk)
             group += len(chunk)
+        if not items:
+            return False
         logits = self.backend.decode(items)
         # A step of only finished requests' last tokens (decoded for the cache after their answers went out)
         if not owners:
@@ -452,6 +475,23 @@ class Engine:
         self.stats.generated_tokens += n_sampled
         self.stats.steps += 1
         self.stats.overhead_seconds += (time.perf_counter() - t0) - (self.backend.decode_seconds - dec0)
+        return True
+
+    def _release_constraints(self, st: RequestState) -> bool:
+        """A held request whose constraint is ready gets it (one per choice) and may read its last prompt
+        token; one still held reads the rest of its prompt meanwhile. False if its constraint could not be
+        made: the request has ended alone with that error."""
+        if not st.request.constraint_pending.done():
+            return True  # still held: it reads all but its last token meanwhile
+        factory = st.request.constraint_factory
+        try:
+            for s in st.seqs:
+                s.constraint = factory() if factory else None
+        except Exception as e:
+            self._abort(st, f"constraint failed: {e}")
+            return False
+        st.held = False
+        return True
 
     def _adopt_tail(self, prompt: list[int]) -> None:
         """A prompt that continues a finished request's path through its last token (the next turn, sent at

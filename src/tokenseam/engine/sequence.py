@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..constraint import Constraint
@@ -34,6 +35,10 @@ class GenerationRequest:
     # Report how much of the prompt the prefix cache held and why not more (`PrefixCache.explain`), on
     # `RequestDone.prefix_report`.
     explain_prefix: bool = False
+    # What the constraint is built from, still being made (a grammar compiling in another thread): the prompt is
+    # read meanwhile, all but its last token, which waits until the future is done; `constraint_factory` is
+    # called then (a failed future fails the request alone). None: the factory is ready at admission.
+    constraint_pending: Future | None = None
 
 
 @dataclass
@@ -82,7 +87,7 @@ class Sequence:
         self.sampler = Sampler(p, vocab_size, seed_offset=index, prompt_ids=req.request.prompt_ids)
         self.detok = IncrementalDetokenizer(vocab, p.stop, req.request.text_skip_bytes, p.min_tokens)
         factory = req.request.constraint_factory
-        self.constraint: Constraint | None = factory() if factory else None
+        self.constraint: Constraint | None = factory() if factory and not req.held else None
         self.finish_reason: str | None = None
         self.n_past = 0  # positions of this sequence already in the KV cache
 
@@ -106,6 +111,7 @@ class RequestState:
         self.done = False
         self.prompt_lps: list[TokenLogprob | None] | None = None  # collected while the prompt is read
         self.passed_over = 0  # scheduler steps that decoded other prompts while this one waited to prefill
+        self.held = request.constraint_pending is not None  # its constraints wait for constraint_pending
 
     @property
     def prompt(self) -> list[int]:
