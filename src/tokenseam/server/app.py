@@ -11,6 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import NoReturn
 
 from prometheus_client import generate_latest
 from starlette.applications import Starlette
@@ -275,15 +276,29 @@ async def _start(
     Tokenizing, rendering the chat template and compiling a grammar run in a worker thread, so a long prompt or
     a large schema does not hold up the event loop that streams every other request's tokens."""
     parsed = parse_request(kind.route, body)
-    pool = state.grammar_pool if wants_grammar(body) else state.prepare_pool
+    grammar = wants_grammar(body)
+    # A grammar compiles while the engine reads the prompt (its last token waits for it), unless it must be
+    # known first (a reasoning block comes before it: healing depends on that) or the server compiles first
+    # (`grammar_overlap` off: no prompt is read for a request whose grammar is refused).
+    overlap = (
+        grammar
+        and state.grammar_overlap
+        and body.get("grammar_after_think") is not True
+        and not (state.chat.is_thinking and parsed.messages is not None)
+    )
+    compiling = (
+        state.grammar_pool.submit(state.compile_request_grammar, body, parsed.route) if overlap else None
+    )
+    pool = state.grammar_pool if grammar and not overlap else state.prepare_pool
     try:
-        prep = await pool.run(prepare, state, parsed, body, sent, tenant)
-    except APIError:
-        raise
-    except Exception as e:
-        if (err := known_error(e)) is None:
-            raise
-        raise err from e
+        prep = await pool.run(prepare, state, parsed, body, sent, tenant, compiling)
+    except BaseException as e:
+        if compiling is not None:
+            compiling.cancel()
+        _reraise(e)
+    if compiling is not None and prep.gen.constraint_pending is None:
+        compiling.cancel()  # an embedder's constraint hook took the request: its grammar is not used
+        compiling = None
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     relay = state.relay
@@ -293,13 +308,28 @@ async def _start(
 
     try:
         handle = state.engine.submit(prep.gen, emit)
-    except Exception as e:
-        if (err := known_error(e)) is None:
-            raise
-        raise err from e
+    except BaseException as e:
+        if compiling is not None:
+            compiling.cancel()
+        _reraise(e)
+    if compiling is not None:
+        try:
+            compiled = await asyncio.wrap_future(compiling)
+        except BaseException as e:  # a compile error (400), or the client gone
+            state.engine.cancel(handle)
+            _reraise(e)
+        prep.grammar_warnings = list(compiled.warnings) if compiled is not None else []
     f = kind(state, parsed, prep, kind.id_prefix + uuid.uuid4().hex[:24])
     f.index_base = index_base
     return handle, queue, f
+
+
+def _reraise(e: BaseException) -> NoReturn:
+    """Raise `e` as the client should see it: a part's known error as its 4xx/503 APIError, anything else
+    (a bug, a cancellation) as it is."""
+    if isinstance(e, Exception) and not isinstance(e, APIError) and (err := known_error(e)) is not None:
+        raise err from e
+    raise e
 
 
 def _tenant(request: Request) -> str:

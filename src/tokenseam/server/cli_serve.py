@@ -106,6 +106,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="wall-clock budget of one grammar compile (default 20); past it the request gets a 400",
     )
     p.add_argument(
+        "--grammar-overlap",
+        choices=("on", "off"),
+        default="on",
+        help="on: a request's grammar compiles while the engine reads its prompt, whose last token waits for it "
+        "(the first token comes after the longer of the two, not after both); off: it compiles first, so no "
+        "prompt is read for a request whose grammar is refused",
+    )
+    p.add_argument(
         "--turn-memory-mb",
         type=_positive("--turn-memory-mb", 0, 1 << 20),
         default=64,
@@ -193,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
             turn_memory_mb=args.turn_memory_mb,
             tokenize_memo_mb=args.tokenize_memo_mb,
             flash_attn=args.flash_attn,
+            grammar_overlap=args.grammar_overlap == "on",
         )
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .errors import APIError
@@ -53,6 +53,11 @@ class WorkPool:
             return self._queued + len(self._running)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        cf = self.submit(fn, *args)
+        return await asyncio.wrap_future(cf)  # a request that goes away cancels a job that has not started
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future:
+        """Start a job; its future (503 APIError at once when the pool is full)."""
         with self._lock:
             if self._queued + len(self._running) >= self.workers + self.max_queue:
                 self.rejected += 1
@@ -73,7 +78,7 @@ class WorkPool:
                 self._queued -= 1
             raise
         cf.add_done_callback(self._dropped)
-        return await asyncio.wrap_future(cf)  # a request that goes away cancels a job that has not started
+        return cf
 
     def _dropped(self, cf) -> None:
         if cf.cancelled():  # never started: _job did not take it off the queue

@@ -6,6 +6,8 @@ the event loop). `Prepared` carries what the response reports about how the requ
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,6 +18,7 @@ from .protocol import ParsedRequest, bad, parse_llama_completion, parse_openai
 from .state import ServerState
 
 if TYPE_CHECKING:
+    from ..constraint import Constraint
     from ..grammar.request import ToolRequest
 
 GRAMMAR_FIELDS = (
@@ -59,10 +62,18 @@ class Prepared:
 
 
 def prepare(
-    state: ServerState, parsed: ParsedRequest, body: dict, sent: dict | None = None, tenant: str = ""
+    state: ServerState,
+    parsed: ParsedRequest,
+    body: dict,
+    sent: dict | None = None,
+    tenant: str = "",
+    compiling: Future | None = None,
 ) -> Prepared:
     """Tokenize the prompt and build the engine request: grammar constraint, token healing, test hooks.
-    `tenant`: whose earlier answers a chat prompt may take its ids from (the turn memory)."""
+    `tenant`: whose earlier answers a chat prompt may take its ids from (the turn memory). `compiling`: the
+    request's grammar, being compiled in another thread (`compile_request_grammar`); the engine then reads the
+    prompt while it compiles, and the constraint is made once it is done (the caller sets
+    `grammar_warnings` then). Not for a request whose grammar starts after a reasoning block."""
     if parsed.model is not None and parsed.model not in state.model_names:
         raise APIError(
             404,
@@ -106,10 +117,12 @@ def prepare(
         return Prepared(
             gen=gen, prompt_tokens=len(ids), tool_call=tool_call, turn_key=turn_key, spliced=spliced
         )
-    compiled = state.compile_request_grammar(body, parsed.route)
+    compiled = state.compile_request_grammar(body, parsed.route) if compiling is None else None
     think = body.get("grammar_after_think", state.chat.is_thinking and parsed.messages is not None)
     if not isinstance(think, bool):
         raise bad("grammar_after_think must be true or false", "grammar_after_think")
+    if think and compiling is not None:
+        raise ValueError("a grammar after a reasoning block is compiled before the prompt is read")
     think = think and compiled is not None
     healed = None
     removed = b""
@@ -124,13 +137,18 @@ def prepare(
                 "removed_bytes": list(removed),
                 "removed_text": removed.decode("utf-8", errors="replace"),
             }
-    factory = request_constraint(
-        state.vocab, compiled, removed, reasoning_end=state.reasoning_end if think else None
-    )
+    reasoning_end = state.reasoning_end if think else None
+    if compiling is None:
+        factory = request_constraint(state.vocab, compiled, removed, reasoning_end=reasoning_end)
+    else:
+        factory = _once_compiled(
+            compiling, lambda c: request_constraint(state.vocab, c, removed, reasoning_end)
+        )
     gen = GenerationRequest(
         prompt_ids=list(ids),
         params=parsed.params,
         constraint_factory=factory,
+        constraint_pending=compiling,
         text_skip_bytes=len(removed),
         prompt_logprobs=parsed.params.top_logprobs if parsed.echo and parsed.params.logprobs else None,
         explain_prefix=parsed.prefix_cache,
@@ -146,6 +164,19 @@ def prepare(
         turn_lead=removed,
         spliced=spliced,
     )
+
+
+def _once_compiled(compiling: Future, make: Callable) -> Callable[[], Constraint | None]:
+    """A constraint factory for a grammar still compiling: the first call (once `compiling` is done; the engine
+    makes sure of that) takes the grammar, or raises its compile error, and builds the real factory."""
+    made: list = []
+
+    def factory() -> Constraint | None:
+        if not made:
+            made.append(make(compiling.result(timeout=0)))
+        return made[0]() if made[0] is not None else None
+
+    return factory
 
 
 def remember_answers(state: ServerState, prep: Prepared, choices) -> None:

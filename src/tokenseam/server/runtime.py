@@ -34,6 +34,7 @@ def build_server(
     turn_memory_mb: int = 64,
     tokenize_memo_mb: int = 16,
     flash_attn: str = "auto",
+    grammar_overlap: bool = True,
 ):
     """Load a model and build the app. The response cache is off unless `cache_mode` says otherwise
     (`tokenseam serve` turns it on: deterministic requests, SQLite store). `api_keys`, `allowed_hosts` and
@@ -43,7 +44,8 @@ def build_server(
     the ids of earlier chat answers may hold (0: chat histories are always re-tokenized); `tokenize_memo_mb` the
     memory for the ids of recent long prompts, whose beginnings later prompts reuse (0: every prompt is tokenized
     whole); `flash_attn`
-    llama.cpp's flash attention ("auto", "on", "off": see LlamaCppBackend.flash_attention_for)."""
+    llama.cpp's flash attention ("auto", "on", "off": see LlamaCppBackend.flash_attention_for);
+    `grammar_overlap` whether a request's grammar compiles while its prompt is read (False: before)."""
     path = resolve_model(model)
     backend = LlamaCppBackend(
         path,
@@ -71,6 +73,7 @@ def build_server(
         grammar_cache_mb=grammar_cache_mb,
         turn_memory_mb=turn_memory_mb,
         tokenize_memo_mb=tokenize_memo_mb,
+        grammar_overlap=grammar_overlap,
     )
     state.warm_up()
     if cache_mode != "off":

@@ -62,11 +62,14 @@ class ServerState:
         grammar_cache_mb: int | None = None,
         turn_memory_mb: int = 64,
         tokenize_memo_mb: int = 16,
+        grammar_overlap: bool = True,
     ) -> None:
         self.engine = engine
         self.reasoning_end = reasoning_end
         self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
         self.grammar_seconds = grammar_seconds  # each compile's time budget (None: the grammar default)
+        # A request's grammar compiles while the engine reads its prompt (False: before it is submitted).
+        self.grammar_overlap = grammar_overlap
         from ..grammar.memory import DEFAULT_BUDGET_MB, MB
 
         mb = _whole_mb(
