@@ -31,7 +31,9 @@ class ForcedIds:
 
 class RunningServer:
     def __init__(self, model: str, **kw) -> None:
-        self.app, self.state = build_server(model, threads=2, **kw)
+        # grammars compile while the prompt is read whatever the core count ("auto" would turn that off on a
+        # 2-core machine); test_grammar_overlap covers compiling first
+        self.app, self.state = build_server(model, threads=2, grammar_overlap="on", **kw)
         eog = sorted(self.state.backend.eog_ids)
 
         def hook(parsed, body):

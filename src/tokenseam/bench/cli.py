@@ -12,6 +12,10 @@ BENCHES = {
         "tokenseam.bench.grammar_memory",
         "grammar memory held under a stream of distinct schemas, against --grammar-cache-mb's budget",
     ),
+    "grammar-overlap": (
+        "tokenseam.bench.grammar_overlap",
+        "time to first token with a large schema: grammar compiled while the prompt is read vs first",
+    ),
     "healing": ("tokenseam.bench.healing", "token healing cost and canonicality"),
     "prefix-cache": ("tokenseam.bench.prefix_cache", "prefix KV cache reuse and TTFT on a RAG workload"),
     "conversation": (

@@ -107,11 +107,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--grammar-overlap",
-        choices=("on", "off"),
-        default="on",
+        choices=("auto", "on", "off"),
+        default="auto",
         help="on: a request's grammar compiles while the engine reads its prompt, whose last token waits for it "
         "(the first token comes after the longer of the two, not after both); off: it compiles first, so no "
-        "prompt is read for a request whose grammar is refused",
+        "prompt is read for a request whose grammar is refused; auto (default): on when --threads leaves a core "
+        "free for the compile",
     )
     p.add_argument(
         "--turn-memory-mb",
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
             turn_memory_mb=args.turn_memory_mb,
             tokenize_memo_mb=args.tokenize_memo_mb,
             flash_attn=args.flash_attn,
-            grammar_overlap=args.grammar_overlap == "on",
+            grammar_overlap=args.grammar_overlap,
         )
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 from ..engine import BackendConfig, Engine, LlamaCppBackend
@@ -34,7 +35,7 @@ def build_server(
     turn_memory_mb: int = 64,
     tokenize_memo_mb: int = 16,
     flash_attn: str = "auto",
-    grammar_overlap: bool = True,
+    grammar_overlap: str = "auto",
 ):
     """Load a model and build the app. The response cache is off unless `cache_mode` says otherwise
     (`tokenseam serve` turns it on: deterministic requests, SQLite store). `api_keys`, `allowed_hosts` and
@@ -45,7 +46,9 @@ def build_server(
     memory for the ids of recent long prompts, whose beginnings later prompts reuse (0: every prompt is tokenized
     whole); `flash_attn`
     llama.cpp's flash attention ("auto", "on", "off": see LlamaCppBackend.flash_attention_for);
-    `grammar_overlap` whether a request's grammar compiles while its prompt is read (False: before)."""
+    `grammar_overlap` whether a request's grammar compiles while its prompt is read ("on", "off", or "auto":
+    see `overlap_compiles`)."""
+    overlap = overlap_compiles(grammar_overlap, threads)  # a bad setting fails before the model loads
     path = resolve_model(model)
     backend = LlamaCppBackend(
         path,
@@ -73,7 +76,7 @@ def build_server(
         grammar_cache_mb=grammar_cache_mb,
         turn_memory_mb=turn_memory_mb,
         tokenize_memo_mb=tokenize_memo_mb,
-        grammar_overlap=grammar_overlap,
+        grammar_overlap=overlap,
     )
     state.warm_up()
     if cache_mode != "off":
@@ -95,6 +98,22 @@ def build_server(
 # its NFA is live, and at the default thresholds the collector rescans that growing graph again and again
 # (about half of `build_nfa`'s time on large schemas).
 SERVING_GC_THRESHOLDS = (100_000, 50, 100)
+
+
+GRAMMAR_OVERLAP = ("auto", "on", "off")
+
+
+def overlap_compiles(setting: str, threads: int) -> bool:
+    """Whether grammars compile while the prompt is read. "auto": only when llama.cpp leaves a core free
+    (`threads` set, and below the cores this process may use). The compile runs at a lower priority than
+    decoding, so with every core decoding it runs mostly after the prompt anyway, and the switching cost a little
+    (`tokenseam bench grammar-overlap`, 2 cores: paired ratio 0.81 with --threads 1, 1.04 with both cores)."""
+    if setting not in GRAMMAR_OVERLAP:
+        raise ValueError(f"grammar_overlap must be one of {', '.join(GRAMMAR_OVERLAP)}, not {setting!r}")
+    if setting != "auto":
+        return setting == "on"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 0 < threads < cores
 
 
 def settle_heap() -> None:
