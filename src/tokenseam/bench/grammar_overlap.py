@@ -96,10 +96,10 @@ def run(args: argparse.Namespace) -> int:
     import httpx
 
     from ..httpkit import BackgroundServer
-    from ..server.runtime import build_server, settle_heap
+    from ..server.runtime import build_server, settle_serving_process
 
     app, state = build_server(args.model, threads=args.threads, n_ctx=4096, parallel=2)
-    settle_heap()
+    settle_serving_process()  # as `tokenseam serve` runs: compiles and the engine share the interpreter
     bg = BackgroundServer(app).start()
     k = 0
     ttft: dict[str, list[float]] = {"overlap": [], "compile_first": [], "no_grammar": []}

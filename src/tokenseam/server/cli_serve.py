@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     from ..models import ModelNotFoundError
     from ..respcache import ResponseCacheError
     from ..vocab import VocabularyError
-    from .runtime import build_server, settle_heap
+    from .runtime import build_server, settle_serving_process
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -207,10 +207,7 @@ def run(args: argparse.Namespace) -> int:
     except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
         print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)
         return 2
-    settle_heap()  # the model, vocabulary tables and grammar engine are loaded for good
-    # A compile holding the interpreter lock makes the engine and event-loop threads wait up to the switch
-    # interval (5 ms by default) each time they need it; 0.5 ms keeps that wait small next to a decode step.
-    sys.setswitchinterval(0.0005)
+    settle_serving_process()  # the model, vocabulary tables and grammar engine are loaded for good
     print(
         f"tokenseam: serving {state.model_id} on http://{args.host}:{args.port} "
         f"(ctx {args.ctx_size} x {args.parallel} sequences, flash attention "
