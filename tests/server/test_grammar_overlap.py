@@ -5,6 +5,7 @@ compiles first."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -123,10 +124,14 @@ def test_overlap_off_compiles_before_the_prompt_is_read(smollm2_server, monkeypa
     _wait_for(lambda: _idle(state))
 
 
-def test_a_client_gone_during_the_compile_frees_its_slot_when_the_compile_ends(smollm2_server, monkeypatch):
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_gone_during_the_compile_frees_its_slot_at_once(smollm2_server, monkeypatch, caplog, stream):
+    caplog.set_level(logging.INFO)
     state = smollm2_server.state
     gate, started = _gated(state, monkeypatch)
-    payload = json.dumps({"prompt": PROMPT, "max_tokens": 40, "guided_json": SCHEMA, "stream": True}).encode()
+    payload = json.dumps(
+        {"prompt": PROMPT, "max_tokens": 40, "guided_json": SCHEMA, "stream": stream}
+    ).encode()
     url = httpx.URL(smollm2_server.url)
     sock = socket.create_connection((url.host, url.port), timeout=60)
     try:
@@ -139,5 +144,11 @@ def test_a_client_gone_during_the_compile_frees_its_slot_when_the_compile_ends(s
         _wait_for(lambda: bool(state.engine._running))  # the prompt is being read, the compile held
     finally:
         sock.close()  # the client goes away before any byte of the answer
-    gate.set()
-    _wait_for(lambda: _idle(state))
+    try:
+        _wait_for(
+            lambda: _idle(state), timeout=20
+        )  # the compile is held for up to 60 s: the slot did not wait
+        logged = "\n".join(r.getMessage() for r in caplog.records)
+        assert "while its grammar compiled" in logged, logged
+    finally:
+        gate.set()

@@ -270,8 +270,11 @@ async def _start(
     sent: dict | None = None,
     index_base: int = 0,
     tenant: str = "",
+    request: Request | None = None,
 ) -> tuple[RequestState, asyncio.Queue, Formatter]:
     """Parse, prepare and submit one request; returns (handle, queue, formatter). Raises APIError.
+    `request`: the HTTP request, watched while its grammar compiles (a client that leaves then frees its slot
+    at once, though the compile runs on to its end).
 
     Tokenizing, rendering the chat template and compiling a grammar run in a worker thread, so a long prompt or
     a large schema does not hold up the event loop that streams every other request's tokens."""
@@ -314,7 +317,7 @@ async def _start(
         _reraise(e)
     if compiling is not None:
         try:
-            compiled = await asyncio.wrap_future(compiling)
+            compiled = await _compiled(compiling, request)
         except BaseException as e:  # a compile error (400), or the client gone
             state.engine.cancel(handle)
             _reraise(e)
@@ -322,6 +325,25 @@ async def _start(
     f = kind(state, parsed, prep, kind.id_prefix + uuid.uuid4().hex[:24])
     f.index_base = index_base
     return handle, queue, f
+
+
+async def _compiled(compiling, request: Request | None):
+    """The compile's result. With `request`, the client is checked twice a second meanwhile, as
+    `request_events` checks it once the answer flows: one that left ends the wait (LeaderAbortedError, a 499
+    nobody reads), and the caller cancels the engine request."""
+    fut = asyncio.wrap_future(compiling)
+    if request is None:
+        return await fut
+    while True:
+        done, _ = await asyncio.wait({fut}, timeout=0.5)
+        if done:
+            return fut.result()
+        if await request.is_disconnected():
+            from ..respcache import LeaderAbortedError
+
+            fut.cancel()
+            log.info("the client closed the connection while its grammar compiled; its request is cancelled")
+            raise LeaderAbortedError("the client closed the request")
 
 
 def _reraise(e: BaseException) -> NoReturn:
@@ -361,7 +383,7 @@ async def _collect_body(
 ) -> dict:
     subs = _sub_bodies(kind, body)
     if subs is None:
-        started = await _start(state, kind, body, sent, tenant=_tenant(request))
+        started = await _start(state, kind, body, sent, tenant=_tenant(request), request=request)
         return await _drain(request, state, kind, t0, *started)
     # A batch: one sub-request per prompt, run together; prompt i's choices are indices i*n .. i*n+n-1.
     started = await _start_batch(state, kind, body, subs, sent, _tenant(request))
@@ -446,7 +468,7 @@ async def _stream_body(
         async for chunk in _stream_batch(request, state, kind, body, subs, t0, sent):
             yield chunk
         return
-    handle, queue, f = await _start(state, kind, body, sent, tenant=_tenant(request))
+    handle, queue, f = await _start(state, kind, body, sent, tenant=_tenant(request), request=request)
     first = True
     for chunk in f.opening_chunks():
         yield chunk
