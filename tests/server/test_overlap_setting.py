@@ -8,7 +8,8 @@ import os
 import pytest
 
 from tokenseam.cli import main
-from tokenseam.server.runtime import build_server, overlap_compiles
+from tokenseam.server.runtime import build_server
+from tokenseam.server.state import overlap_compiles
 
 
 @pytest.mark.parametrize(

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import gc
-import os
 from pathlib import Path
 
 from ..engine import BackendConfig, Engine, LlamaCppBackend
 from ..models import ALIASES, DEFAULT_MODEL, resolve_model
 from .app import create_app
-from .state import ServerState
+from .state import ServerState, overlap_compiles
 
 
 def build_server(
@@ -48,7 +47,7 @@ def build_server(
     llama.cpp's flash attention ("auto", "on", "off": see LlamaCppBackend.flash_attention_for);
     `grammar_overlap` whether a request's grammar compiles while its prompt is read ("on", "off", or "auto":
     see `overlap_compiles`)."""
-    overlap = overlap_compiles(grammar_overlap, threads)  # a bad setting fails before the model loads
+    overlap_compiles(grammar_overlap, threads)  # a bad setting fails before the model loads
     path = resolve_model(model)
     backend = LlamaCppBackend(
         path,
@@ -76,7 +75,7 @@ def build_server(
         grammar_cache_mb=grammar_cache_mb,
         turn_memory_mb=turn_memory_mb,
         tokenize_memo_mb=tokenize_memo_mb,
-        grammar_overlap=overlap,
+        grammar_overlap=grammar_overlap,
     )
     state.warm_up()
     if cache_mode != "off":
@@ -98,23 +97,6 @@ def build_server(
 # its NFA is live, and at the default thresholds the collector rescans that growing graph again and again
 # (about half of `build_nfa`'s time on large schemas).
 SERVING_GC_THRESHOLDS = (100_000, 50, 100)
-
-
-GRAMMAR_OVERLAP = ("auto", "on", "off")
-
-
-def overlap_compiles(setting: str, threads: int) -> bool:
-    """Whether grammars compile while the prompt is read. "auto": only when llama.cpp leaves a core free
-    (`threads` set, and below the cores this process may use). The compile runs at a lower priority than
-    decoding, so with every core decoding it runs mostly after the prompt anyway and gains nothing
-    (`tokenseam bench grammar-overlap`, 2 cores: paired ratio 0.75-0.76 with --threads 1, 1.00-1.02 with
-    both cores)."""
-    if setting not in GRAMMAR_OVERLAP:
-        raise ValueError(f"grammar_overlap must be one of {', '.join(GRAMMAR_OVERLAP)}, not {setting!r}")
-    if setting != "auto":
-        return setting == "on"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return 0 < threads < cores
 
 
 # A compile holding the interpreter lock makes the engine and event-loop threads wait up to the switch interval

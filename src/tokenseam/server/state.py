@@ -5,6 +5,7 @@ One `ServerState` per served model; routes, request preparation and formatters r
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +41,23 @@ def _whole_mb(name: str, value) -> int:
     return value
 
 
+GRAMMAR_OVERLAP = ("auto", "on", "off")
+
+
+def overlap_compiles(setting: str, threads: int) -> bool:
+    """Whether grammars compile while the prompt is read. "auto": only when llama.cpp leaves a core free
+    (`threads` set, and below the cores this process may use). The compile runs at a lower priority than
+    decoding, so with every core decoding it runs mostly after the prompt anyway and gains nothing
+    (`tokenseam bench grammar-overlap`, 2 cores: paired ratio 0.75-0.76 with --threads 1, 1.00-1.02 with
+    both cores)."""
+    if setting not in GRAMMAR_OVERLAP:
+        raise ValueError(f"grammar_overlap must be one of {', '.join(GRAMMAR_OVERLAP)}, not {setting!r}")
+    if setting != "auto":
+        return setting == "on"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 0 < threads < cores
+
+
 class ServerState:
     """What every request of one server shares. `reasoning_end`: the tag that ends a thinking model's reasoning
     (a grammar then starts after it)."""
@@ -62,14 +80,14 @@ class ServerState:
         grammar_cache_mb: int | None = None,
         turn_memory_mb: int = 64,
         tokenize_memo_mb: int = 16,
-        grammar_overlap: bool = True,
+        grammar_overlap: str = "auto",
     ) -> None:
         self.engine = engine
         self.reasoning_end = reasoning_end
         self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
         self.grammar_seconds = grammar_seconds  # each compile's time budget (None: the grammar default)
         # A request's grammar compiles while the engine reads its prompt (False: before it is submitted).
-        self.grammar_overlap = grammar_overlap
+        self.grammar_overlap = overlap_compiles(grammar_overlap, engine.backend.config.n_threads)
         from ..grammar.memory import DEFAULT_BUDGET_MB, MB
 
         mb = _whole_mb(
