@@ -211,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"tokenseam: serving {state.model_id} on http://{args.host}:{args.port} "
         f"(ctx {args.ctx_size} x {args.parallel} sequences, flash attention "
-        f"{'on' if state.engine.backend.flash_attn else 'off'}; API keys {'on' if keys else 'off'}, hosts "
+        f"{'on' if state.engine.backend.flash_attn else 'off'}, grammars compiled "
+        f"{'beside' if state.grammar_overlap else 'before'} the prompt; API keys {'on' if keys else 'off'}, hosts "
         f"{', '.join(hosts) if hosts else 'any'}, CORS {', '.join(args.cors_origin) if args.cors_origin else 'off'})",
         file=sys.stderr,
         flush=True,
