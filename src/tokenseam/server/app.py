@@ -25,7 +25,7 @@ from ..httpkit import CatchErrors, Guard, HTTPError, read_json_body, redact_text
 from ..wire import ROUTE_COMPLETIONS, sse
 from .errors import APIError, known_error
 from .formatting import FORMATTERS, Formatter, usage
-from .prepare import parse_request, prepare, remember_answers, wants_grammar
+from .prepare import grammar_after_think, parse_request, prepare, remember_answers, wants_grammar
 from .protocol import IGNORED_HEADER, bad, batch_prompts, bool_field, ignored_fields
 from .relay import request_events
 from .state import ServerState
@@ -283,12 +283,7 @@ async def _start(
     # A grammar compiles while the engine reads the prompt (its last token waits for it), unless it must be
     # known first (a reasoning block comes before it: healing depends on that) or the server compiles first
     # (`grammar_overlap` off: no prompt is read for a request whose grammar is refused).
-    overlap = (
-        grammar
-        and state.grammar_overlap
-        and body.get("grammar_after_think") is not True
-        and not (state.chat.is_thinking and parsed.messages is not None)
-    )
+    overlap = grammar and state.grammar_overlap and grammar_after_think(state, parsed, body) is not True
     compiling = (
         state.grammar_pool.submit(state.compile_request_grammar, body, parsed.route) if overlap else None
     )

@@ -118,7 +118,7 @@ def prepare(
             gen=gen, prompt_tokens=len(ids), tool_call=tool_call, turn_key=turn_key, spliced=spliced
         )
     compiled = state.compile_request_grammar(body, parsed.route) if compiling is None else None
-    think = body.get("grammar_after_think", state.chat.is_thinking and parsed.messages is not None)
+    think = grammar_after_think(state, parsed, body)
     if not isinstance(think, bool):
         raise bad("grammar_after_think must be true or false", "grammar_after_think")
     if think and compiling is not None:
@@ -164,6 +164,12 @@ def prepare(
         turn_lead=removed,
         spliced=spliced,
     )
+
+
+def grammar_after_think(state: ServerState, parsed: ParsedRequest, body: dict):
+    """Whether the request's grammar starts after a reasoning block: its `grammar_after_think`, else whether a
+    thinking model's chat template renders the prompt (a value that is not a bool is the caller's 400)."""
+    return body.get("grammar_after_think", state.chat.is_thinking and parsed.messages is not None)
 
 
 def _once_compiled(compiling: Future, make: Callable) -> Callable[[], Constraint | None]:
