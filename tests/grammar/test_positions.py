@@ -462,6 +462,74 @@ def test_walk_builder_grows_its_arrays(monkeypatch, smollm2_vocab, schema, doc):
     _compare_builders(smollm2_vocab, "schema", schema, doc)
 
 
+@pytest.mark.parametrize(
+    "kind,grammar,doc",
+    [
+        ("schema", {}, DOC),  # calls, rule ends and deep stacks
+        (
+            "schema",
+            {
+                "type": "array",
+                "maxItems": 6,
+                "items": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string", "maxLength": 30}, "n": {"type": "integer"}},
+                },
+            },
+            json.dumps([{"name": "x é 日本", "n": 12}, {"n": -3}, {}], ensure_ascii=False),
+        ),  # counters: clamped stacks
+        ("regex", r"(ab|a[^x]{2,5}z)+\d{3}", "abazzzzabacdz123"),
+    ],
+)
+def test_walk_builder_hands_back_what_outgrows_its_scratch(monkeypatch, smollm2_vocab, kind, grammar, doc):
+    """The numba builders allocate nothing: they work in one set of scratch arrays, and leave to Python what
+    would outgrow it. With scratch room for two closure configurations, three local states and one stack frame,
+    Python builds most states in the middle of walks and commits; masks still equal the Python builder's, and
+    numba still built some states."""
+    from tokenseam.grammar import localbuild
+    from tokenseam.grammar.automaton import Automaton
+
+    handed_back = []
+    fill = Automaton.fill
+
+    def counting_fill(self, sid, c):
+        if not self.python_builder:
+            handed_back.append((sid, c))
+        return fill(self, sid, c)
+
+    monkeypatch.setattr(Automaton, "fill", counting_fill)
+    tiny = localbuild.Scratch(closure=2, local=3, chain=1)
+    monkeypatch.setattr(localbuild, "_SCRATCH", tiny)
+    _compare_builders(smollm2_vocab, kind, grammar, doc)
+    assert handed_back  # Python built what numba could not
+    assert tiny.meta[localbuild.SC_EPOCH] > 0  # and numba computed closures in the tiny scratch
+
+
+def test_builder_sort_and_chain_stay_in_their_arrays():
+    """localbuild's own sort (numba's allocates) sorts and deduplicates like numpy at every size, both the
+    insertion and the heap path; `_chain` reports a stack deeper than its array instead of writing past it."""
+    from tokenseam.grammar import localbuild
+
+    rng = np.random.default_rng(3)
+    for n in [0, 1, 2, 5, 16, 17, 40, 1000]:
+        for _ in range(20):
+            a = rng.integers(-50, 50, size=n + 3).astype(np.int64)
+            head, tail = a[:n].copy(), a[n:].copy()
+            u = localbuild._uniq(a, n)
+            assert a[:u].tolist() == np.unique(head).tolist()
+            assert np.array_equal(a[n:], tail)  # nothing past n touched
+    a = rng.integers(0, 1 << 40, size=500).astype(np.int64)
+    want = np.unique(a)
+    assert a[: localbuild._uniq(a, 500)].tolist() == want.tolist()
+    # stacks: 2 <- 3 <- 4 <- 5 (parent in column 1), roots 0 and 1
+    stk = np.array([[0, 0, 0], [0, 1, 0], [7, 1, 0], [7, 2, 0], [7, 3, 0], [7, 4, 0]], dtype=np.int64)
+    chain = np.empty(4, np.int64)
+    assert localbuild._chain(5, -1, stk, chain) == (4, 1)
+    assert chain.tolist() == [5, 4, 3, 2]
+    assert localbuild._chain(5, 3, stk, chain) == (2, 3)
+    assert localbuild._chain(5, -1, stk, np.empty(3, np.int64)) == (-1, 2)
+
+
 def _compare_builders(vocab, kind, grammar, doc, **options) -> None:
     """The numba and the Python builder give the same masks at every byte of `doc` (options: of a schema)."""
     from tokenseam.grammar import GrammarCompiler

@@ -22,6 +22,14 @@ reached) they hand back to the Python versions, which stay the reference.
 These functions (and the walk calling them) hold the GIL: they change the automaton's arrays, which Python
 code in another thread must not see half-made.
 
+No reference counting: the walk and the builders it calls are compiled with numba's reference counting off
+(`_nrt=False`). With it on, every call of a function handed the `BuilderArrays` tuple incremented and
+decremented the count of each of its arrays (atomic operations, about 60 per call), which was most of the cost
+of a new state. So they allocate nothing: their working arrays are one process-wide `Scratch`, and what would
+outgrow it goes to Python like any case they leave. Only the first-visit functions below that allocate
+(`group_by_frame`, `escape_target`, `_position`, `_common`) keep reference counting; they run once per new
+position.
+
 Counter clamping: with counters, the walk reads clamped rows (`Automaton.clamped_trans`), whose successors have
 every counter far from its bounds clamped to one value (`Automaton.clamped`), and starts at clamped states. A
 successor built here is clamped (`_clamp_stack`, as `Automaton._clamp_stack`) when its closure ran a counter
@@ -47,7 +55,8 @@ meta[M_GROW]):
   soff[state] = (configurations offset, count, escapes offset, count);
 - stk[stack] = (return state or -1 - loop, parent, counter value), as stacks.Stacks;
 - ht / sht: open-addressing hashes of states / stacks (id + 1, 0 empty), at most half full;
-- meta: the M_* counters.
+- meta: the M_* counters;
+- sc_*: the process's `Scratch` (working arrays, not state).
 """
 
 from __future__ import annotations
@@ -81,6 +90,8 @@ CLOSURE_LIMIT = 4096  # larger closures go to Python (which also raises on explo
 # it costs time in their number, and an ambiguous grammar doubles them with every byte. The largest state of
 # the MaskBench dev split holds 1,554.
 MAX_STATE_CONFIGS = 20_000
+CHAIN_LIMIT = 1 << 14  # stacks deeper than this are rebuilt by Python
+SC_EPOCH, SC_SEEN = 0, 1  # Scratch.meta: the stamp of the closure being computed, how many it has seen
 LOC_TODO, NOT_LOCAL = -2, -1  # loc[q, 0] before q's local closure is computed; when it is not local
 # Shared with automaton.py and masks.py, which import them from here.
 DEAD = -1  # a transition (or state) with nothing left alive
@@ -129,20 +140,54 @@ class BuilderArrays(NamedTuple):
     stk: np.ndarray
     sht: np.ndarray
     meta: np.ndarray
+    # Scratch space (the process's one `Scratch`), so that the builders allocate nothing.
+    sc_keys: np.ndarray
+    sc_escs: np.ndarray
+    sc_moves: np.ndarray
+    sc_seen: np.ndarray
+    sc_work: np.ndarray
+    sc_local: np.ndarray
+    sc_chain: np.ndarray
+    sc_meta: np.ndarray
 
 
-@numba.njit(cache=True, inline="always")
+class Scratch:
+    """The builders' working arrays, one set per process: `fill`'s moves and the successor's configurations
+    and escapes, `_closure`'s seen set (open addressing over (key, stamp) rows, SC_EPOCH the current stamp) and
+    work stack, `_local`'s seen list and stack, `_chain`'s frames. A builder that would outgrow them leaves the
+    case to Python, as past CLOSURE_LIMIT. One set is enough: every builder holds the GIL and none calls back
+    into Python, so two never run at once.
+
+    The builders allocate nothing (they are compiled without numba's reference counting, which would cost each
+    call an atomic increment and decrement per array it is handed). `closure`, `local`, `chain`: room for
+    that many closure configurations, local closure states and stack frames (smaller only in tests)."""
+
+    def __init__(
+        self, closure: int = CLOSURE_LIMIT, local: int = LOCAL_LIMIT + 64, chain: int = CHAIN_LIMIT
+    ) -> None:
+        self.keys = np.empty(8 * closure, np.int64)
+        self.escs = np.empty(2 * closure, np.int64)
+        self.moves = np.empty((8 * closure, 2), np.int64)
+        # rows: a power of two, so a closure of `closure` configurations fills at most a quarter of it
+        self.seen = np.zeros((1 << (4 * closure - 1).bit_length(), 2), np.int64)
+        self.work = np.empty((closure, 2), np.int64)
+        self.local = np.empty((2, local), np.int64)
+        self.chain = np.empty(chain, np.int64)
+        self.meta = np.zeros(2, np.int64)
+
+
+@numba.njit(cache=True, inline="always", _nrt=False)
 def _key(q, st):
     return (np.int64(q) << 32) | np.int64(st)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", _nrt=False)
 def _mix(h, x):
     h = (h ^ x) * np.int64(_MUL)
     return h ^ (h >> 29)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _state_hash(cfg, soff, escp, accepting, sid):
     h = np.int64(_SEED)
     o = soff[sid, 0]
@@ -155,12 +200,12 @@ def _state_hash(cfg, soff, escp, accepting, sid):
     return h
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _stack_hash(ret, parent, value):
     return _mix(_mix(_mix(np.int64(_SEED), np.int64(ret)), np.int64(parent)), np.int64(value))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _put(table, h, v):
     mask = table.shape[0] - 1
     j = h & mask
@@ -169,7 +214,7 @@ def _put(table, h, v):
     table[j] = v + 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def rehash(ht, sht, cfg, soff, escp, accepting, stk, meta):
     """Fill empty hash tables with every indexed state and stack."""
     for sid in range(meta[M_INDEXED]):
@@ -178,7 +223,7 @@ def rehash(ht, sht, cfg, soff, escp, accepting, stk, meta):
         _put(sht, _stack_hash(stk[x, 0], stk[x, 1], stk[x, 2]), x)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def index_new(ht, sht, cfg, soff, escp, accepting, stk, meta):
     """Index the states and stacks Python made since the last call."""
     for sid in range(meta[M_INDEXED], meta[M_STATES]):
@@ -189,7 +234,7 @@ def index_new(ht, sht, cfg, soff, escp, accepting, stk, meta):
     meta[M_SINDEXED] = meta[M_STACKS]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _push(ret, parent, value, ar):
     """The stack id of frame (ret, value) on `parent`, made if new; NO_ROOM when an array is full."""
     stk, sht, meta = ar.stk, ar.sht, ar.meta
@@ -214,29 +259,28 @@ def _push(ret, parent, value, ar):
     return x
 
 
-@numba.njit(cache=True)
-def _chain(st, until, stk):
-    """The frames of stack st from its top down to `until` or a root (0, BOT), top first: (frames, how many,
-    the stack where it stopped)."""
-    chain = np.empty(16, np.int64)
+@numba.njit(cache=True, _nrt=False)
+def _chain(st, until, stk, chain):
+    """The frames of stack st from its top down to `until` or a root (0, BOT), top first, into `chain` (scratch):
+    (how many, the stack where it stopped); how many is -1 when `chain` is too short (Python's case)."""
     n = 0
     x = st
     while x != until and x > BOT:
         if n == chain.shape[0]:
-            grown = np.empty(2 * n, np.int64)
-            grown[:n] = chain
-            chain = grown
+            return -1, x
         chain[n] = x
         n += 1
         x = stk[x, 1]
-    return chain, n, x
+    return n, x
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _clamp_stack(st, ar):
     """Stack st with every counter frame's value clamped as Automaton._clamp_stack does (NO_ROOM when full)."""
-    loops, stk = ar.loops, ar.stk
-    chain, n, cur = _chain(st, -1, stk)
+    loops, stk, chain = ar.loops, ar.stk, ar.sc_chain
+    n, cur = _chain(st, -1, stk, chain)
+    if n < 0:
+        return NEED_PYTHON
     for k in range(n - 1, -1, -1):
         f = chain[k]
         ret = stk[f, 0]
@@ -263,7 +307,7 @@ def _clamp_stack(st, ar):
     return cur
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _local(q0, ar):
     """Start of q0's local closure in loc_pool (its NFA states with byte edges, ascending), -1 if the closure
     touches a stack operation or grows past LOCAL_LIMIT (as Automaton._local), NO_ROOM if the pool is full."""
@@ -282,8 +326,8 @@ def _local(q0, ar):
         return s
     meta[M_EPOCH] += 1
     ep = meta[M_EPOCH]
-    seen = np.empty(LOCAL_LIMIT + 64, np.int64)
-    stack = np.empty(LOCAL_LIMIT + 64, np.int64)
+    seen = ar.sc_local[0]
+    stack = ar.sc_local[1]
     ns = 1
     seen[0] = q0
     mark[q0] = ep
@@ -300,18 +344,14 @@ def _local(q0, ar):
             t = eps_t[k]
             if mark[t] != ep:
                 mark[t] = ep
-                if ns == seen.shape[0]:
-                    grown = np.empty(ns * 2, np.int64)
-                    grown[:ns] = seen
-                    seen = grown
-                    grown = np.empty(ns * 2, np.int64)
-                    grown[:top] = stack[:top]
-                    stack = grown
+                if ns == seen.shape[0]:  # past LOCAL_LIMIT already: not local
+                    ok = False
+                    break
                 seen[ns] = t
                 ns += 1
                 stack[top] = t
                 top += 1
-        if ns > LOCAL_LIMIT:
+        if not ok or ns > LOCAL_LIMIT:
             ok = False
             break
     if not ok:
@@ -321,10 +361,10 @@ def _local(q0, ar):
     if used + ns > loc_pool.shape[0]:
         meta[M_GROW] = G_LOC
         return NO_ROOM
-    res = np.sort(seen[:ns])
+    _sort(seen, ns)
     m = 0
     for k in range(ns):
-        q = res[k]
+        q = seen[k]
         if e_off[q + 1] > e_off[q]:
             loc_pool[used + m] = q
             m += 1
@@ -334,7 +374,7 @@ def _local(q0, ar):
     return used
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", _nrt=False)
 def _popcount(x):
     n = 0
     while x:
@@ -343,7 +383,7 @@ def _popcount(x):
     return n
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _set_viable(row, seen, count):
     """anyorder.viable on a `sets` row (nbits, required, min, max or -1, extras, dead)."""
     if row[3] >= 0 and count + _popcount(row[1] & ~seen) > row[3]:
@@ -351,12 +391,12 @@ def _set_viable(row, seen, count):
     return row[4] != 0 or count + row[0] - _popcount(seen | row[5]) >= row[2]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _set_added(row, count):
     return count + 1 if row[3] >= 0 else min(count + 1, row[2])
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _set_step(sets, lid, value, code):
     """anyorder.step: the set frame's value after operation `code`, -1 when it is not allowed."""
     row = sets[lid]
@@ -390,12 +430,36 @@ def _set_step(sets, lid, value, code):
     return seen | (count << nbits) if _set_viable(row, seen, count) else -1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False, inline="always")
+def _visit(q, st, top, limit, ar):
+    """Push configuration (q, st) on the closure's work stack above `top` unless the closure (stamped
+    sc_meta[SC_EPOCH]) has seen it: the new top, or -1 when that would make more than `limit` configurations seen.
+    The seen set is open addressing over (key, stamp) rows: rows of other stamps are empty."""
+    seen, work, meta = ar.sc_seen, ar.sc_work, ar.sc_meta
+    ep = meta[SC_EPOCH]
+    x = _key(q, st)
+    mask = seen.shape[0] - 1
+    j = _mix(np.int64(_SEED), x) & mask
+    while seen[j, 1] == ep:
+        if seen[j, 0] == x:
+            return top
+        j = (j + 1) & mask
+    if meta[SC_SEEN] == limit:
+        return -1
+    meta[SC_SEEN] += 1
+    seen[j, 0] = x
+    seen[j, 1] = ep
+    work[top, 0] = q
+    work[top, 1] = st
+    return top + 1
+
+
+@numba.njit(cache=True, _nrt=False)
 def _closure(t0, st0, keys, nk, escs, ne, ar):
     """Append the closure of (t0, st0) to keys (configurations with byte edges) and escs (escape states), as
     Automaton._closure_loop. Returns (status, nk, ne, accepting): status CLOSED, COUNTED (a counter operation ran),
-    NEED_PYTHON (too large, or a case left to Python) or NO_ROOM."""
-    e_off, eps_off, eps_t, qinfo, rule_start, loops, stk = (
+    NEED_PYTHON (too large for CLOSURE_LIMIT or the scratch arrays, or a case left to Python) or NO_ROOM."""
+    e_off, eps_off, eps_t, qinfo, rule_start, loops, stk, work = (
         ar.e_off,
         ar.eps_off,
         ar.eps_t,
@@ -403,31 +467,35 @@ def _closure(t0, st0, keys, nk, escs, ne, ar):
         ar.rule_start,
         ar.loops,
         ar.stk,
+        ar.sc_work,
     )
-    seen = set()
-    seen.add(_key(t0, st0))
-    work = [(np.int64(t0), np.int64(st0))]
+    limit = min(CLOSURE_LIMIT, work.shape[0], ar.sc_seen.shape[0] // 4)
+    ar.sc_meta[SC_EPOCH] += 1
+    ar.sc_meta[SC_SEEN] = 0
+    top = _visit(t0, st0, 0, limit, ar)
     acc = False
+    if top < 0:
+        return NEED_PYTHON, nk, ne, acc
     counted = False
-    while len(work):
-        q, st = work.pop()
+    while top:
+        top -= 1
+        q = work[top, 0]
+        st = work[top, 1]
         f = qinfo[q, 0]
         if f & Q_COUNTER:
             return NEED_PYTHON, nk, ne, acc
         for k in range(eps_off[q], eps_off[q + 1]):
-            x = _key(eps_t[k], st)
-            if x not in seen:
-                seen.add(x)
-                work.append((np.int64(eps_t[k]), st))
+            top = _visit(eps_t[k], st, top, limit, ar)
+            if top < 0:
+                return NEED_PYTHON, nk, ne, acc
         r = qinfo[q, 1]
         if r >= 0:
             st2 = _push(qinfo[q, 2], st, 0, ar)
             if st2 < 0:
                 return NO_ROOM, nk, ne, acc
-            x = _key(rule_start[r], st2)
-            if x not in seen:
-                seen.add(x)
-                work.append((np.int64(rule_start[r]), np.int64(st2)))
+            top = _visit(rule_start[r], st2, top, limit, ar)
+            if top < 0:
+                return NEED_PYTHON, nk, ne, acc
         if f & (Q_CTR | Q_SET):
             counted = True
             tq = np.int64(qinfo[q, 5])
@@ -476,10 +544,9 @@ def _closure(t0, st0, keys, nk, escs, ne, ar):
                 nq = tq
                 ns = stk[st, 1]
             if nq >= 0:
-                x = _key(nq, ns)
-                if x not in seen:
-                    seen.add(x)
-                    work.append((nq, ns))
+                top = _visit(nq, ns, top, limit, ar)
+                if top < 0:
+                    return NEED_PYTHON, nk, ne, acc
         r = qinfo[q, 3]
         if r >= 0:
             if st == ROOT:
@@ -493,21 +560,18 @@ def _closure(t0, st0, keys, nk, escs, ne, ar):
             else:
                 if stk[st, 0] < 0:
                     return NEED_PYTHON, nk, ne, acc  # a counter frame on top: left to Python
-                x = _key(stk[st, 0], stk[st, 1])
-                if x not in seen:
-                    seen.add(x)
-                    work.append((stk[st, 0], stk[st, 1]))
+                top = _visit(stk[st, 0], stk[st, 1], top, limit, ar)
+                if top < 0:
+                    return NEED_PYTHON, nk, ne, acc
         if e_off[q + 1] > e_off[q]:
             if nk == keys.shape[0]:
                 return NEED_PYTHON, nk, ne, acc
             keys[nk] = _key(q, st)
             nk += 1
-        if len(seen) > CLOSURE_LIMIT:
-            return NEED_PYTHON, nk, ne, acc
     return COUNTED if counted else CLOSED, nk, ne, acc
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _keys_hash(keys, acc, escs):
     """_state_hash of a state with these configuration keys, acceptance and escapes."""
     h = np.int64(_SEED)
@@ -519,7 +583,7 @@ def _keys_hash(keys, acc, escs):
     return h
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _find(h, keys, acc, escs, ht, cfg, soff, escp, accepting):
     """The indexed state with these configuration keys, acceptance and escapes (hash h), or -1."""
     u = keys.shape[0]
@@ -545,15 +609,52 @@ def _find(h, keys, acc, escs, ht, cfg, soff, escp, accepting):
     return -1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def find_state(keys, acc, escs, ht, cfg, soff, escp, accepting):
     return _find(_keys_hash(keys, acc, escs), keys, acc, escs, ht, cfg, soff, escp, accepting)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
+def _sort(a, n):
+    """Sort a[:n] in place: insertion sort for a few items (the usual case), else heapsort (numba's sort
+    allocates, which the builders do not)."""
+    if n <= 16:
+        for i in range(1, n):
+            x = a[i]
+            j = i - 1
+            while j >= 0 and a[j] > x:
+                a[j + 1] = a[j]
+                j -= 1
+            a[j + 1] = x
+        return
+    for root in range(n // 2 - 1, -1, -1):
+        _sift(a, root, n)
+    for end in range(n - 1, 0, -1):
+        a[0], a[end] = a[end], a[0]
+        _sift(a, 0, end)
+
+
+@numba.njit(cache=True, _nrt=False, inline="always")
+def _sift(a, root, n):
+    """Move a[root] down the max-heap a[:n] to its place."""
+    x = a[root]
+    while True:
+        child = 2 * root + 1
+        if child >= n:
+            break
+        if child + 1 < n and a[child + 1] > a[child]:
+            child += 1
+        if a[child] <= x:
+            break
+        a[root] = a[child]
+        root = child
+    a[root] = x
+
+
+@numba.njit(cache=True, _nrt=False)
 def _uniq(a, n):
     """Sort a[:n] and drop repeats in place; returns the new length."""
-    a[:n].sort()
+    _sort(a, n)
     u = 0
     for k in range(n):
         if u == 0 or a[k] != a[u - 1]:
@@ -562,7 +663,7 @@ def _uniq(a, n):
     return u
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _intern(keys, acc, escs, ar):
     """The state with these configuration keys (sorted, unique), acceptance and escapes, made if new (flags and
     safe-text budget as Automaton._intern); NEED_PYTHON or NO_ROOM."""
@@ -627,7 +728,7 @@ def _intern(keys, acc, escs, ar):
     return sid
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def fill(s, c, clamp, ar):
     """The successor of state s on byte class c, written to trans for the run of classes around c that every
     edge treats alike (as Automaton.fill); NEED_PYTHON when Python must build it, NO_ROOM when an array is full.
@@ -646,12 +747,7 @@ def fill(s, c, clamp, ar):
     m = soff[s, 1]
     c0 = 0
     c1 = ncls - 1
-    nm = 0
-    for k in range(a, a + m):
-        q = cfg[k, 0]
-        nm += e_off[q + 1] - e_off[q]
-    mt = np.empty(max(nm, 1), np.int64)
-    ms = np.empty(max(nm, 1), np.int64)
+    moves = ar.sc_moves  # (target, stack) of each edge taking class c
     nm = 0
     for k in range(a, a + m):
         q = cfg[k, 0]
@@ -663,8 +759,10 @@ def fill(s, c, clamp, ar):
                     c0 = lo
                 if hi < c1:
                     c1 = hi
-                mt[nm] = nfa_e[e, 2]
-                ms[nm] = cfg[k, 1]
+                if nm == moves.shape[0]:
+                    return NEED_PYTHON
+                moves[nm, 0] = nfa_e[e, 2]
+                moves[nm, 1] = cfg[k, 1]
                 nm += 1
             elif hi < c:
                 if hi + 1 > c0:
@@ -675,42 +773,28 @@ def fill(s, c, clamp, ar):
         for j in range(c0, c1 + 1):
             trans[s, j] = DEAD
         return DEAD
-    # Configurations of the successor: local closures from the pool, the others computed.
-    keys = np.empty(64, np.int64)
-    escs = np.empty(16, np.int64)
+    # Configurations of the successor: local closures from the pool, the others computed. Past the scratch
+    # arrays' room, Python builds the state.
+    keys = ar.sc_keys
+    escs = ar.sc_escs
     nk = 0
     ne = 0
     acc = False
     counted = False
     for k in range(nm):
-        t = mt[k]
+        t = moves[k, 0]
         r = _local(t, ar)
         if r == NO_ROOM:
             return NO_ROOM
         if r >= 0:
             n = loc[t, 1]
             if nk + n > keys.shape[0]:
-                grown = np.empty(2 * (nk + n), np.int64)
-                grown[:nk] = keys[:nk]
-                keys = grown
+                return NEED_PYTHON
             for x in range(r, r + n):
-                keys[nk] = _key(loc_pool[x], ms[k])
+                keys[nk] = _key(loc_pool[x], moves[k, 1])
                 nk += 1
             continue
-        while True:
-            status, nk2, ne2, a2 = _closure(t, ms[k], keys, nk, escs, ne, ar)
-            if status == NEED_PYTHON and (nk2 == keys.shape[0] or ne2 == escs.shape[0]):
-                # out of scratch space: retry with more
-                grown = np.empty(2 * keys.shape[0], np.int64)
-                grown[:nk] = keys[:nk]
-                keys = grown
-                grown = np.empty(2 * escs.shape[0], np.int64)
-                grown[:ne] = escs[:ne]
-                escs = grown
-                if keys.shape[0] > 8 * CLOSURE_LIMIT:
-                    return NEED_PYTHON
-                continue
-            break
+        status, nk2, ne2, a2 = _closure(t, moves[k, 1], keys, nk, escs, ne, ar)
         if status < 0:
             return status
         counted = counted or status == COUNTED
@@ -737,15 +821,15 @@ def fill(s, c, clamp, ar):
     return found
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _reroot(st, until, base, ar):
     """The frames of stack st above `until` (an ancestor of st) pushed in order onto `base` (NO_ROOM when full):
     Stacks.rebase with base BOT, Stacks.materialize with until BOT."""
-    stk = ar.stk
+    stk, chain = ar.stk, ar.sc_chain
     if st == until:
         return base
-    chain, n, x = _chain(st, until, stk)
-    if x != until:
+    n, x = _chain(st, until, stk, chain)
+    if n < 0 or x != until:
         return NEED_PYTHON  # `until` is not below st: not a case these functions make
     cur = base
     for k in range(n - 1, -1, -1):
@@ -908,7 +992,7 @@ def escape_target(s, p, clamp, out, ar):
     return 0
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", _nrt=False)
 def _record_escapes(flags, states, depth, i, rec, r):
     """Record (token index, depth, state) in rec from row r on for each escaping state on the path up to
     `depth`; returns the next free row."""
@@ -921,7 +1005,7 @@ def _record_escapes(flags, states, depth, i, rec, r):
     return r
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def walk_esc(data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec, ar):
     """Walk the byte-sorted tokens from local state states[0]: tokens the local automaton takes whole go to
     `out`; for every other token, each depth whose state escapes (needs the frames below BOT) is recorded as
@@ -1026,6 +1110,9 @@ def walk_esc(data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec,
     pos[3] = 1 if dead_esc else 0
     pos[4] = valid
     return status
+
+
+_SCRATCH = Scratch()
 
 
 def _grown(a: np.ndarray, rows: int) -> np.ndarray:
@@ -1140,6 +1227,14 @@ class LocalBuilder:
             self.stk,
             self.sht,
             self.meta,
+            _SCRATCH.keys,
+            _SCRATCH.escs,
+            _SCRATCH.moves,
+            _SCRATCH.seen,
+            _SCRATCH.work,
+            _SCRATCH.local,
+            _SCRATCH.chain,
+            _SCRATCH.meta,
         )
 
     def add(self, sid: int, configs: tuple, esc: tuple) -> None:
