@@ -322,13 +322,9 @@ class Automaton:
     def _grow(self, cap: int) -> None:
         """Room for `cap` states in the per-state arrays."""
         n = self.trans.shape[0]
-        grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
-        grown[:n] = self.trans
-        self.trans = grown
+        self.trans = _unknown_rows(self.trans, cap)
         if self.clamped_trans is not None:
-            grown = np.full((cap, self.n_classes), UNKNOWN, dtype=np.int32)
-            grown[:n] = self.clamped_trans
-            self.clamped_trans = grown
+            self.clamped_trans = _unknown_rows(self.clamped_trans, cap)
         for name in ("accepting", "flags", "budget"):
             old = getattr(self, name)
             grown = np.zeros(cap, dtype=old.dtype)
@@ -758,6 +754,16 @@ class Automaton:
                     k2 = self.clamped(k2)
             hit = self._escape_memo[key] = (k2, p2, bool(acc2))
         return hit
+
+
+def _unknown_rows(rows: np.ndarray, cap: int) -> np.ndarray:
+    """`rows` grown to `cap` rows, the new ones UNKNOWN (each byte written once: growing a large automaton is a
+    pause in the mask that makes the state, and its time is mostly writing fresh pages)."""
+    grown = np.empty((cap,) + rows.shape[1:], dtype=rows.dtype)
+    n = rows.shape[0]
+    grown[:n] = rows
+    grown[n:] = UNKNOWN
+    return grown
 
 
 def indent_after(lim: int, run: int, data: bytes) -> int | None:
