@@ -530,6 +530,19 @@ def test_builder_sort_and_chain_stay_in_their_arrays():
     assert localbuild._chain(5, -1, stk, np.empty(3, np.int64)) == (-1, 2)
 
 
+def test_builders_hold_the_gil_for_their_shared_scratch():
+    """The builders share one Scratch per process, which is safe only while no two run at once: none may
+    release the GIL (nogil) or run in parallel."""
+    import numba
+
+    from tokenseam.grammar import localbuild
+
+    builders = [f for f in vars(localbuild).values() if isinstance(f, numba.core.registry.CPUDispatcher)]
+    assert len(builders) > 20
+    for f in builders:
+        assert not f.targetoptions.get("nogil") and not f.targetoptions.get("parallel"), f.__name__
+
+
 def _compare_builders(vocab, kind, grammar, doc, **options) -> None:
     """The numba and the Python builder give the same masks at every byte of `doc` (options: of a schema)."""
     from tokenseam.grammar import GrammarCompiler
@@ -702,9 +715,9 @@ def test_commits_build_states_in_the_walks_builder(smollm2_vocab, grammar, text)
 def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
     """GrammarCompiler.warm_up (run by `tokenseam serve` at startup and by the benchmark before timing) reaches
     the walk (which builds states inside), the commits' builder, the split by call frame and the escape
-    targets, clamped (an automaton with counters) and real: each numba function is loaded before a request
-    needs it. It caches nothing."""
-    from tokenseam.grammar import GrammarCompiler, automaton, masks
+    targets, clamped (an automaton with counters) and real, and the state index's updates and rebuild: each
+    numba function is loaded before a request needs it. It caches nothing."""
+    from tokenseam.grammar import GrammarCompiler, automaton, localbuild, masks
 
     calls = []
 
@@ -720,11 +733,20 @@ def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
         (automaton, "fill"),
         (masks, "group_by_frame"),
         (automaton, "escape_target"),
+        (localbuild, "index_new"),
+        (localbuild, "rehash"),
     ):
         monkeypatch.setattr(module, name, counting(name, getattr(module, name)))
     compiler = GrammarCompiler(smollm2_vocab)
     compiler.warm_up()
-    assert {name for name, _ in calls} == {"walk_esc", "fill", "group_by_frame", "escape_target"}
+    assert {name for name, _ in calls} == {
+        "walk_esc",
+        "fill",
+        "group_by_frame",
+        "escape_target",
+        "index_new",
+        "rehash",
+    }
     assert ("escape_target", True) in calls and (
         "escape_target",
         False,

@@ -322,9 +322,22 @@ class Automaton:
     def _grow(self, cap: int) -> None:
         """Room for `cap` states in the per-state arrays."""
         n = self.trans.shape[0]
-        self.trans = _unknown_rows(self.trans, cap)
-        if self.clamped_trans is not None:
-            self.clamped_trans = _unknown_rows(self.clamped_trans, cap)
+        # Growing a large automaton is a pause in the mask that makes the state, mostly spent writing fresh
+        # pages: the rows grow in place (realloc moves a large block's pages rather than copying them) when
+        # nothing else refers to them, else they are copied once.
+        for name in ("trans", "clamped_trans"):
+            rows = getattr(self, name)
+            if rows is None:
+                continue
+            setattr(self, name, None)  # `rows` is then the only reference, unless something else holds one
+            try:
+                rows.resize((cap, rows.shape[1]))  # refuses (ValueError) while another reference exists
+            except ValueError:
+                grown = np.empty((cap, rows.shape[1]), dtype=rows.dtype)
+                grown[:n] = rows
+                rows = grown
+            rows[n:] = UNKNOWN
+            setattr(self, name, rows)
         for name in ("accepting", "flags", "budget"):
             old = getattr(self, name)
             grown = np.zeros(cap, dtype=old.dtype)
@@ -754,16 +767,6 @@ class Automaton:
                     k2 = self.clamped(k2)
             hit = self._escape_memo[key] = (k2, p2, bool(acc2))
         return hit
-
-
-def _unknown_rows(rows: np.ndarray, cap: int) -> np.ndarray:
-    """`rows` grown to `cap` rows, the new ones UNKNOWN (each byte written once: growing a large automaton is a
-    pause in the mask that makes the state, and its time is mostly writing fresh pages)."""
-    grown = np.empty((cap,) + rows.shape[1:], dtype=rows.dtype)
-    n = rows.shape[0]
-    grown[:n] = rows
-    grown[n:] = UNKNOWN
-    return grown
 
 
 def indent_after(lim: int, run: int, data: bytes) -> int | None:

@@ -175,6 +175,9 @@ class GrammarCompiler:
             for ch in doc:
                 m.fill_next_token_bitmask(out)
                 m.accept_bytes(ch.encode())
+        # The one builder these documents do not reach: rebuilding the state index, as a large automaton grows.
+        auto = m.compiled.automaton
+        auto._fast.rehash(auto)
 
 
 # -- what each kind compiles from: (cache key, IR builder), shared by the compiler and check_grammar -------------

@@ -1284,19 +1284,19 @@ class LocalBuilder:
             self.loc_pool = _grown(self.loc_pool, 2 * self.loc_pool.shape[0])
         elif what == G_STACKS:
             self.stk = _grown(self.stk, 2 * self.stk.shape[0])
-            self._rehash(automaton)
+            self.rehash(automaton)
         elif what == G_HT:
-            self._rehash(automaton)
+            self.rehash(automaton)
 
     def index(self, automaton) -> None:
         """Index the states and stacks Python made since the last walk."""
         meta = self.meta
         if meta[M_INDEXED] < meta[M_STATES] or meta[M_SINDEXED] < meta[M_STACKS]:
             if 2 * (meta[M_STATES] + 1) > self.ht.shape[0] or 2 * (meta[M_STACKS] + 1) > self.sht.shape[0]:
-                self._rehash(automaton)
+                self.rehash(automaton)
             index_new(self.ht, self.sht, self.cfg, self.soff, self.escp, automaton.accepting, self.stk, meta)
 
-    def _rehash(self, automaton) -> None:
+    def rehash(self, automaton) -> None:
         """Hash tables at most a quarter full for every state and stack made so far."""
         meta = self.meta
         self.ht = np.zeros(1 << (4 * int(meta[M_STATES]) + 4).bit_length(), dtype=np.int32)
