@@ -530,6 +530,28 @@ def test_builder_sort_and_chain_stay_in_their_arrays():
     assert localbuild._chain(5, -1, stk, np.empty(3, np.int64)) == (-1, 2)
 
 
+def test_automaton_rows_grow_in_place_unless_held(compiler):
+    """The transition rows grow in place when nothing else holds them, and are copied when something does (the
+    holder keeps the old rows intact); either way the old rows are kept and the new ones are UNKNOWN."""
+    from tokenseam.grammar.localbuild import UNKNOWN
+
+    auto = compiler.compile_json_schema(
+        {"type": "array", "items": {"type": "string", "maxLength": 40}}
+    ).automaton
+    assert auto.clamped_trans is not None
+    n = auto.trans.shape[0]
+    before = auto.trans.copy(), auto.clamped_trans.copy()
+    ids = id(auto.trans), id(auto.clamped_trans)
+    auto._grow(2 * n)
+    assert (id(auto.trans), id(auto.clamped_trans)) == ids  # grown in place
+    held = auto.trans
+    auto._grow(4 * n)
+    assert auto.trans is not held and held.shape[0] == 2 * n  # copied: the holder's rows untouched
+    for rows, old in zip((auto.trans, auto.clamped_trans), before, strict=True):
+        assert rows.shape[0] == 4 * n
+        assert np.array_equal(rows[:n], old) and (rows[n:] == UNKNOWN).all()
+
+
 def test_builders_hold_the_gil_for_their_shared_scratch():
     """The builders share one Scratch per process, which is safe only while no two run at once: none may
     release the GIL (nogil) or run in parallel."""
