@@ -177,11 +177,16 @@ def test_safe_from_marks_whole_safe_characters():
         b"\xed\xa0\x80z",
         b"",
         b"\x7f",
+        "a\u0085b".encode(),  # the four code points the dialects disagree on are not safe (ir.SAFE_RANGES)
+        "\u2028xy".encode(),
+        "x\u2029".encode(),
+        "\ufeffé".encode(),
+        "\u2027\u202a\ufefe\uff00".encode(),  # their neighbours are
     ]
     data = np.frombuffer(b"".join(toks), dtype=np.uint8)
     offs = np.cumsum([0] + [len(t) for t in toks]).astype(np.int64)
     got = _safe_from(data, offs).tolist()
-    assert got == [0, 2, 2, 0, 4, 1, 2, 3, 0, 1]
+    assert got == [0, 2, 2, 0, 4, 1, 2, 3, 0, 1, 3, 3, 4, 3, 0]
 
 
 def test_indent_runs_match_their_definition(smollm2_vocab):
@@ -272,6 +277,52 @@ def test_universal_states_take_safe_tokens_whole(vocabs, vocab_name):
     assert any(q in auto.nfa.universal for kc in fast.masks._local_info for q, _ in auto._configs(kc))
     budgets = {int(auto.budget[kc]) for kc in fast.masks._local_info}
     assert any(0 < b < 1 << 30 for b in budgets)  # and from the counted maxLength body
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])
+def test_patterns_under_a_length_bound_take_safe_tokens_whole(vocabs, vocab_name):
+    """A `pattern` string with a `maxLength` is one pattern automaton under a counter. A pattern state alive on
+    any string-safe text (`a.*`), or on any up to a length (a word-count pattern: one word left per ...), gets a
+    safe-text budget of the smaller of that and the characters left, and its masks take the safe tokens that
+    fit without walking them. Masks equal those of an automaton without these budgets at every byte, up to both
+    bounds of the word pattern (all ten words, 48 of 50 characters), and the full-stack simulation on a
+    sample."""
+    from tokenseam.grammar import GrammarCompiler
+
+    vocab = vocabs[vocab_name]
+    schema = {
+        "type": "object",
+        "properties": {
+            "words": {"type": "string", "pattern": "^(?:\\S+\\s+){0,9}\\S+$", "maxLength": 50},
+            "any": {"type": "string", "pattern": "^a.*$", "maxLength": 300},
+        },
+        "required": ["words", "any"],
+        "additionalProperties": False,
+    }
+    doc = json.dumps(
+        {"words": "one two three four five six seven eight nine ten", "any": "a" + "x y é 日本 " * 4},
+        ensure_ascii=False,
+    )
+    fast = GrammarCompiler(vocab).compile_json_schema(schema)
+    slow = GrammarCompiler(vocab, python_builder=True).compile_json_schema(schema)
+    nfa = fast.automaton.nfa
+    assert nfa.counted_budget and set(nfa.counted_body) - set(nfa.counted_budget)  # word states; `a.*`
+    slow.automaton.nfa.counted_body = {}
+    slow.automaton.nfa.counted_budget = {}
+    data = doc.encode()
+    ma, mb = GrammarMatcher(fast), GrammarMatcher(slow)
+    oa = np.zeros(vocab.mask_words, dtype=np.int32)
+    ob = oa.copy()
+    for cut in range(1, len(data) + 1):
+        assert ma.accept_bytes(data[cut - 1 : cut]) and mb.accept_bytes(data[cut - 1 : cut])
+        ma.fill_next_token_bitmask(oa)
+        mb.fill_next_token_bitmask(ob)
+        assert np.array_equal(oa, ob), data[:cut]
+    # The budgets were used: masks made from states whose configurations are budgeted pattern states.
+    auto = fast.automaton
+    used = [kc for kc in fast.masks._local_info if any(q in nfa.counted_body for q, _ in auto._configs(kc))]
+    assert used and all(auto.budget[kc] > 0 for kc in used[:1])
+    _check(fast, vocab, doc, _cuts(doc), seed=8, sample=_sample_with_text)
 
 
 def test_counters_of_long_loop_bodies_clamp_early(compiler, smollm2_vocab):

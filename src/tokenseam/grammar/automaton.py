@@ -733,7 +733,8 @@ class Automaton:
     def _safe_budget(self, configs: tuple) -> int:
         """How many code points of any string-safe text a state with these configurations stays alive on (-1:
         not known to): unbounded from a universal NFA state, hi - v from the body of a counted loop over every
-        safe character whose counter stands at v (a maxLength string)."""
+        safe character whose counter stands at v (a maxLength string), or of a pattern under a length bound
+        (ByteNFA.counted_body and counted_budget)."""
         nfa = self.nfa
         universal, bodies, stacks = nfa.universal, nfa.counted_body, self.stacks
         best = -1
@@ -745,9 +746,8 @@ class Automaton:
                 ret, _, v = stacks[st]
                 if ret == -1 - lid:
                     hi = nfa.loops[lid][1]
-                    if hi is None:
-                        return UNBOUNDED
-                    best = max(best, hi - v)
+                    room = UNBOUNDED if hi is None else hi - nfa.loop_slack.get(lid, 0) - v
+                    best = max(best, min(room, nfa.counted_budget.get(q, UNBOUNDED)))
         return min(best, UNBOUNDED)
 
     def _escape_to(self, s: int, p: int, clamp: bool) -> tuple[int, int, bool]:

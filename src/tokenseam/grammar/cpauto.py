@@ -9,7 +9,20 @@ import collections
 
 from .budget import current
 from .errors import GrammarError
-from .ir import ANY_RANGES, Alt, Auto, Chars, Escaped, Node, Repeat, Seq, covers_safe, cut_surrogates, norm
+from .ir import (
+    ANY_RANGES,
+    MAX_CP,
+    Alt,
+    Auto,
+    Chars,
+    Escaped,
+    Node,
+    Repeat,
+    Seq,
+    covers_safe,
+    cut_surrogates,
+    norm,
+)
 
 MAX_DFA_STATES = 4000
 MAX_NFA_STATES = 200_000
@@ -26,6 +39,7 @@ class CPNFA:
         self.start = 0
         self.finals: set[int] = set()
         self.universal_states: set[int] | None = None  # `universal`, kept once the automaton is embedded
+        self.safe_budgets: dict[int, int] | None = None  # `safe_budgets`, likewise
         self.live_start: bool | None = None  # whether the start state can reach a final one, once trimmed
         # Each state's edges as one normalised range set per target (nfa._by_target), once it is known: the
         # byte NFA lowers them that way, and an automaton embedded twice is grouped once.
@@ -417,6 +431,90 @@ def universal(nfa: CPNFA) -> set[int]:
                     seen.add(r)
                     stack.append(r)
     return {q for q in range(n) if ok[q]}
+
+
+SAFE_BUDGET_CAP = 64  # budgets are counted up to this many code points (longer tokens are walked)
+
+
+def safe_budgets(nfa: CPNFA) -> dict[int, int]:
+    """For the states that are not `universal` but stay alive on any string of SAFE_RANGES characters up to
+    some length, that length (at most SAFE_BUDGET_CAP): a word-count pattern such as (?:\\S+\\s+){0,9}\\S+ has
+    one per word left. The sets S_k of states alive on every such string of at most k characters shrink as k
+    grows: S_0 holds the states that can finish, and a state of S_(k-1) stays in S_k when the edges of its
+    epsilon closure into S_(k-1) cover every safe character (one successor per character, alive on every
+    shorter string: sound, if not always the largest budget). A state's budget is the last k it is in S_k;
+    after a round, only the states with an edge into one just dropped are looked at again. Needs
+    `universal_states` (the states never dropped)."""
+    n = nfa.size
+    edges, eps = nfa.edges, nfa.eps
+    univ = nfa.universal_states if nfa.universal_states is not None else universal(nfa)
+    if not n or len(univ) == n:
+        return {}
+    budget = current()
+    budget.tick(2 * n)
+    if not any((lo[-1][1] if isinstance(lo, tuple) else hi) >= MAX_CP for row in edges for lo, hi, _ in row):
+        return {}  # most pattern automata: no edge reaches the top code points, so none covers them all
+    closures: list[list[int]] = []
+    for q in range(n):
+        if not eps[q]:
+            closures.append([q])
+            continue
+        seen = {q}
+        stack = [q]
+        while stack:
+            for t in eps[stack.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        closures.append(list(seen))
+    inside = [d is not None for d in dist_to_final(nfa)]  # S_0
+
+    def covers(q: int) -> bool:
+        ranges: list[tuple[int, int]] = []
+        for p in closures[q]:
+            for lo, hi, t in edges[p]:
+                if inside[t]:
+                    if isinstance(lo, tuple):
+                        ranges.extend(lo)
+                    else:
+                        ranges.append((lo, hi))
+        return covers_safe(ranges)
+
+    rev_eps: list[list[int]] = [[] for _ in range(n)]
+    rev: list[list[int]] = [[] for _ in range(n)]
+    for q in range(n):
+        for _, _, t in edges[q]:
+            rev[t].append(q)
+        for t in eps[q]:
+            rev_eps[t].append(q)
+    out: dict[int, int] = {}
+    check = [q for q in range(n) if inside[q]]
+    k = 1
+    while check and k <= SAFE_BUDGET_CAP:
+        budget.tick(len(check))
+        dropped = [q for q in check if not covers(q)]
+        if not dropped:
+            break
+        for q in dropped:
+            inside[q] = False
+            if k > 1:
+                out[q] = k - 1
+        again: set[int] = set()  # the states with an edge, from their epsilon closure, into a dropped one
+        stack = [p for q in dropped for p in rev[q]]
+        seen = set(stack)
+        while stack:
+            p = stack.pop()
+            if inside[p]:
+                again.add(p)
+            for r in rev_eps[p]:
+                if r not in seen:
+                    seen.add(r)
+                    stack.append(r)
+        check = sorted(again)
+        k += 1
+    if k > SAFE_BUDGET_CAP:  # still inside after the cap: at least the cap
+        out.update((q, SAFE_BUDGET_CAP) for q in range(n) if inside[q] and q not in univ)
+    return out
 
 
 def single_word(dfa: CPNFA) -> str | None:

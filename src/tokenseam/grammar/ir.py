@@ -244,9 +244,24 @@ class Grammar:
 
 
 ANY_RANGES: Ranges = norm([(0, MAX_CP)])
-# The code points a JSON string may hold unescaped, which the mask walk treats as "string-safe" (see
-# tables._safe_from): printable ASCII but quote and backslash, and every non-ASCII scalar value.
-SAFE_RANGES: Ranges = norm([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E), (0x80, 0xD7FF), (0xE000, MAX_CP)])
+# The code points the mask walk treats as "string-safe" (see tables._safe_from): what a JSON string may hold
+# unescaped (printable ASCII but quote and backslash, and non-ASCII scalar values) but for U+0085, U+2028,
+# U+2029 and U+FEFF. Python's and ECMA's `.` or `\s` disagree on those four, so a pattern held to both readings
+# takes them as neither `.` nor `\S` nor `\s`; without them, `.*` and word-count patterns such as
+# (\S+\s+){0,9}\S+ take any safe text. A token holding one of them is walked byte by byte.
+UNSAFE_CODE_POINTS = (0x85, 0x2028, 0x2029, 0xFEFF)
+SAFE_RANGES: Ranges = norm(
+    [
+        (0x20, 0x21),
+        (0x23, 0x5B),
+        (0x5D, 0x7E),
+        (0x80, 0x84),
+        (0x86, 0x2027),
+        (0x202A, 0xD7FF),
+        (0xE000, 0xFEFE),
+        (0xFF00, MAX_CP),
+    ]
+)
 
 
 def covers_safe(ranges) -> bool:

@@ -43,7 +43,7 @@ meta[M_GROW]):
 - nfa_e (edges, 3): first byte class, last byte class, target; e_off[q] .. e_off[q + 1] are q's edges;
 - eps_off / eps_t: plain epsilon edges;
 - qinfo[q] = (flags, called rule, return state, ended rule, counted loop of the body q is in, counter operation's
-  target, its loop, set operation code), -1 for none; flags: Q_STACK any stack operation, Q_UNIV universal
+  target, its loop, set operation code, safe-text budget of a counted body's pattern state), -1 for none; flags: Q_STACK any stack operation, Q_UNIV universal
   (ByteNFA.universal), the counter operation (Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT, Q_SET), Q_COUNTER more than
   one (left to Python);
 - loops[loop] = (min, max or -1 for none, reach T, slack): what `Automaton.clamped` clamps by;
@@ -709,7 +709,10 @@ def _intern(keys, acc, escs, ar):
             room = UNBOUNDED
         lid = qinfo[q, 4]
         if lid >= 0 and st > BOT and stk[st, 0] == -1 - lid:
-            room = UNBOUNDED if loops[lid, 1] < 0 else max(room, loops[lid, 1] - stk[st, 2])
+            r = UNBOUNDED if loops[lid, 1] < 0 else loops[lid, 1] - loops[lid, 3] - stk[st, 2]
+            if 0 <= qinfo[q, 8] < r:
+                r = qinfo[q, 8]
+            room = max(room, r)
     room = min(room, UNBOUNDED)
     for k in range(ue):
         escp[oe + k] = escs[k]
@@ -1137,7 +1140,7 @@ class LocalBuilder:
         self.ht = np.zeros(4 * k, dtype=np.int32)
         self.stk = np.zeros((k, 3), dtype=np.int64)
         self.sht = np.zeros(4 * k, dtype=np.int32)
-        qinfo = np.full((n, 8), -1, dtype=np.int32)
+        qinfo = np.full((n, 9), -1, dtype=np.int32)
         qinfo[:, 0] = 0
 
         def ids(keys) -> np.ndarray:
@@ -1176,6 +1179,7 @@ class LocalBuilder:
             qinfo[ids(nfa.call), 1:3] = np.asarray(list(nfa.call.values()), dtype=np.int32)
         qinfo[ids(nfa.end_rule), 3] = ids(nfa.end_rule.values())
         qinfo[ids(nfa.counted_body), 4] = ids(nfa.counted_body.values())
+        qinfo[ids(nfa.counted_budget), 8] = ids(nfa.counted_budget.values())
         self.qinfo = qinfo
         self.byte_class = byte_class
         self.rule_start = np.asarray(nfa.rule_start, dtype=np.int32)

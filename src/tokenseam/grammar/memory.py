@@ -71,6 +71,7 @@ def nfa_bytes(nfa: ByteNFA) -> int:
         + len(nfa.cguard)
         + len(nfa.universal)
         + len(nfa.counted_body)
+        + len(nfa.counted_budget)
         + len(nfa.rule_start)
         + 2 * len(nfa.cset)
     )

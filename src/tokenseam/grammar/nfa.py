@@ -77,7 +77,11 @@ class ByteNFA:
         self.universal: set[int] = set()
         # Body start of a counted loop over one character class covering every string-safe character -> its
         # loop id: with the counter at v, any string-safe text of up to max - v characters stays alive.
+        # In a pattern under a length bound (embed_counted), the start of each guarded character of a pattern
+        # state that stays alive on safe text -> the loop id, and in `counted_budget` how many characters the
+        # pattern state stays alive on (absent: any number): then min(that, max - slack - v).
         self.counted_body: dict[int, int] = {}
+        self.counted_budget: dict[int, int] = {}
 
     def add(self) -> int:
         n = len(self.edges)
@@ -625,6 +629,15 @@ class _Builder:
         nfa.loop_slack[lid] = max(d for d in dist if d is not None)
         guard_lids: dict[int, int] = {}
         grouped = _grouped(a)
+        # Pattern states alive on any safe text (univ), or on any up to a length (budgets): the starts of their
+        # guarded characters get a safe-text budget (Automaton._safe_budget). With the budget at least 1 every
+        # guard of the state has passed (v <= max - slack - 1 < max - dist), so all its characters are there.
+        univ = a.universal_states
+        if univ is None:
+            univ = a.universal_states = cpauto.universal(a)
+        budgets = a.safe_budgets
+        if budgets is None:
+            budgets = a.safe_budgets = cpauto.safe_budgets(a)
         head = [nfa.add() for _ in range(a.size)]
         p = nfa.add()
         nfa.eps[s].append(p)
@@ -650,6 +663,11 @@ class _Builder:
                 g, b, ci = nfa.add(), nfa.add(), nfa.add()
                 nfa.eps[head[q]].append(g)
                 nfa.cguard[g] = (b, glid)
+                if q in univ:
+                    nfa.counted_body[b] = lid
+                elif q in budgets:
+                    nfa.counted_body[b] = lid
+                    nfa.counted_budget[b] = budgets[q]
                 self.code_points.lower(rs, b, ci, esc)
                 nfa.cinc[ci] = (head[t], lid)
         return e

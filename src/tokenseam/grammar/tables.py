@@ -17,8 +17,9 @@ SKIP_DEPTHS = 4
 
 @numba.njit(cache=True)
 def _safe_from(data, offs):
-    """Per token: where its tail of whole JSON-string-safe characters starts (printable ASCII other than
-    quote and backslash, or valid multi-byte UTF-8); the token's length when it ends otherwise."""
+    """Per token: where its tail of whole string-safe characters starts (ir.SAFE_RANGES: printable ASCII other
+    than quote and backslash, or valid multi-byte UTF-8 other than ir.UNSAFE_CODE_POINTS); the token's length
+    when it ends otherwise."""
     n = offs.shape[0] - 1
     out = np.empty(n, np.int64)
     for i in range(n):
@@ -54,6 +55,12 @@ def _safe_from(data, offs):
                 break
             if lead == 0xF4 and second > 0x8F:
                 break
+            if m == 2 and lead == 0xC2 and second == 0x85:
+                break  # U+0085
+            if m == 3 and lead == 0xE2 and second == 0x80 and (data[k + 2] == 0xA8 or data[k + 2] == 0xA9):
+                break  # U+2028, U+2029
+            if m == 3 and lead == 0xEF and second == 0xBB and data[k + 2] == 0xBF:
+                break  # U+FEFF
             j = k
         out[i] = j - start
     return out
