@@ -187,6 +187,13 @@ def test_safe_from_marks_whole_safe_characters():
     offs = np.cumsum([0] + [len(t) for t in toks]).astype(np.int64)
     got = _safe_from(data, offs).tolist()
     assert got == [0, 2, 2, 0, 4, 1, 2, 3, 0, 1, 3, 3, 4, 3, 0]
+    # The table and the grammar side (ir.SAFE_RANGES) leave out the same code points.
+    from tokenseam.grammar.ir import SAFE_RANGES, UNSAFE_CODE_POINTS
+
+    for cp in UNSAFE_CODE_POINTS:
+        one = np.frombuffer(chr(cp).encode(), dtype=np.uint8)
+        assert _safe_from(one, np.array([0, len(one)], dtype=np.int64)).tolist() == [len(one)]
+        assert not any(lo <= cp <= hi for lo, hi in SAFE_RANGES)
 
 
 def test_indent_runs_match_their_definition(smollm2_vocab):
