@@ -378,19 +378,14 @@ def dist_to_final(nfa: CPNFA) -> list[int | None]:
     return dist
 
 
-def universal(nfa: CPNFA) -> set[int]:
-    """The states after which any string of SAFE_RANGES characters can still be read on the way to a final
-    state ("any key but these", `.*`, a free string body): a greatest fixed point. Start from the states that
-    can finish and whose edges (from their epsilon closure) cover every safe character, and drop each one
-    whose edges into the set miss one; a drop rechecks the states with an edge (after epsilons) into it."""
-    n = nfa.size
-    edges, eps = nfa.edges, nfa.eps
-    budget = current()
-    budget.tick(2 * n)
-
-    def closure(q: int) -> list[int]:
+def _eps_closures(nfa: CPNFA) -> list[list[int]]:
+    """Each state's epsilon closure (itself included)."""
+    eps = nfa.eps
+    out: list[list[int]] = []
+    for q in range(nfa.size):
         if not eps[q]:
-            return [q]
+            out.append([q])
+            continue
         seen = {q}
         stack = [q]
         while stack:
@@ -398,21 +393,51 @@ def universal(nfa: CPNFA) -> set[int]:
                 if t not in seen:
                     seen.add(t)
                     stack.append(t)
-        return list(seen)
+        out.append(list(seen))
+    return out
 
-    closures = [closure(q) for q in range(n)]
+
+def _reversed(nfa: CPNFA) -> tuple[list[list[int]], list[list[int]]]:
+    """Per state, the states with an edge into it, and those with an epsilon edge into it."""
+    rev: list[list[int]] = [[] for _ in range(nfa.size)]
+    rev_eps: list[list[int]] = [[] for _ in range(nfa.size)]
+    for q in range(nfa.size):
+        for _, _, t in nfa.edges[q]:
+            rev[t].append(q)
+        for t in nfa.eps[q]:
+            rev_eps[t].append(q)
+    return rev, rev_eps
+
+
+def _reaching(dropped: list[int], rev: list[list[int]], rev_eps: list[list[int]]) -> set[int]:
+    """The states whose epsilon closure holds an edge into one of `dropped`: what a coverage check must look at
+    again once those states leave its set."""
+    stack = [p for q in dropped for p in rev[q]]
+    seen = set(stack)
+    while stack:
+        for r in rev_eps[stack.pop()]:
+            if r not in seen:
+                seen.add(r)
+                stack.append(r)
+    return seen
+
+
+def universal(nfa: CPNFA) -> set[int]:
+    """The states after which any string of SAFE_RANGES characters can still be read on the way to a final
+    state ("any key but these", `.*`, a free string body): a greatest fixed point. Start from the states that
+    can finish and whose edges (from their epsilon closure) cover every safe character, and drop each one
+    whose edges into the set miss one; a drop rechecks the states with an edge (after epsilons) into it."""
+    n = nfa.size
+    edges = nfa.edges
+    budget = current()
+    budget.tick(2 * n)
+    closures = _eps_closures(nfa)
     ok = [covers_safe([(lo, hi) for p in c for lo, hi, _ in edges[p]]) for c in closures]
     if not any(ok):
         return set()  # most pattern automata: no state loops on every character
     dist = dist_to_final(nfa)
     ok = [ok[q] and dist[q] is not None for q in range(n)]
-    rev: list[list[int]] = [[] for _ in range(n)]
-    rev_eps: list[list[int]] = [[] for _ in range(n)]
-    for q in range(n):
-        for _, _, t in edges[q]:
-            rev[t].append(q)
-        for t in eps[q]:
-            rev_eps[t].append(q)
+    rev, rev_eps = _reversed(nfa)
     work = [q for q in range(n) if ok[q]]
     while work:
         q = work.pop()
@@ -420,16 +445,7 @@ def universal(nfa: CPNFA) -> set[int]:
         if not ok[q] or covers_safe([(lo, hi) for p in closures[q] for lo, hi, t in edges[p] if ok[t]]):
             continue
         ok[q] = False
-        stack = rev[q] + rev_eps[q]
-        seen = set(stack)
-        while stack:
-            p = stack.pop()
-            if ok[p]:
-                work.append(p)
-            for r in rev_eps[p]:
-                if r not in seen:
-                    seen.add(r)
-                    stack.append(r)
+        work.extend(p for p in _reaching([q], rev, rev_eps) if ok[p])
     return {q for q in range(n) if ok[q]}
 
 
@@ -439,78 +455,40 @@ SAFE_BUDGET_CAP = 64  # budgets are counted up to this many code points (longer 
 def safe_budgets(nfa: CPNFA) -> dict[int, int]:
     """For the states that are not `universal` but stay alive on any string of SAFE_RANGES characters up to
     some length, that length (at most SAFE_BUDGET_CAP): a word-count pattern such as (?:\\S+\\s+){0,9}\\S+ has
-    one per word left. The sets S_k of states alive on every such string of at most k characters shrink as k
-    grows: S_0 holds the states that can finish, and a state of S_(k-1) stays in S_k when the edges of its
-    epsilon closure into S_(k-1) cover every safe character (one successor per character, alive on every
+    about two per word left. The sets S_k of states alive on every such string of at most k characters shrink
+    as k grows: S_0 holds the states that can finish, and a state of S_(k-1) stays in S_k when the edges of
+    its epsilon closure into S_(k-1) cover every safe character (one successor per character, alive on every
     shorter string: sound, if not always the largest budget). A state's budget is the last k it is in S_k;
-    after a round, only the states with an edge into one just dropped are looked at again. Needs
-    `universal_states` (the states never dropped)."""
+    after a round, only the states with an edge into one just dropped are looked at again."""
     n = nfa.size
-    edges, eps = nfa.edges, nfa.eps
+    edges = nfa.edges
     univ = nfa.universal_states if nfa.universal_states is not None else universal(nfa)
     if not n or len(univ) == n:
         return {}
     budget = current()
     budget.tick(2 * n)
-    if not any((lo[-1][1] if isinstance(lo, tuple) else hi) >= MAX_CP for row in edges for lo, hi, _ in row):
+    if not any(hi >= MAX_CP for row in edges for _, hi, _ in row):
         return {}  # most pattern automata: no edge reaches the top code points, so none covers them all
-    closures: list[list[int]] = []
-    for q in range(n):
-        if not eps[q]:
-            closures.append([q])
-            continue
-        seen = {q}
-        stack = [q]
-        while stack:
-            for t in eps[stack.pop()]:
-                if t not in seen:
-                    seen.add(t)
-                    stack.append(t)
-        closures.append(list(seen))
+    closures = _eps_closures(nfa)
     inside = [d is not None for d in dist_to_final(nfa)]  # S_0
-
-    def covers(q: int) -> bool:
-        ranges: list[tuple[int, int]] = []
-        for p in closures[q]:
-            for lo, hi, t in edges[p]:
-                if inside[t]:
-                    if isinstance(lo, tuple):
-                        ranges.extend(lo)
-                    else:
-                        ranges.append((lo, hi))
-        return covers_safe(ranges)
-
-    rev_eps: list[list[int]] = [[] for _ in range(n)]
-    rev: list[list[int]] = [[] for _ in range(n)]
-    for q in range(n):
-        for _, _, t in edges[q]:
-            rev[t].append(q)
-        for t in eps[q]:
-            rev_eps[t].append(q)
+    rev, rev_eps = _reversed(nfa)
     out: dict[int, int] = {}
     check = [q for q in range(n) if inside[q]]
     k = 1
     while check and k <= SAFE_BUDGET_CAP:
         budget.tick(len(check))
-        dropped = [q for q in check if not covers(q)]
+        dropped = [
+            q
+            for q in check
+            if not covers_safe([(lo, hi) for p in closures[q] for lo, hi, t in edges[p] if inside[t]])
+        ]
         if not dropped:
             break
         for q in dropped:
             inside[q] = False
             if k > 1:
                 out[q] = k - 1
-        again: set[int] = set()  # the states with an edge, from their epsilon closure, into a dropped one
-        stack = [p for q in dropped for p in rev[q]]
-        seen = set(stack)
-        while stack:
-            p = stack.pop()
-            if inside[p]:
-                again.add(p)
-            for r in rev_eps[p]:
-                if r not in seen:
-                    seen.add(r)
-                    stack.append(r)
-        check = sorted(again)
+        check = sorted(p for p in _reaching(dropped, rev, rev_eps) if inside[p])
         k += 1
     if k > SAFE_BUDGET_CAP:  # still inside after the cap: at least the cap
         out.update((q, SAFE_BUDGET_CAP) for q in range(n) if inside[q] and q not in univ)
