@@ -348,17 +348,23 @@ def is_empty(nfa: CPNFA) -> bool:
     return not nfa.live_start
 
 
+def _reversed(nfa: CPNFA) -> tuple[list[list[int]], list[list[int]]]:
+    """Per state, the states with an edge into it, and those with an epsilon edge into it."""
+    rev: list[list[int]] = [[] for _ in range(nfa.size)]
+    rev_eps: list[list[int]] = [[] for _ in range(nfa.size)]
+    for q in range(nfa.size):
+        for _, _, t in nfa.edges[q]:
+            rev[t].append(q)
+        for t in nfa.eps[q]:
+            rev_eps[t].append(q)
+    return rev, rev_eps
+
+
 def dist_to_final(nfa: CPNFA) -> list[int | None]:
     """Per state, the fewest code points on a path to a final state (None: no such path). Epsilon edges cost
     nothing (a 0-1 breadth-first search backwards from the finals)."""
     current().tick(2 * nfa.size)
-    rev_eps: list[list[int]] = [[] for _ in range(nfa.size)]
-    rev: list[list[int]] = [[] for _ in range(nfa.size)]
-    for s in range(nfa.size):
-        for _, _, t in nfa.edges[s]:
-            rev[t].append(s)
-        for t in nfa.eps[s]:
-            rev_eps[t].append(s)
+    rev, rev_eps = _reversed(nfa)
     dist: list[int | None] = [None] * nfa.size
     queue = collections.deque()
     for f in nfa.finals:
@@ -395,18 +401,6 @@ def _eps_closures(nfa: CPNFA) -> list[list[int]]:
                     stack.append(t)
         out.append(list(seen))
     return out
-
-
-def _reversed(nfa: CPNFA) -> tuple[list[list[int]], list[list[int]]]:
-    """Per state, the states with an edge into it, and those with an epsilon edge into it."""
-    rev: list[list[int]] = [[] for _ in range(nfa.size)]
-    rev_eps: list[list[int]] = [[] for _ in range(nfa.size)]
-    for q in range(nfa.size):
-        for _, _, t in nfa.edges[q]:
-            rev[t].append(q)
-        for t in nfa.eps[q]:
-            rev_eps[t].append(q)
-    return rev, rev_eps
 
 
 def _reaching(dropped: list[int], rev: list[list[int]], rev_eps: list[list[int]]) -> set[int]:
