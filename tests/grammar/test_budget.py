@@ -152,8 +152,17 @@ def test_checkpoint_yields_the_gil_once_per_yield_interval(monkeypatch):
 
 
 def test_a_long_compile_yields_with_sleep_zero(small_budget, monkeypatch):
+    # A clock the test drives, half a yield interval per look: the compile reaches its time budget after about
+    # 400 checkpoints on any machine, long before its size budget (a fast machine reached that first on the
+    # wall clock).
+    clock = [0.0]
     calls = []
-    monkeypatch.setattr(budget, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=calls.append))
+
+    def monotonic() -> float:
+        clock[0] += budget.YIELD_SECONDS / 2
+        return clock[0]
+
+    monkeypatch.setattr(budget, "time", types.SimpleNamespace(monotonic=monotonic, sleep=calls.append))
     with pytest.raises(GrammarError, match="time budget"):
         small_budget.compile_json_schema(allof_tree())
     # The compile runs for the whole budget (seconds), far longer than one yield interval.
