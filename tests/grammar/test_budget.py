@@ -298,3 +298,28 @@ def test_the_byte_nfa_state_cap_and_its_charges_fall_where_they_did(monkeypatch)
                 a.add()
         assert a.size == 1000
         assert b.size_used - spent0 == (1000 // nfa_mod.CHARGE_BLOCK) * 4 * nfa_mod.CHARGE_BLOCK
+
+
+def test_add_many_is_budgeted_and_capped_like_single_adds(monkeypatch):
+    """ByteNFA.add_many(k) numbers, charges and caps its states as k calls of add() do."""
+    from tokenseam.grammar import nfa as nfa_mod
+    from tokenseam.grammar.budget import compile_budget
+
+    def run(step_sizes):
+        with compile_budget(None, 10**9) as b:
+            nfa = nfa_mod.ByteNFA()
+            firsts = []
+            for k in step_sizes:
+                firsts.append(nfa.add_many(k) if k != 1 else nfa.add())
+            return firsts, nfa.size, b.size_used
+
+    sizes = [1, 5, 63, 1, 64, 130, 2, 1, 200]
+    firsts, size, used = run(sizes)
+    assert firsts == [sum(sizes[:i]) for i in range(len(sizes))]
+    assert (size, used) == run([1] * sum(sizes))[1:]
+    monkeypatch.setattr(nfa_mod, "MAX_STATES", 300)
+    with compile_budget(None, 10**9):
+        nfa = nfa_mod.ByteNFA()
+        nfa.add_many(299)
+        with pytest.raises(GrammarError, match="more than 300 automaton states"):
+            nfa.add_many(2)

@@ -209,3 +209,51 @@ def test_universal_states_match_their_definition(seed):
     a = cpauto.not_words(words)
     assert cpauto.universal(a) == a.universal_states == set(range(a.size))
     assert not cpauto.universal(literal_set(words))
+
+
+def _covers_by_definition(ranges) -> bool:
+    """Every code point of ir.SAFE_RANGES lies in one of `ranges` (checked range by range, after merging)."""
+    from tokenseam.grammar.ir import SAFE_RANGES
+
+    merged: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return all(any(lo <= a and b <= hi for lo, hi in merged) for a, b in SAFE_RANGES)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_covers_safe_matches_its_definition(seed):
+    """ir.covers_safe (one pass over the merged ranges) against the definition, on range sets built around the
+    edges of the safe ranges: gaps of one code point, overlaps, unsorted input, the whole range."""
+    from tokenseam.grammar.ir import MAX_CP, SAFE_RANGES, covers_safe
+
+    rnd = random.Random(seed)
+    edges = sorted({p for a, b in SAFE_RANGES for p in (a - 1, a, a + 1, b - 1, b, b + 1)} | {0, MAX_CP})
+    found = {True: 0, False: 0}
+    for _ in range(3000):
+        if rnd.random() < 0.5:
+            # The safe ranges with some left out, split or widened: just covering or just not.
+            rs = []
+            for a, b in SAFE_RANGES:
+                r = rnd.random()
+                if r < 0.03:
+                    continue
+                if r < 0.1 and a < b:
+                    m = rnd.randint(a, b - 1)
+                    rs += [(a, m), (m + 1 + (rnd.random() < 0.5), b)]
+                else:
+                    rs.append((max(0, a - rnd.randint(0, 2)), min(MAX_CP, b + rnd.randint(0, 2))))
+            rnd.shuffle(rs)
+        else:
+            rs = []
+            for _ in range(rnd.randint(1, 6)):
+                a, b = rnd.choice(edges), rnd.choice(edges)
+                rs.append((max(0, min(a, b)), min(MAX_CP, max(a, b))))
+        expect = _covers_by_definition(rs)
+        found[expect] += 1
+        assert covers_safe(rs) == expect, rs
+        assert covers_safe(tuple(rs)) == expect
+    assert found[True] > 100 and found[False] > 100

@@ -274,7 +274,14 @@ def covers_safe(ranges) -> bool:
             merged[-1][1] = max(merged[-1][1], hi)
         else:
             merged.append([lo, hi])
-    return all(any(lo <= a and b <= hi for lo, hi in merged) for a, b in SAFE_RANGES)
+    # Both lists are sorted and disjoint: one pass over each.
+    j, m = 0, len(merged)
+    for a, b in SAFE_RANGES:
+        while j < m and merged[j][1] < a:
+            j += 1
+        if j == m or merged[j][0] > a or merged[j][1] < b:
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -8,6 +8,7 @@ schema_numbers, schema_strings, schema_containers, schema_combinators; keyword s
 
 from __future__ import annotations
 
+import functools
 import json
 from urllib.parse import unquote
 
@@ -27,6 +28,7 @@ from .ir import (
     seq,
     star,
 )
+from .library import library_rule
 from .schema_combinators import Combinators, finite_keys
 from .schema_containers import ContainerLowering
 from .schema_keywords import (
@@ -48,6 +50,24 @@ MAX_ENUM = 2000
 MAX_WS = 1000  # the largest max_ws option (longest run of spaces/tabs after a newline)
 
 LENIENT_HINT = "; pass lenient=True to ignore it"  # ends the message of an unsupported keyword
+
+
+@functools.lru_cache(maxsize=8)
+def separators(ws: Node) -> tuple[Node, Node]:
+    """The comma and the colon between members, with layout `ws` around them."""
+    return seq(ws, lit(","), ws), seq(ws, lit(":"), ws)
+
+
+@functools.lru_cache(maxsize=8)
+def any_body(ws: Node) -> Node:
+    """The rule `any` (any JSON value, with layout `ws`), calling itself and the plain string rule `%str0:`.
+    One object per layout in the process, so the byte NFA builder lowers it once (library.py)."""
+    sep, colon = separators(ws)
+    v = Ref("any")
+    string = seq(lit('"'), Ref("%str0:"))
+    obj = seq(lit("{"), ws, opt(seq(string, colon, v, star(seq(sep, string, colon, v)))), ws, lit("}"))
+    arr = seq(lit("["), ws, opt(seq(v, star(seq(sep, v)))), ws, lit("]"))
+    return alt(obj, arr, string, NUMBER, lit("true"), lit("false"), lit("null"))
 
 
 class _Compiler(Combinators, Negation, NumberLowering, StringLowering, ContainerLowering):
@@ -84,8 +104,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         self.merge_inputs: dict[str, str] = {}
         self.pattern_dfas: dict[str, dict] = {}
         self.pattern_overlaps: dict[tuple[str, str], bool] = {}
-        self.sep = seq(self.ws, lit(","), self.ws)
-        self.colon = seq(self.ws, lit(":"), self.ws)
+        self.sep, self.colon = separators(self.ws)
         self._validator: EnumValidator | None = None
         self.budget = current()
         self.scratch = 0  # budget units of memo keys and validator views, freed with this compiler
@@ -131,18 +150,8 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
     def any_value(self) -> Node:
         if self._any_rule is None:
             self._any_rule = "any"
-            ws = self.ws
-            v = Ref("any")
-            string = self.string_node(0, None)
-            obj = seq(
-                lit("{"),
-                ws,
-                opt(seq(string, self.colon, v, star(seq(self.sep, string, self.colon, v)))),
-                ws,
-                lit("}"),
-            )
-            arr = seq(lit("["), ws, opt(seq(v, star(seq(self.sep, v)))), ws, lit("]"))
-            self.rules["any"] = alt(obj, arr, string, NUMBER, lit("true"), lit("false"), lit("null"))
+            self.string_node(0, None)  # the string rule the value calls
+            self.rules["any"] = library_rule(any_body(self.ws))
         return Ref("any")
 
     def validator(self) -> EnumValidator:

@@ -7,7 +7,7 @@ rulegraph.py, code points as UTF-8 bytes in utf8.py, the final rows' flat storag
 
 from __future__ import annotations
 
-from . import anyorder, cpauto
+from . import anyorder, cpauto, library
 from .budget import compile_budget, current
 from .cpauto import CPNFA
 from .errors import GrammarError
@@ -91,6 +91,15 @@ class ByteNFA:
         self.eps.append([])
         return n
 
+    def add_many(self, k: int) -> int:
+        """k new states, numbered from the one returned; budgeted and capped as k calls of add() would be."""
+        n = len(self.edges)
+        while self._next_check < n + k:
+            self._check(self._next_check)
+        self.edges.extend([] for _ in range(k))
+        self.eps.extend([] for _ in range(k))
+        return n
+
     def _check(self, n: int) -> None:
         """At state n = the next check (the last of a block of CHARGE_BLOCK states, or MAX_STATES): refuse a
         state past MAX_STATES, charge the block to the compile budget, and set the next check."""
@@ -148,6 +157,7 @@ class _Builder:
         self.nfa = ByteNFA()
         self.budget = current()
         refs, multi = rule_refs(g) if graph is None else graph
+        self.refs = refs
         self.cyclic = cyclic_rules(g, refs) | {name for name in g.shared if name in g.rules}
         self.est_memo: dict[int, int] = {}
         self.null_memo: dict[int, bool] = {}
@@ -159,6 +169,7 @@ class _Builder:
             if name not in self.cyclic and self.estimate(g.rules[name]) > INLINE_LIMIT:
                 self.cyclic.add(name)
         self.rule_index: dict[str, int] = {}
+        self.rule_log: list | None = None
         self.code_points = CodePointEdges(self.nfa)
 
     # The analyses below and `_emit` are walks (walk.run): `_x(node, ...)` is the memo's value, the value of a
@@ -306,6 +317,8 @@ class _Builder:
         return v
 
     def rule(self, name: str) -> int:
+        if self.rule_log is not None:  # a library rule's lowering is watched (library.record)
+            self.rule_log.append((self.nfa.size, name, name not in self.rule_index))
         if name in self.rule_index:
             return self.rule_index[name]
         r = len(self.nfa.rule_start)
@@ -335,9 +348,25 @@ class _Builder:
         while self.pending:
             name, s, e = self.pending.pop()
             self.budget.where = f"rule {name!r}"
-            end = run(self._emit(self.g.rules[name], s, False, None))
+            end = self._lower_rule(name, s)
             self.nfa.eps[end].append(e)
         return self.nfa
+
+    def _lower_rule(self, name: str, s: int) -> int:
+        """A called rule's body from its start state s; the state it ends in. A library body (library.py) is
+        copied when it was lowered before in this process, and watched while it is lowered the first time;
+        only when every rule it names is called (a copied-in rule would make the lowering depend on it)."""
+        body = self.g.rules[name]
+        frag = library.lookup(body)
+        if frag is library.ABSENT or not self.refs[name] <= self.cyclic:
+            return run(self._emit(body, s, False, None))
+        if isinstance(frag, library.Fragment):
+            return frag.stamp(self, s)
+        if frag is library.NOT_COPYABLE:
+            return run(self._emit(body, s, False, None))
+        end, made = library.record(self, body, s, lambda: run(self._emit(body, s, False, None)))
+        library.keep(body, made)
+        return end
 
     def _emit(self, node: Node, s: int, esc: bool, end: int | None):
         """Lower `node` starting at state `s`; the state reached after it (a node without parts to walk is
@@ -593,7 +622,8 @@ class _Builder:
     def embed(self, a: CPNFA, s: int, esc: bool, end: int | None) -> int:
         nfa = self.nfa
         self.budget.spend(sum(map(len, a.edges)))  # lowered to at least as many byte edges
-        m = [nfa.add() for _ in range(a.size)]
+        first = nfa.add_many(a.size)
+        m = range(first, first + a.size)
         e = nfa.add() if end is None else end
         nfa.eps[s].append(m[a.start])
         univ = a.universal_states
@@ -638,7 +668,8 @@ class _Builder:
         budgets = a.safe_budgets
         if budgets is None:
             budgets = a.safe_budgets = cpauto.safe_budgets(a)
-        head = [nfa.add() for _ in range(a.size)]
+        first = nfa.add_many(a.size)
+        head = range(first, first + a.size)
         p = nfa.add()
         nfa.eps[s].append(p)
         nfa.cpush[p] = (head[a.start], lid)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from . import cpauto
 from .errors import GrammarError
 from .ir import (
@@ -19,6 +21,7 @@ from .ir import (
     norm,
     seq,
 )
+from .library import library_rule
 from .regex import parse_regex
 from .schema_safety import searcher
 
@@ -100,6 +103,13 @@ JCHAR = alt(
 UNROLL_LIMIT = 1000
 
 
+@functools.lru_cache(maxsize=64)
+def string_body(mn: int, mx: int | None) -> Node:
+    """The called rule of a JSON string of mn..mx characters: its body and closing quote. One object per
+    length bound in the process, so the byte NFA builder lowers it once (library.py)."""
+    return seq(Repeat(JCHAR, mn, mx), lit('"'))
+
+
 class StringLowering:
     """The `string` type and the pattern automata of the JSON Schema compiler (json_schema._Compiler)."""
 
@@ -107,7 +117,7 @@ class StringLowering:
         """A JSON string of mn..mx characters: its body and closing quote are one shared called rule."""
         name = f"%str{mn}:{'' if mx is None else mx}"
         if name not in self.rules:
-            self.rules[name] = seq(Repeat(JCHAR, mn, mx), lit('"'))
+            self.rules[name] = library_rule(string_body(mn, mx))
             self.shared.add(name)
         return seq(lit('"'), Ref(name))
 

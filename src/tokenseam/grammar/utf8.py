@@ -69,6 +69,13 @@ def _split_code_point_range(lo: int, hi: int, out: list) -> None:
     out.append(list(zip(a, b, strict=True)))
 
 
+@functools.lru_cache(maxsize=8192)
+def lowering_plan(ranges: tuple, esc: bool) -> tuple[tuple, tuple, tuple, bool]:
+    """byte_plan(ranges, esc) and whether the set covers every string-safe character, kept for the process: the
+    same sets (a string's characters, "any character but these") recur in every grammar."""
+    return byte_plan(ranges, esc) + (covers_safe(ranges),)
+
+
 def byte_plan(ranges, esc: bool) -> tuple[tuple, tuple, tuple]:
     """How a code point set lowers: plain ASCII byte ranges, the code points written as escapes (when `esc`:
     controls, quote, backslash), and the multi-byte part."""
@@ -94,6 +101,31 @@ def byte_plan(ranges, esc: bool) -> tuple[tuple, tuple, tuple]:
     return tuple(plain), tuple(sorted(specials)), high
 
 
+@functools.lru_cache(maxsize=1024)
+def escape_plan(specials: tuple[int, ...]) -> tuple[int, tuple[tuple[int, int, int], ...]]:
+    """The escapes of `specials` after a backslash, as states 0.. (0: after the backslash) and byte edges
+    (state, byte, target state; -1: the end)."""
+    edges: list[tuple[int, int, int]] = []
+    uhex: dict[int, list[int]] = {}
+    for c in specials:
+        code = json_escape_bytes(c)
+        if len(code) == 2:
+            edges.append((0, code[1], -1))
+        else:
+            uhex.setdefault(code[4], []).append(code[5])
+    size = 1
+    if uhex:
+        u, z1, z2 = 1, 2, 3
+        size = 4
+        edges += [(0, 0x75, u), (u, 0x30, z1), (z1, 0x30, z2)]
+        for d1, lasts in uhex.items():
+            x = size
+            size += 1
+            edges.append((z2, d1, x))
+            edges.extend((x, d2, -1) for d2 in lasts)
+    return size, tuple(edges)
+
+
 class CodePointEdges:
     """Byte edges for code point sets in one ByteNFA, sharing per target state the states after a backslash,
     the multi-byte UTF-8 part and the trailing continuation bytes."""
@@ -101,16 +133,12 @@ class CodePointEdges:
     def __init__(self, nfa: ByteNFA) -> None:
         self.nfa = nfa
         self.tails: dict[tuple[int, int], int] = {}
-        self.plans: dict[tuple, tuple] = {}
         self.high_cache: dict[tuple, int] = {}
         self.esc_cache: dict[tuple, int] = {}
 
     def lower(self, ranges, s: int, e: int, esc: bool) -> None:
         """Byte edges from `s` to `e` for one code point of `ranges` (JSON-escaped when `esc`)."""
-        plan = self.plans.get((ranges, esc))
-        if plan is None:
-            plan = self.plans[(ranges, esc)] = byte_plan(ranges, esc) + (covers_safe(ranges),)
-        plain, specials, high, safe = plan
+        plain, specials, high, safe = lowering_plan(ranges, esc)
         nfa = self.nfa
         if safe and s == e:
             nfa.universal.add(s)  # a loop on every string-safe character
@@ -137,26 +165,11 @@ class CodePointEdges:
         bs = self.esc_cache.get(bkey)
         if bs is not None:
             return bs
-        bs = self.esc_cache[bkey] = nfa.add()
-        uhex: dict[int, list[int]] = {}
-        for c in specials:
-            code = json_escape_bytes(c)
-            if len(code) == 2:
-                nfa.edges[bs].append((code[1], code[1], e))
-            else:
-                uhex.setdefault(code[4], []).append(code[5])
-        if uhex:
-            u = nfa.add()
-            z1 = nfa.add()
-            z2 = nfa.add()
-            nfa.edges[bs].append((0x75, 0x75, u))
-            nfa.edges[u].append((0x30, 0x30, z1))
-            nfa.edges[z1].append((0x30, 0x30, z2))
-            for d1, lasts in uhex.items():
-                x = nfa.add()
-                nfa.edges[z2].append((d1, d1, x))
-                for d2 in lasts:
-                    nfa.edges[x].append((d2, d2, e))
+        size, plan = escape_plan(specials)
+        bs = self.esc_cache[bkey] = nfa.add_many(size)
+        edges = nfa.edges
+        for q, c, t in plan:
+            edges[bs + q].append((c, c, e if t < 0 else bs + t))
         return bs
 
     def lower_raw(self, lo: int, hi: int, s: int, e: int) -> None:
