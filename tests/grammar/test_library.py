@@ -101,3 +101,23 @@ def test_the_library_is_bounded():
     assert len(library._library) == library.LIBRARY_SIZE
     assert library.lookup(bodies[0]) is library.ABSENT
     assert library.lookup(bodies[-1]) is None
+
+
+@pytest.mark.parametrize("schema", SCHEMAS[:4] + [{"type": "string", "pattern": "^[a-f0-9]{2,8}$"}])
+def test_byte_classes_are_the_runs_every_edge_treats_alike(schema):
+    """prepare_nfa's byte classes: two bytes share a class exactly when every edge takes both or neither, and
+    classes are numbered in byte order from 0 (class_start: each class's first byte)."""
+    import numpy as np
+
+    from tokenseam.grammar.prepare import prepare_nfa
+
+    with compile_budget(30, None):
+        p = prepare_nfa(build_nfa(schema_to_grammar(schema)))
+    rows = p.nfa.edges.data
+    takes = np.array([(rows[:, 0] <= b) & (b <= rows[:, 1]) for b in range(256)])
+    for b in range(1, 256):
+        same = bool((takes[b] == takes[b - 1]).all())
+        assert (p.byte_class[b] == p.byte_class[b - 1]) == same
+        assert p.byte_class[b] - p.byte_class[b - 1] in (0, 1)
+    assert p.byte_class[0] == 0
+    assert p.class_start == [b for b in range(256) if b == 0 or p.byte_class[b] != p.byte_class[b - 1]]

@@ -6,6 +6,7 @@ Intersection (pattern plus length or format), complement (keys not among the dec
 from __future__ import annotations
 
 import collections
+import functools
 
 from .budget import current
 from .errors import GrammarError
@@ -522,6 +523,26 @@ def accepts(dfa: CPNFA, text: str) -> bool:
     return s in dfa.finals
 
 
+@functools.lru_cache(maxsize=4096)
+def _complement_plan(
+    cs: tuple[int, ...],
+) -> tuple[tuple[tuple[int, int, int], ...], tuple[tuple[int, int], ...]]:
+    """The row of a `not_words` trie state whose children read the code points `cs` (sorted): (lo, hi, c) in
+    order, c the child's code point or -1 for a gap into the sink (sorted, apart, free of surrogates); and
+    the gaps."""
+    plan: list[tuple[int, int, int]] = []
+    gaps: list[tuple[int, int]] = []
+    prev = 0
+    for c in (*cs, ANY_RANGES[-1][1] + 1):
+        for a, b in cut_surrogates(prev, c - 1):
+            plan.append((a, b, -1))
+            gaps.append((a, b))
+        if c <= ANY_RANGES[-1][1]:
+            plan.append((c, c, c))
+        prev = c + 1
+    return tuple(plan), tuple(gaps)
+
+
 def not_words(words: list[str]) -> CPNFA:
     """A deterministic automaton accepting every string except exactly `words` (equal to
     the complement of the trie of `words`, built in one pass over the trie)."""
@@ -546,23 +567,16 @@ def not_words(words: list[str]) -> CPNFA:
     # the sink are sorted, apart and free of surrogates: already the normal form `nfa._by_target` computes).
     grouped: list[dict[int, tuple]] = []
     for s in range(sink):
-        row = out.edges[s]
         kids = children[s]
+        plan, gaps = _complement_plan(tuple(sorted(kids)))
+        row = [(a, b, sink if c < 0 else kids[c]) for a, b, c in plan]
+        out.edges[s] = row
         by: dict[int, tuple] = {}
-        gaps: list[tuple[int, int]] = []
-        prev = 0
-        for c in [*sorted(kids), ANY_RANGES[-1][1] + 1]:
-            piece = cut_surrogates(prev, c - 1)
-            if piece and not gaps:
-                by[sink] = ()  # the sink's place among the targets; its ranges are set below
-            gaps.extend(piece)
-            row.extend((a, b, sink) for a, b in piece)
-            if c in kids:
-                row.append((c, c, kids[c]))
+        for _, _, c in plan:
+            if c >= 0:
                 by[kids[c]] = ((c, c),)
-            prev = c + 1
-        if gaps:
-            by[sink] = tuple(gaps)
+            elif sink not in by:
+                by[sink] = gaps
         grouped.append(by)
         budget.spend(2 * len(row))
         if s not in ends:

@@ -1146,7 +1146,8 @@ class LocalBuilder:
         def ids(keys) -> np.ndarray:
             return np.fromiter(keys, dtype=np.int64, count=len(keys))
 
-        qinfo[ids(special), 0] |= Q_STACK
+        if special:
+            qinfo[ids(special), 0] |= Q_STACK
         for flag, ops in (
             (Q_CPUSH, nfa.cpush),
             (Q_CINC, nfa.cinc),
@@ -1174,12 +1175,13 @@ class LocalBuilder:
                 spec.extras,
                 spec.dead,
             )
-        qinfo[ids(nfa.universal), 0] |= Q_UNIV
+        if nfa.universal:
+            qinfo[ids(nfa.universal), 0] |= Q_UNIV
         if nfa.call:
             qinfo[ids(nfa.call), 1:3] = np.asarray(list(nfa.call.values()), dtype=np.int32)
-        qinfo[ids(nfa.end_rule), 3] = ids(nfa.end_rule.values())
-        qinfo[ids(nfa.counted_body), 4] = ids(nfa.counted_body.values())
-        qinfo[ids(nfa.counted_budget), 8] = ids(nfa.counted_budget.values())
+        for col, d in ((3, nfa.end_rule), (4, nfa.counted_body), (8, nfa.counted_budget)):
+            if d:
+                qinfo[ids(d), col] = ids(d.values())
         self.qinfo = qinfo
         self.byte_class = byte_class
         self.rule_start = np.asarray(nfa.rule_start, dtype=np.int32)
@@ -1195,7 +1197,7 @@ class LocalBuilder:
         edge_rows = nfa.edges.data
         self.e_off = nfa.edges.off
         self.nfa_e = edge_rows.copy() if len(edge_rows) else np.zeros((1, 3), dtype=np.int32)
-        self.nfa_e[: len(edge_rows), :2] = byte_class[edge_rows[:, :2]]  # byte ranges as class ranges
+        self.nfa_e[: len(edge_rows), :2] = byte_class.take(edge_rows[:, :2])  # byte ranges as class ranges
         self.eps_off = nfa.eps.off
         self.eps_t = nfa.eps.data if len(nfa.eps.data) else np.zeros(1, np.int32)
         self.loc = np.full((n, 2), LOC_TODO, dtype=np.int32)

@@ -46,9 +46,14 @@ def prepare_nfa(nfa: ByteNFA) -> PreparedNFA:
             # their bounds, and the walk's state builder (localbuild) reads the same arrays.
             nfa.freeze_rows()
             rows = nfa.edges.data
-            pts = np.unique(np.concatenate(([0, 256], rows[:, 0], rows[:, 1] + 1)))
-            byte_class = (np.searchsorted(pts, np.arange(256), side="right") - 1).astype(np.int32)
-            return PreparedNFA(nfa, byte_class, pts[:-1].tolist())
+            starts = np.zeros(
+                257, dtype=np.int32
+            )  # 1 where a class starts: a range's first byte or the next one past it
+            starts[rows[:, 0]] = 1
+            starts[rows[:, 1] + 1] = 1
+            starts[0] = 1
+            byte_class = np.cumsum(starts[:256], dtype=np.int32) - 1
+            return PreparedNFA(nfa, byte_class, np.flatnonzero(starts[:256]).tolist())
         finally:
             b.stage = stage
 
