@@ -924,3 +924,30 @@ def test_any_of_bare_enums_beside_keywords_is_checked_once(compiler, monkeypatch
     assert accepts_text(g, '{"task": "Task3@1"}')
     assert not accepts_text(g, '{"task": "Task7@1"}')
     assert len(calls) == 5 and set(calls) == {60}
+
+
+@pytest.mark.parametrize("draft", [None, "http://json-schema.org/draft-04/schema#"])
+def test_enum_values_beside_a_plain_type_are_those_the_validator_keeps(compiler, draft):
+    """An enum beside nothing but a `type` of plain names is filtered without the validator: the values
+    the grammar accepts are exactly those jsonschema accepts, for every mix of types (draft 4 included)."""
+    import itertools
+    import json as _json
+
+    import jsonschema
+
+    from tests.grammar.conftest import accepts_text
+
+    values = ["a", "", 1, 1.0, 2.5, -3, True, False, None, [], [1], {}, {"k": "v"}, 10**20, "1"]
+    names = ["string", "boolean", "null", "number", "object", "array"]
+    for types in itertools.chain(
+        ([n] for n in names), (["string", "null"], ["number", "boolean"], ["array", "object", "null"])
+    ):
+        for t in (types, types[0]) if len(types) == 1 else (types,):
+            schema = {"type": t, "enum": values}
+            if draft:
+                schema["$schema"] = draft
+            c = compiler.compile_json_schema(schema)
+            validator = jsonschema.validators.validator_for(schema)(schema)
+            for v in values:
+                text = _json.dumps(v)
+                assert accepts_text(c, text) == validator.is_valid(v), (t, v)

@@ -38,6 +38,7 @@ from .schema_keywords import (
     UNSUPPORTED,
     json_equal,
     json_key,
+    json_type,
     pointer_escape,
     spelled,
 )
@@ -50,6 +51,33 @@ MAX_ENUM = 2000
 MAX_WS = 1000  # the largest max_ws option (longest run of spaces/tabs after a newline)
 
 LENIENT_HINT = "; pass lenient=True to ignore it"  # ends the message of an unsupported keyword
+
+
+# The type names every draft reads alike (`integer` is not: draft 4 takes 1.0 for no integer). Enum values beside
+# nothing but a `type` of these are checked here, not by the validator (the common case, and one check per value
+# instead of a validator's walk).
+_PLAIN_TYPES = frozenset({"string", "boolean", "null", "number", "object", "array"})
+
+
+def plain_types(rest: dict) -> frozenset | None:
+    """The type names of an enum's other keywords when they are only a `type` of plain names, else None."""
+    if len(rest) != 1 or "type" not in rest:
+        return None
+    t = rest["type"]
+    names = [t] if isinstance(t, str) else t
+    if (
+        not isinstance(names, list)
+        or not names
+        or not all(isinstance(n, str) and n in _PLAIN_TYPES for n in names)
+    ):
+        return None
+    return frozenset(names)
+
+
+def of_types(v, kinds: frozenset) -> bool:
+    """Whether the JSON value v is of one of the plain type names `kinds` (a number is any int or float)."""
+    t = json_type(v)
+    return t in kinds or (t == "integer" and "number" in kinds)
 
 
 @functools.lru_cache(maxsize=8)
@@ -495,7 +523,11 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         # accepts what it parses to (draft 4's `integer` is only the first).
         vals = spelled(vals)
         if rest:
-            vals = self.valid_values(vals, rest, ptr)
+            kinds = plain_types(rest)
+            if kinds is not None:
+                vals = [v for v in vals if of_types(v, kinds)]
+            else:
+                vals = self.valid_values(vals, rest, ptr)
         alts = []
         for v in vals:
             alts.append(self.literal(v))
