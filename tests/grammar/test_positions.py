@@ -890,3 +890,79 @@ def test_layout_lowering_matches_the_general_one(monkeypatch, smollm2_vocab, max
     # three blanks in a row are not layout; an indented line only when indentation is on
     assert not GrammarMatcher(fast).accept_bytes(b'{"a": [1,   2]}')
     assert GrammarMatcher(fast).accept_bytes(b'{"a":\n\t\t[]}') == bool(max_ws)
+
+
+# Grammars that reach every builder Python calls: recursion (frames, escapes), counters clamped and real, any
+# order, indentation, escapes in strings, a recursive GBNF, a regex with a counter.
+DIRECT_CASES = [
+    ("schema", {}, DOC, {}),
+    ("schema", COUNTED_OBJECTS[0], COUNTED_OBJECTS[1], {}),
+    (
+        "schema",
+        {
+            "type": "object",
+            "properties": {"b": {"type": "string"}, "a": {"type": "integer"}},
+            "required": ["a"],
+        },
+        '{\n  "a": 3,\n  "b": "q\\u00e9\\n",\n  "z": [true]\n}',
+        {"property_order": "any", "max_ws": 4},
+    ),
+    (
+        "gbnf",
+        'root ::= list\nlist ::= "(" (item (" " item)*)? ")"\nitem ::= list | [a-z]+\n',
+        "((ab (c)) (((z))))",
+        {},
+    ),
+    ("regex", r"(a|bc){13,}x{2,40}y{0,3}", "aaaaaaabcbcbcbcbcbcabcxxxxxxxxxxy", {}),
+]
+
+
+def _masks_along(vocab, tokenizer, kind, grammar, doc, options) -> list[bytes]:
+    """Every mask of a fresh compile along `doc`, byte by byte and then token by token."""
+    from tokenseam.grammar import GrammarCompiler
+
+    c = GrammarCompiler(vocab)
+    if kind == "schema":
+        g = c.compile_json_schema(grammar, **options)
+    else:
+        g = c.compile_gbnf(grammar) if kind == "gbnf" else c.compile_regex(grammar)
+    out = np.zeros(vocab.mask_words, dtype=np.int32)
+    seen = []
+    m = GrammarMatcher(g)
+    for ch in doc.encode():
+        m.fill_next_token_bitmask(out)
+        seen.append(out.tobytes())
+        assert m.accept_bytes(bytes([ch]))
+    m = GrammarMatcher(g)
+    for tok in tokenizer.encode(doc):
+        m.fill_next_token_bitmask(out)
+        seen.append(out.tobytes())
+        assert m.accept_token(tok)
+    return seen
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])
+def test_builders_called_past_the_dispatcher_take_one_set_of_types(
+    monkeypatch, vocabs, tokenizers, vocab_name
+):
+    """The numba builders Python calls go to their compiled entry point, which converts arguments without
+    looking at them (localbuild.Direct): safe only while every call passes the same types. With every call
+    through numba's dispatcher (CHECK_TYPES), a varied workload calls each builder with one set of argument
+    types, and the masks are those of the entry points."""
+    from tokenseam.grammar import automaton, localbuild, masks
+
+    vocab, tok = vocabs[vocab_name], tokenizers[vocab_name]
+    direct = [automaton.fill, automaton.escape_target, masks.walk_esc, masks.group_by_frame]
+    assert all(isinstance(d, localbuild.Direct) for d in direct)
+    with monkeypatch.context() as mp:
+        mp.setattr(localbuild, "CHECK_TYPES", True)
+        for d in direct:
+            mp.setattr(d, "entry", None)
+            mp.setattr(d, "seen", set())
+        checked = [_masks_along(vocab, tok, *case) for case in DIRECT_CASES]
+        for d in direct:
+            assert d.entry is None
+            assert len(d.seen) == 1, (d.fn, d.seen)
+            assert next(iter(d.seen)) in d.fn.overloads
+    assert [_masks_along(vocab, tok, *case) for case in DIRECT_CASES] == checked
+    assert all(d.entry is not None for d in direct)

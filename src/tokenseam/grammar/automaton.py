@@ -35,13 +35,18 @@ from .localbuild import (
     UNBOUNDED,
     UNKNOWN,
     BuilderArrays,
+    Direct,
     LocalBuilder,
-    escape_target,
-    fill,
 )
+from .localbuild import escape_target as _escape_target_nb
+from .localbuild import fill as _fill_nb
 from .prepare import PreparedNFA
 from .stacks import Stacks
 from .tables import TokenTable
+
+# The builders Python calls, at their compiled entry points (localbuild.Direct).
+fill = Direct(_fill_nb)
+escape_target = Direct(_escape_target_nb)
 
 # State ids are int32 (the transition rows). No other cap on the number of states: they are a cache of the
 # determinisation, rebuilt from the NFA whenever needed, and their memory is bounded by the compiler's grammar

@@ -26,13 +26,18 @@ from .localbuild import (
     WALK_DONE,
     WALK_NEEDS_PYTHON,
     WALK_NO_ROOM,
-    group_by_frame,
-    walk_esc,
+    Direct,
 )
+from .localbuild import group_by_frame as _group_by_frame_nb
+from .localbuild import walk_esc as _walk_esc_nb
 from .tables import SubTable, TokenTable
 
 if TYPE_CHECKING:
     from .automaton import Automaton
+
+# The builders Python calls, at their compiled entry points (localbuild.Direct).
+walk_esc = Direct(_walk_esc_nb)
+group_by_frame = Direct(_group_by_frame_nb)
 
 MASK_CACHE_BYTES = 128 * 1024 * 1024
 # Python's share of a memo entry, beside its arrays' data (key tuple, dict slot, array headers), in bytes: the
