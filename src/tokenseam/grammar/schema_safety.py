@@ -85,6 +85,31 @@ def _show(v) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
+# What check_keywords checks of each keyword it reads (one lookup per key; a key not here is an annotation or
+# a vendor extension, not read as a schema and not checked).
+_KIND: dict[str, str] = {
+    **dict.fromkeys(_DATA, "data"),
+    **dict.fromkeys(RESERVED, "reserved"),
+    **dict.fromkeys(_REFS, "ref"),
+    **dict.fromkeys(_STRINGS, "string"),
+    **dict.fromkeys(_BOOLEANS, "boolean"),
+    **dict.fromkeys(_NONNEG_INT, "count"),
+    "minimum": "number",
+    "maximum": "number",
+    "exclusiveMinimum": "exclusive",
+    "exclusiveMaximum": "exclusive",
+    "multipleOf": "multipleOf",
+    "type": "type",
+    "required": "required",
+    "dependentRequired": "dependentRequired",
+    "dependencies": "dependencies",
+    **dict.fromkeys(_ONE_SCHEMA, "schema"),
+    "items": "items",
+    **dict.fromkeys(_SCHEMA_LISTS, "schemas"),
+    **dict.fromkeys(_SCHEMA_MAPS, "schema map"),
+}
+
+
 def check_keywords(root, draft: int | None = None) -> None:
     """Raise GrammarError for the first keyword whose value has the wrong type (see the module docstring), or,
     under `draft` 3 (the draft a root `$schema` names), that is one of draft 3's own assertions."""
@@ -103,19 +128,21 @@ def check_keywords(root, draft: int | None = None) -> None:
             return GrammarError(f"keyword {k!r} at {ptr} must be {what}, got {_show(s[k])}")
 
         for k, v in s.items():
-            if k in _DATA:
+            kind = _KIND.get(k)
+            if kind == "data":
                 if k == "enum" and not isinstance(v, list):
                     raise bad(k, "an array")
                 continue
-            at = f"{ptr}/{pointer_escape(k)}"
-            if k in RESERVED:
+            if kind == "reserved":
                 raise GrammarError(f"keyword {k!r} at {ptr} is reserved for the compiler's own use")
-            if k in refused:
+            if refused and k in refused:
                 raise GrammarError(
                     f"unsupported JSON Schema keyword {k!r} at {ptr}: draft 3 asserts it and the compiler does "
                     "not build it (write the schema for draft 4 or later)"
                 )
-            if k in _REFS:
+            if kind is None:
+                continue
+            if kind == "ref":
                 if not isinstance(v, str):
                     raise bad(k, "a string")
                 if not v.startswith("#"):
@@ -124,25 +151,25 @@ def check_keywords(root, draft: int | None = None) -> None:
                         "('#...') are resolved; nothing is fetched over the network or read "
                         "from files"
                     )
-            elif k in _STRINGS:
+            elif kind == "string":
                 if not isinstance(v, str):
                     raise bad(k, "a string")
-            elif k in _BOOLEANS:
+            elif kind == "boolean":
                 if not isinstance(v, bool):
                     raise bad(k, "true or false")
-            elif k in _NONNEG_INT:
+            elif kind == "count":
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                     raise bad(k, "a non-negative integer")
-            elif k in ("minimum", "maximum"):
+            elif kind == "number":
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise bad(k, "a number")
-            elif k in ("exclusiveMinimum", "exclusiveMaximum"):
+            elif kind == "exclusive":
                 if not isinstance(v, (int, float)):  # a number, or (draft 4) a boolean
                     raise bad(k, "a number (or, in draft 4, a boolean)")
-            elif k == "multipleOf":
+            elif kind == "multipleOf":
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                     raise bad(k, "a positive number")
-            elif k == "type":
+            elif kind == "type":
                 names = [v] if isinstance(v, str) else v
                 if not isinstance(names, list) or not names or not all(isinstance(t, str) for t in names):
                     raise bad(k, "a type name or a non-empty array of type names")
@@ -152,42 +179,45 @@ def check_keywords(root, draft: int | None = None) -> None:
                             f"keyword 'type' at {ptr} names unknown type {t!r} "
                             f"(known: {', '.join(TYPE_NAMES)})"
                         )
-            elif k == "required":
+            elif kind == "required":
                 if not isinstance(v, list) or not all(isinstance(r, str) for r in v):
                     raise bad(k, "an array of strings")
-            elif k == "dependentRequired":
+            elif kind == "dependentRequired":
                 if not isinstance(v, dict) or not all(
                     isinstance(x, list) and all(isinstance(r, str) for r in x) for x in v.values()
                 ):
                     raise bad(k, "an object of arrays of strings")
-            elif k == "dependencies":
-                if not isinstance(v, dict):
-                    raise bad(k, "an object")
-                for name, x in v.items():
-                    if isinstance(x, list):
-                        if not all(isinstance(r, str) for r in x):
-                            raise bad(k, "an object of schemas or arrays of strings")
-                    else:
-                        stack.append((x, f"{at}/{pointer_escape(name)}"))
-            elif k in _ONE_SCHEMA:
-                stack.append((v, at))
-            elif k == "items":
-                if isinstance(v, list):  # draft 2019-09 and earlier: one schema per position
-                    stack.extend((x, f"{at}/{i}") for i, x in enumerate(v))
-                else:
+            else:  # keywords holding schemas: checked in turn, with their pointers
+                at = f"{ptr}/{pointer_escape(k)}"
+                if kind == "dependencies":
+                    if not isinstance(v, dict):
+                        raise bad(k, "an object")
+                    for name, x in v.items():
+                        if isinstance(x, list):
+                            if not all(isinstance(r, str) for r in x):
+                                raise bad(k, "an object of schemas or arrays of strings")
+                        else:
+                            stack.append((x, f"{at}/{pointer_escape(name)}"))
+                elif kind == "schema":
                     stack.append((v, at))
-            elif k in _SCHEMA_LISTS:
-                if not isinstance(v, list) or (k in ("anyOf", "oneOf") and not v):
-                    raise bad(
-                        k,
-                        "a non-empty array of schemas" if k in ("anyOf", "oneOf") else "an array of schemas",
-                    )
-                stack.extend((x, f"{at}/{i}") for i, x in enumerate(v))
-            elif k in _SCHEMA_MAPS:
-                if not isinstance(v, dict):
-                    raise bad(k, "an object of schemas")
-                stack.extend((x, f"{at}/{pointer_escape(name)}") for name, x in v.items())
-            # Any other keyword is an annotation or a vendor extension: not read as a schema, not checked.
+                elif kind == "items":
+                    if isinstance(v, list):  # draft 2019-09 and earlier: one schema per position
+                        stack.extend((x, f"{at}/{i}") for i, x in enumerate(v))
+                    else:
+                        stack.append((v, at))
+                elif kind == "schemas":
+                    if not isinstance(v, list) or (k in ("anyOf", "oneOf") and not v):
+                        raise bad(
+                            k,
+                            "a non-empty array of schemas"
+                            if k in ("anyOf", "oneOf")
+                            else "an array of schemas",
+                        )
+                    stack.extend((x, f"{at}/{i}") for i, x in enumerate(v))
+                else:  # a map of names to schemas
+                    if not isinstance(v, dict):
+                        raise bad(k, "an object of schemas")
+                    stack.extend((x, f"{at}/{pointer_escape(name)}") for name, x in v.items())
 
 
 class _RefusedRetrieval(Exception):
