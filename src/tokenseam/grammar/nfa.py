@@ -203,7 +203,8 @@ class _Builder:
         if isinstance(node, (Seq, Alt)):
             v = 2
             for x in node.items:
-                v += yield self._estimate(x, depth + 1)
+                r = self._estimate(x, depth + 1)  # a leaf's value at once: no round trip through the walk
+                v += r if type(r) is int else (yield r)
         elif isinstance(node, Repeat):
             if self.counted(node):
                 v = 6 + (yield self._estimate(node.item, depth + 1))
@@ -414,7 +415,8 @@ class _Builder:
                         edges[s].append((a, a, t))
                         s = t
                         continue
-                s = yield self._emit(it, s, esc, end if k == last else None)
+                t = self._emit(it, s, esc, end if k == last else None)
+                s = t if type(t) is int else (yield t)  # a leaf is lowered at once: no round trip
             return s
         if isinstance(node, Alt):
             if not node.items:
@@ -422,7 +424,9 @@ class _Builder:
                 return nfa.add() if end is None else end  # nothing reaches it: the empty language
             e = nfa.add() if end is None else end
             for it in node.items:
-                yield self._emit(it, s, esc, e)
+                t = self._emit(it, s, esc, e)
+                if type(t) is not int:
+                    yield t
             return e
         if isinstance(node, Repeat) and self.counted(node):
             lid = len(nfa.loops)
