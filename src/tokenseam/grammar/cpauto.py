@@ -547,7 +547,7 @@ def not_words(words: list[str]) -> CPNFA:
     """A deterministic automaton accepting every string except exactly `words` (equal to
     the complement of the trie of `words`, built in one pass over the trie)."""
     out = CPNFA()
-    out.add()
+    budget = current()
     children: list[dict[int, int]] = [{}]
     ends: set[int] = set()
     for w in words:
@@ -556,13 +556,18 @@ def not_words(words: list[str]) -> CPNFA:
             c = ord(ch)
             t = children[s].get(c)
             if t is None:
-                t = out.add()
+                t = len(children)
+                if t >= MAX_NFA_STATES - 1:
+                    raise GrammarError("pattern automaton too large")
                 children.append({})
                 children[s][c] = t
             s = t
         ends.add(s)
-    sink = out.add()
-    budget = current()
+    sink = len(children)
+    # The trie's states and the sink at once (two budget units each, as CPNFA.add charges).
+    budget.spend(2 * (sink + 1))
+    out.edges = [[] for _ in range(sink + 1)]
+    out.eps = [[] for _ in range(sink + 1)]
     # The rows grouped by target as they are built, targets in the order their first edge comes (the gaps into
     # the sink are sorted, apart and free of surrogates: already the normal form `nfa._by_target` computes).
     grouped: list[dict[int, tuple]] = []
@@ -579,8 +584,7 @@ def not_words(words: list[str]) -> CPNFA:
                 by[sink] = gaps
         grouped.append(by)
         budget.spend(2 * len(row))
-        if s not in ends:
-            out.finals.add(s)
+    out.finals.update(s for s in range(sink) if s not in ends)
     for a, b in ANY_RANGES:
         out.edges[sink].append((a, b, sink))
     grouped.append({sink: ANY_RANGES})
