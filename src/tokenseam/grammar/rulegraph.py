@@ -31,6 +31,8 @@ def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], list[str]]:
         stack = [node]
         while stack:
             n = stack.pop()
+            if type(n) is Chars:  # most nodes, and shared (one per character): nothing below them
+                continue
             if id(n) in seen:
                 again.append(n)
                 continue
@@ -150,14 +152,17 @@ def productive(g: Grammar, refs: dict[str, set[str]] | None = None) -> dict[str,
         return prod_parts(node, depth)
 
     def prod_parts(node: Node, depth: int):
+        # (a leaf's answer is taken at once, not through the walk's trampoline)
         if isinstance(node, Seq):
             for x in node.items:
-                if not (yield prod(x, depth + 1)):
+                r = prod(x, depth + 1)
+                if not (r if type(r) is bool else (yield r)):
                     return False
             return True
         if isinstance(node, Alt):
             for x in node.items:
-                if (yield prod(x, depth + 1)):
+                r = prod(x, depth + 1)
+                if r if type(r) is bool else (yield r):
                     return True
             return False
         if isinstance(node, Repeat):
