@@ -14,6 +14,7 @@ def nfa_of(g: Grammar) -> tuple:
     """Everything an NFA holds, in a comparable form."""
     with compile_budget(30, None):
         n = build_nfa(g)
+        n.freeze_rows()
     return (
         [list(r) for r in n.edges],
         [list(r) for r in n.eps],

@@ -696,6 +696,38 @@ def test_nfa_rows_flat_and_read_only():
         fe[0] = []
 
 
+def test_nfa_edges_kept_flat_while_built_come_out_per_state_in_order():
+    """ByteNFA keeps its edges as one flat list while it is built; frozen, each state's row holds its edges in
+    the order they were added, whatever came between them, and edge_rows / set_edge_rows (the rewrite before
+    the freeze) give back the same rows."""
+    from tokenseam.grammar.nfa import ByteNFA
+
+    nfa = ByteNFA()
+    first = nfa.add_many(4)
+    assert first == 0 and nfa.size == 4 and nfa.edges is None
+    added = [
+        (2, 0x61, 0x61, 3),
+        (0, 0x20, 0x7E, 1),
+        (2, 0x30, 0x39, 0),
+        (1, 0x80, 0xBF, 2),
+        (0, 0x0A, 0x0A, 0),
+    ]
+    for e in added:
+        nfa.e += e
+    rows = nfa.edge_rows()
+    assert rows == [
+        [(0x20, 0x7E, 1), (0x0A, 0x0A, 0)],
+        [(0x80, 0xBF, 2)],
+        [(0x61, 0x61, 3), (0x30, 0x39, 0)],
+        [],
+    ]
+    nfa.set_edge_rows(rows)
+    assert nfa.edge_rows() == rows
+    nfa.freeze_rows()
+    assert [list(r) for r in nfa.edges] == rows
+    assert nfa.edges.off.tolist() == [0, 2, 3, 5, 5] and nfa.edges.data.flags.c_contiguous
+
+
 def test_compiling_leaves_no_reference_cycles(compiler, smollm2_vocab):
     """A compile's intermediate objects (schema compiler, IR, NFA builder) are freed by reference counting
     as soon as it ends: a cycle among them would keep them all for the collector, whose first pass after a

@@ -29,6 +29,17 @@ class FlatRows(dict):
         self.data = data.reshape(m, width) if width > 1 else data
         self._off = self.off.tolist()
 
+    @classmethod
+    def grouped(cls, source: np.ndarray, data: np.ndarray, n: int) -> FlatRows:
+        """The rows of n states from items already sorted by `source` (their state), `data` their values."""
+        self = cls.__new__(cls)
+        dict.__init__(self)
+        self.off = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.bincount(source, minlength=n), out=self.off[1:])
+        self.data = np.ascontiguousarray(data, dtype=np.int32)
+        self._off = self.off.tolist()
+        return self
+
     def __missing__(self, q: int) -> tuple:
         if not 0 <= q < len(self._off) - 1:
             raise IndexError(q)

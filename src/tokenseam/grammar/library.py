@@ -74,12 +74,14 @@ def clear() -> None:
 class Fragment:
     """A body's lowering from start state s, with its states numbered locally: 0 is s, 1.. the states it made
     in order. `events`: how those states were made, in order: an int k for k new states, a rule name for a
-    `rule()` call (which makes the called rule's start and end states if it is new). Rows, calls and counter
-    entries are kept for the local states that have them; loop ids are numbered from the first loop the body
+    `rule()` call (which makes the called rule's start and end states if it is new). `edges`: the byte edges
+    it added, (source, first byte, last byte, target) in the order added; `rows`: the epsilon rows, calls and
+    counter entries of the local states that have them; loop ids are numbered from the first loop the body
     made."""
 
     __slots__ = (
         "events",
+        "edges",
         "rows",
         "end",
         "calls",
@@ -115,13 +117,11 @@ class Fragment:
             nfa.loop_slack[lid0 + lid] = v
         for lid, spec in self.sets:
             nfa.sets[lid0 + lid] = spec
-        edges, eps = nfa.edges, nfa.eps
-        for i, erow, prow in self.rows:
-            q = loc[i]
-            if erow:
-                edges[q].extend([(lo, hi, loc[t]) for lo, hi, t in erow])
-            if prow:
-                eps[q].extend([loc[t] for t in prow])
+        edges, eps = nfa.e, nfa.eps
+        for i, lo, hi, t in self.edges:
+            edges += (loc[i], lo, hi, loc[t])
+        for i, prow in self.rows:
+            eps[loc[i]].extend([loc[t] for t in prow])
         for i, name, ret in self.calls:
             nfa.call[loc[i]] = (b.rule_index[name], loc[ret])
         for op, entries in self.ops:
@@ -148,7 +148,7 @@ def record(b: _Builder, body: Node, s: int, lower) -> tuple[int, Fragment | None
     ends in, and its Fragment (None if the lowering reached a state it did not make, so a copy would not be
     the same)."""
     nfa = b.nfa
-    n0, lid0, dead0 = nfa.size, len(nfa.loops), nfa.may_dead_end
+    n0, lid0, dead0, e0 = nfa.size, len(nfa.loops), nfa.may_dead_end, len(nfa.e)
     nfa.may_dead_end = False
     log: list[tuple[int, str, bool]] = []
     b.rule_log = log
@@ -181,19 +181,15 @@ def record(b: _Builder, body: Node, s: int, lower) -> tuple[int, Fragment | None
     frag = Fragment()
     frag.events = tuple(events)
     frag.end = local[end]
-    rows = []
-    units = 0
-    for i, q in enumerate(order):
-        erow, prow = nfa.edges[q], nfa.eps[q]
-        if not (erow or prow):
-            continue
-        try:
-            rows.append((i, tuple((lo, hi, local[t]) for lo, hi, t in erow), tuple(local[t] for t in prow)))
-        except KeyError:
-            return end, None
-        units += len(erow) + len(prow)
-    frag.rows = tuple(rows)
-    frag.units = units
+    # The edges the lowering added (all from its own states, else it is not copyable), in the order added;
+    # and its states' epsilon rows.
+    e = nfa.e
+    try:
+        frag.edges = tuple((local[e[k]], e[k + 1], e[k + 2], local[e[k + 3]]) for k in range(e0, len(e), 4))
+        frag.rows = tuple((i, tuple(local[t] for t in nfa.eps[q])) for i, q in enumerate(order) if nfa.eps[q])
+    except KeyError:
+        return end, None
+    frag.units = len(frag.edges) + sum(len(r) for _, r in frag.rows)
     calls = []
     ops = {op: [] for op in _OPS}
     cset_op, counted_body, counted_budget = [], [], []

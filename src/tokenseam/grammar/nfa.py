@@ -7,6 +7,10 @@ rulegraph.py, code points as UTF-8 bytes in utf8.py, the final rows' flat storag
 
 from __future__ import annotations
 
+import struct
+
+import numpy as np
+
 from . import anyorder, cpauto, library
 from .budget import compile_budget, current
 from .cpauto import CPNFA
@@ -45,10 +49,16 @@ class ByteNFA:
     """Byte-range edges, epsilon edges and call edges; rule r spans rule_start[r] .. rule_end[r]."""
 
     def __init__(self) -> None:
-        # Lists while the NFA is built; FlatRows once it is final (freeze_rows).
-        self.edges: list[list[tuple[int, int, int]]] | FlatRows = []
+        self.n = 0  # states
+        # While the NFA is built, its byte edges are one flat list of (source, first byte, last byte, target),
+        # in the order they are added (`e`: a lowering appends to it directly); `edges` is None until the NFA
+        # is final, then each state's edges in that order, flat (FlatRows, see freeze_rows). No per-state
+        # lists or per-edge tuples: made and freed by the thousand in each compile, they cost about as much as
+        # the rest of the freeze.
+        self.e: list[int] = []
+        self.edges: FlatRows | None = None
         self._next_check = CHARGE_BLOCK - 1  # add(): the state index at which _check runs next
-        self.eps: list[list[int]] | FlatRows = []
+        self.eps: list[list[int]] | FlatRows = []  # lists while the NFA is built; FlatRows once it is final
         self.call: dict[int, tuple[int, int]] = {}
         self.rule_start: list[int] = []
         self.rule_end: list[int] = []
@@ -84,20 +94,20 @@ class ByteNFA:
         self.counted_budget: dict[int, int] = {}
 
     def add(self) -> int:
-        n = len(self.edges)
+        n = self.n
         if n >= self._next_check:
             self._check(n)
-        self.edges.append([])
+        self.n = n + 1
         self.eps.append([])
         return n
 
     def add_many(self, k: int) -> int:
         """k new states, numbered from the one returned; budgeted and capped as k calls of add() would be."""
-        n = len(self.edges)
+        n = self.n
         while self._next_check < n + k:
             self._check(self._next_check)
-        self.edges.extend([] for _ in range(k))
-        self.eps.extend([] for _ in range(k))
+        self.n = n + k
+        self.eps.extend([[] for _ in range(k)])
         return n
 
     def _check(self, n: int) -> None:
@@ -111,12 +121,31 @@ class ByteNFA:
 
     @property
     def size(self) -> int:
-        return len(self.edges)
+        return self.n
+
+    def edge_rows(self) -> list[list[tuple[int, int, int]]]:
+        """Each state's edges (first byte, last byte, target) in the order added, as lists (before the NFA
+        is final: for the rare rewrite that drops edges, prepare._trim, which hands them back with
+        `set_edge_rows`)."""
+        rows: list[list[tuple[int, int, int]]] = [[] for _ in range(self.n)]
+        e = self.e
+        for i in range(0, len(e), 4):
+            rows[e[i]].append((e[i + 1], e[i + 2], e[i + 3]))
+        return rows
+
+    def set_edge_rows(self, rows: list[list[tuple[int, int, int]]]) -> None:
+        self.e = [x for q, row in enumerate(rows) for lo, hi, t in row for x in (q, lo, hi, t)]
 
     def freeze_rows(self) -> None:
         """Edges and epsilon edges become flat and read-only (FlatRows): call once the NFA is final."""
-        if not isinstance(self.edges, FlatRows):
-            self.edges = FlatRows(self.edges, 3)
+        if self.edges is None:
+            e = self.e
+            # struct reads a list of ints about twice as fast as np.array; the argument tuple is kept small.
+            raw = struct.pack(f"{len(e)}i", *e) if len(e) <= 1 << 16 else np.array(e, dtype=np.int32)
+            flat = np.frombuffer(raw, dtype=np.int32).reshape(-1, 4)
+            flat = flat[np.argsort(flat[:, 0], kind="stable")]  # by source, in the order added
+            self.edges = FlatRows.grouped(flat[:, 0], flat[:, 1:], self.n)
+            self.e = []
             self.eps = FlatRows(self.eps, 1)
 
 
@@ -405,14 +434,14 @@ class _Builder:
                 nfa.eps[s].append(end)
                 return end
             last = len(items) - 1
-            edges = nfa.edges
+            edges = nfa.e
             for k, it in enumerate(items):
                 if type(it) is Chars and len(it.ranges) == 1:
                     # A single plain ASCII character (most of a literal key): one byte edge, no call.
                     a, b = it.ranges[0]
                     if a == b and 0x20 <= a < 0x80 and not (esc and (a == 0x22 or a == 0x5C)):
                         t = end if k == last and end is not None else nfa.add()
-                        edges[s].append((a, a, t))
+                        edges += (s, a, a, t)
                         s = t
                         continue
                 t = self._emit(it, s, esc, end if k == last else None)
@@ -487,12 +516,11 @@ class _Builder:
         e = nfa.add() if end is None else end
         a, r = nfa.add(), nfa.add()
         n = nfa.add() if indent else e
-        edges, eps = nfa.edges, nfa.eps
-        edges[s].extend(((0x09, 0x09, a), (0x20, 0x20, a), (0x0D, 0x0D, r), (0x0A, 0x0A, n)))
-        edges[a].extend(((0x09, 0x09, e), (0x20, 0x20, e)))
-        edges[r].append((0x0A, 0x0A, n))
+        edges, eps = nfa.e, nfa.eps
+        edges += (s, 0x09, 0x09, a, s, 0x20, 0x20, a, s, 0x0D, 0x0D, r, s, 0x0A, 0x0A, n)
+        edges += (a, 0x09, 0x09, e, a, 0x20, 0x20, e, r, 0x0A, 0x0A, n)
         if indent:
-            edges[n].extend(((0x09, 0x09, n), (0x20, 0x20, n)))
+            edges += (n, 0x09, 0x09, n, n, 0x20, 0x20, n)
             eps[n].append(e)
         eps[s].append(e)
         eps[a].append(e)

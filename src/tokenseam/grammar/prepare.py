@@ -39,9 +39,11 @@ def prepare_nfa(nfa: ByteNFA) -> PreparedNFA:
         try:
             _check_left_recursion(nfa)
             if nfa.may_dead_end:
-                _trim(nfa)
+                rows = nfa.edge_rows()
+                _trim(nfa, rows)
                 while _settle_sets(nfa):
-                    _trim(nfa)
+                    _trim(nfa, rows)
+                nfa.set_edge_rows(rows)
             # Every edge as (first byte, last byte, target) rows, flat from here on: byte classes come from
             # their bounds, and the walk's state builder (localbuild) reads the same arrays.
             nfa.freeze_rows()
@@ -126,13 +128,14 @@ def _check_left_recursion(nfa: ByteNFA) -> None:
             )
 
 
-def _trim(nfa: ByteNFA) -> None:
-    """Remove NFA states that cannot complete their rule, so every allowed token keeps a way to finish."""
+def _trim(nfa: ByteNFA, edges: list[list[tuple[int, int, int]]]) -> None:
+    """Remove NFA states that cannot complete their rule, so every allowed token keeps a way to finish.
+    `edges`: the NFA's byte edges per state (ByteNFA.edge_rows), trimmed in place."""
     n = nfa.size
     current().spend(2 * n)  # the reversed rows, and three passes over the states
     rev: list[list[int]] = [[] for _ in range(n)]
     for q in range(n):
-        for _, _, t in nfa.edges[q]:
+        for _, _, t in edges[q]:
             rev[t].append(q)
         for t in nfa.eps[q]:
             rev[t].append(q)
@@ -169,14 +172,14 @@ def _trim(nfa: ByteNFA) -> None:
         raise GrammarEmpty("the grammar accepts no string at all")
     for q in range(n):
         if live[q]:
-            if nfa.edges[q]:
-                nfa.edges[q] = [e for e in nfa.edges[q] if live[e[2]]]
+            if edges[q]:
+                edges[q] = [e for e in edges[q] if live[e[2]]]
             if nfa.eps[q]:
                 nfa.eps[q] = [t for t in nfa.eps[q] if live[t]]
             if q in nfa.call and not (rule_ok[nfa.call[q][0]] and live[nfa.call[q][1]]):
                 del nfa.call[q]
         else:
-            nfa.edges[q] = []
+            edges[q] = []
             nfa.eps[q] = []
             nfa.call.pop(q, None)
     for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard, nfa.cset):

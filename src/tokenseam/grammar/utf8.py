@@ -142,11 +142,12 @@ class CodePointEdges:
         nfa = self.nfa
         if safe and s == e:
             nfa.universal.add(s)  # a loop on every string-safe character
-        row = nfa.edges[s]
+        edges = nfa.e
         for a, b in plain:
-            row.append((a, b, e))
+            edges += (s, a, b, e)
         if specials:
-            row.append((0x5C, 0x5C, self.escapes(specials, e)))
+            bs = self.escapes(specials, e)
+            edges += (s, 0x5C, 0x5C, bs)
         if high:
             # Multi-byte UTF-8 into the same target is lowered once and shared (the states of a complement
             # automaton, "any key but these", all share one lowering into their sink).
@@ -167,9 +168,9 @@ class CodePointEdges:
             return bs
         size, plan = escape_plan(specials)
         bs = self.esc_cache[bkey] = nfa.add_many(size)
-        edges = nfa.edges
+        edges = nfa.e
         for q, c, t in plan:
-            edges[bs + q].append((c, c, e if t < 0 else bs + t))
+            edges += (bs + q, c, c, e if t < 0 else bs + t)
         return bs
 
     def lower_raw(self, lo: int, hi: int, s: int, e: int) -> None:
@@ -189,7 +190,7 @@ class CodePointEdges:
                     nxt = self.tail(e, n - 1 - k)
                 else:
                     nxt = nfa.add()
-                nfa.edges[cur].append((a, b, nxt))
+                nfa.e += (cur, a, b, nxt)
                 cur = nxt
 
     def tail(self, e: int, depth: int) -> int:
@@ -198,6 +199,6 @@ class CodePointEdges:
         if t is None:
             t = self.nfa.add()
             nxt = e if depth == 1 else self.tail(e, depth - 1)
-            self.nfa.edges[t].append((0x80, 0xBF, nxt))
+            self.nfa.e += (t, 0x80, 0xBF, nxt)
             self.tails[key] = t
         return t
