@@ -697,35 +697,32 @@ def test_nfa_rows_flat_and_read_only():
 
 
 def test_nfa_edges_kept_flat_while_built_come_out_per_state_in_order():
-    """ByteNFA keeps its edges as one flat list while it is built; frozen, each state's row holds its edges in
-    the order they were added, whatever came between them, and edge_rows / set_edge_rows (the rewrite before
-    the freeze) give back the same rows."""
+    """ByteNFA keeps its edges as flat lists while it is built; frozen, each state's row holds its edges in the
+    order they were added, whatever came between them. replace_rows (the rare rewrite after the freeze)
+    takes rows as lists."""
     from tokenseam.grammar.nfa import ByteNFA
 
     nfa = ByteNFA()
     first = nfa.add_many(4)
-    assert first == 0 and nfa.size == 4 and nfa.edges is None
-    added = [
+    assert first == 0 and nfa.size == 4 and nfa.edges is None and nfa.eps is None
+    for e in [
         (2, 0x61, 0x61, 3),
         (0, 0x20, 0x7E, 1),
         (2, 0x30, 0x39, 0),
         (1, 0x80, 0xBF, 2),
         (0, 0x0A, 0x0A, 0),
-    ]
-    for e in added:
+    ]:
         nfa.e += e
-    rows = nfa.edge_rows()
-    assert rows == [
-        [(0x20, 0x7E, 1), (0x0A, 0x0A, 0)],
-        [(0x80, 0xBF, 2)],
-        [(0x61, 0x61, 3), (0x30, 0x39, 0)],
-        [],
-    ]
-    nfa.set_edge_rows(rows)
-    assert nfa.edge_rows() == rows
+    for p in [(3, 1), (0, 2), (3, 0), (0, 3)]:
+        nfa.ep += p
     nfa.freeze_rows()
+    rows = [[(0x20, 0x7E, 1), (0x0A, 0x0A, 0)], [(0x80, 0xBF, 2)], [(0x61, 0x61, 3), (0x30, 0x39, 0)], []]
     assert [list(r) for r in nfa.edges] == rows
+    assert [list(r) for r in nfa.eps] == [[2, 3], [], [], [1, 0]]
     assert nfa.edges.off.tolist() == [0, 2, 3, 5, 5] and nfa.edges.data.flags.c_contiguous
+    assert nfa.eps.data.flags.c_contiguous and nfa.eps.data.ndim == 1
+    nfa.replace_rows(rows[1:] + [[]], [[0], [], [], []])
+    assert [list(r) for r in nfa.edges] == rows[1:] + [[]] and nfa.eps[0] == (0,)
 
 
 def test_compiling_leaves_no_reference_cycles(compiler, smollm2_vocab):

@@ -129,15 +129,15 @@ def lower(builder, node, s: int, esc: bool, end: int | None):
 
     def op(src: int, dst: int, code: int) -> None:
         g = nfa.add()
-        nfa.eps[src].append(g)
+        nfa.ep += (src, g)
         nfa.cset[g] = (dst, lid)
         nfa.cset_op[g] = code
 
     push, first, members, fresh, after = (nfa.add() for _ in range(5))
-    nfa.eps[s].append(push)
+    nfa.ep += (s, push)
     nfa.cpush[push] = (first, lid)
     op(first, end, EXIT)
-    nfa.eps[first].append(members)
+    nfa.ep += (first, members)
     for i, (item, _) in enumerate(node.items):
         begin = nfa.add()
         op(members, begin, i)

@@ -7,8 +7,8 @@ compile, a tenth of a median schema's time to first mask; copied, about a fifth 
 
 A body is marked with `library_rule` by whoever makes it (json_schema). The byte NFA builder (nfa._Builder)
 lowers a marked body the first time it meets it and keeps a `Fragment`: the states the lowering made, their
-rows and counter, call and set entries, numbered from the rule's start state. Later grammars get a copy
-(`Fragment.stamp`) with the same state numbering, rows and entries the lowering itself would have made there:
+edges and counter, call and set entries, numbered from the rule's start state. Later grammars get a copy
+(`Fragment.stamp`) with the same state numbering, edges and entries the lowering itself would have made there:
 the NFA is the same as without the library, state for state.
 
 What makes the copy exact: the builder lowers a rule's body from a fresh start state, with no end state given
@@ -74,15 +74,15 @@ def clear() -> None:
 class Fragment:
     """A body's lowering from start state s, with its states numbered locally: 0 is s, 1.. the states it made
     in order. `events`: how those states were made, in order: an int k for k new states, a rule name for a
-    `rule()` call (which makes the called rule's start and end states if it is new). `edges`: the byte edges
-    it added, (source, first byte, last byte, target) in the order added; `rows`: the epsilon rows, calls and
-    counter entries of the local states that have them; loop ids are numbered from the first loop the body
-    made."""
+    `rule()` call (which makes the called rule's start and end states if it is new). `edges` and `eps`: the
+    byte edges (source, first byte, last byte, target) and epsilon edges (source, target) it added, in the
+    order added; then the calls and counter entries of the local states that have them. Loop ids are numbered
+    from the first loop the body made."""
 
     __slots__ = (
         "events",
         "edges",
-        "rows",
+        "eps",
         "end",
         "calls",
         "ops",
@@ -117,11 +117,11 @@ class Fragment:
             nfa.loop_slack[lid0 + lid] = v
         for lid, spec in self.sets:
             nfa.sets[lid0 + lid] = spec
-        edges, eps = nfa.e, nfa.eps
+        edges, ep = nfa.e, nfa.ep
         for i, lo, hi, t in self.edges:
             edges += (loc[i], lo, hi, loc[t])
-        for i, prow in self.rows:
-            eps[loc[i]].extend([loc[t] for t in prow])
+        for i, t in self.eps:
+            ep += (loc[i], loc[t])
         for i, name, ret in self.calls:
             nfa.call[loc[i]] = (b.rule_index[name], loc[ret])
         for op, entries in self.ops:
@@ -148,7 +148,7 @@ def record(b: _Builder, body: Node, s: int, lower) -> tuple[int, Fragment | None
     ends in, and its Fragment (None if the lowering reached a state it did not make, so a copy would not be
     the same)."""
     nfa = b.nfa
-    n0, lid0, dead0, e0 = nfa.size, len(nfa.loops), nfa.may_dead_end, len(nfa.e)
+    n0, lid0, dead0, e0, p0 = nfa.size, len(nfa.loops), nfa.may_dead_end, len(nfa.e), len(nfa.ep)
     nfa.may_dead_end = False
     log: list[tuple[int, str, bool]] = []
     b.rule_log = log
@@ -181,15 +181,14 @@ def record(b: _Builder, body: Node, s: int, lower) -> tuple[int, Fragment | None
     frag = Fragment()
     frag.events = tuple(events)
     frag.end = local[end]
-    # The edges the lowering added (all from its own states, else it is not copyable), in the order added;
-    # and its states' epsilon rows.
-    e = nfa.e
+    # The edges the lowering added (all between its own states, else it is not copyable), in the order added.
+    e, ep = nfa.e, nfa.ep
     try:
         frag.edges = tuple((local[e[k]], e[k + 1], e[k + 2], local[e[k + 3]]) for k in range(e0, len(e), 4))
-        frag.rows = tuple((i, tuple(local[t] for t in nfa.eps[q])) for i, q in enumerate(order) if nfa.eps[q])
+        frag.eps = tuple((local[ep[k]], local[ep[k + 1]]) for k in range(p0, len(ep), 2))
     except KeyError:
         return end, None
-    frag.units = len(frag.edges) + sum(len(r) for _, r in frag.rows)
+    frag.units = len(frag.edges) + len(frag.eps)
     calls = []
     ops = {op: [] for op in _OPS}
     cset_op, counted_body, counted_budget = [], [], []

@@ -58,7 +58,9 @@ class ByteNFA:
         self.e: list[int] = []
         self.edges: FlatRows | None = None
         self._next_check = CHARGE_BLOCK - 1  # add(): the state index at which _check runs next
-        self.eps: list[list[int]] | FlatRows = []  # lists while the NFA is built; FlatRows once it is final
+        # Epsilon edges likewise: (source, target) pairs while built, then `eps`, each state's targets in order.
+        self.ep: list[int] = []
+        self.eps: FlatRows | None = None
         self.call: dict[int, tuple[int, int]] = {}
         self.rule_start: list[int] = []
         self.rule_end: list[int] = []
@@ -98,7 +100,6 @@ class ByteNFA:
         if n >= self._next_check:
             self._check(n)
         self.n = n + 1
-        self.eps.append([])
         return n
 
     def add_many(self, k: int) -> int:
@@ -107,7 +108,6 @@ class ByteNFA:
         while self._next_check < n + k:
             self._check(self._next_check)
         self.n = n + k
-        self.eps.extend([[] for _ in range(k)])
         return n
 
     def _check(self, n: int) -> None:
@@ -123,30 +123,27 @@ class ByteNFA:
     def size(self) -> int:
         return self.n
 
-    def edge_rows(self) -> list[list[tuple[int, int, int]]]:
-        """Each state's edges (first byte, last byte, target) in the order added, as lists (before the NFA
-        is final: for the rare rewrite that drops edges, prepare._trim, which hands them back with
-        `set_edge_rows`)."""
-        rows: list[list[tuple[int, int, int]]] = [[] for _ in range(self.n)]
-        e = self.e
-        for i in range(0, len(e), 4):
-            rows[e[i]].append((e[i + 1], e[i + 2], e[i + 3]))
-        return rows
-
-    def set_edge_rows(self, rows: list[list[tuple[int, int, int]]]) -> None:
-        self.e = [x for q, row in enumerate(rows) for lo, hi, t in row for x in (q, lo, hi, t)]
-
     def freeze_rows(self) -> None:
-        """Edges and epsilon edges become flat and read-only (FlatRows): call once the NFA is final."""
+        """Edges and epsilon edges become per-state rows, flat and read-only (FlatRows), each state's in the
+        order they were added: call once the NFA is complete (prepare.prepare_nfa)."""
         if self.edges is None:
-            e = self.e
-            # struct reads a list of ints about twice as fast as np.array; the argument tuple is kept small.
-            raw = struct.pack(f"{len(e)}i", *e) if len(e) <= 1 << 16 else np.array(e, dtype=np.int32)
-            flat = np.frombuffer(raw, dtype=np.int32).reshape(-1, 4)
-            flat = flat[np.argsort(flat[:, 0], kind="stable")]  # by source, in the order added
-            self.edges = FlatRows.grouped(flat[:, 0], flat[:, 1:], self.n)
-            self.e = []
-            self.eps = FlatRows(self.eps, 1)
+            self.edges = _rows_of(self.e, 4, self.n)
+            self.eps = _rows_of(self.ep, 2, self.n)
+            self.e, self.ep = [], []
+
+    def replace_rows(self, edges: list[list[tuple[int, int, int]]], eps: list[list[int]]) -> None:
+        """New frozen rows (the rare rewrite after the freeze that drops edges: prepare._trim)."""
+        self.edges = FlatRows(edges, 3)
+        self.eps = FlatRows(eps, 1)
+
+
+def _rows_of(flat: list[int], width: int, n: int) -> FlatRows:
+    """Items of `width` ints (source first) as the rows of n states, each in the order added."""
+    # struct reads a list of ints about twice as fast as np.array does; the argument tuple is kept small.
+    raw = struct.pack(f"{len(flat)}i", *flat) if len(flat) <= 1 << 16 else np.array(flat, dtype=np.int32)
+    items = np.frombuffer(raw, dtype=np.int32).reshape(-1, width)
+    items = items[np.argsort(items[:, 0], kind="stable")]  # by source, in the order added
+    return FlatRows.grouped(items[:, 0], items[:, 1:] if width > 2 else items[:, 1], n)
 
 
 def _one_safe_char(node: Node) -> bool:
@@ -379,7 +376,7 @@ class _Builder:
             name, s, e = self.pending.pop()
             self.budget.where = f"rule {name!r}"
             end = self._lower_rule(name, s)
-            self.nfa.eps[end].append(e)
+            self.nfa.ep += (end, e)
         return self.nfa
 
     def _lower_rule(self, name: str, s: int) -> int:
@@ -413,7 +410,7 @@ class _Builder:
             r = self.rule(node.name)
             ret = nfa.add() if end is None else end
             c = nfa.add()
-            nfa.eps[s].append(c)
+            nfa.ep += (s, c)
             nfa.call[c] = (r, ret)
             return ret
         if isinstance(node, Auto):
@@ -431,7 +428,7 @@ class _Builder:
             if not items:
                 if end is None:
                     return s
-                nfa.eps[s].append(end)
+                nfa.ep += (s, end)
                 return end
             last = len(items) - 1
             edges = nfa.e
@@ -463,12 +460,12 @@ class _Builder:
             nfa.loop_step[lid] = max(1, self.min_bytes(node.item))
             p, h, x, ci = nfa.add(), nfa.add(), nfa.add(), nfa.add()
             e = nfa.add() if end is None else end
-            nfa.eps[s].append(p)
+            nfa.ep += (s, p)
             nfa.cpush[p] = (h, lid)
-            nfa.eps[h].append(x)
+            nfa.ep += (h, x)
             nfa.cexit[x] = (e, lid)
             g, b = nfa.add(), nfa.add()
-            nfa.eps[h].append(g)
+            nfa.ep += (h, g)
             nfa.cguard[g] = (b, lid)
             yield self._emit(node.item, b, esc, ci)
             nfa.cinc[ci] = (h, lid)
@@ -483,18 +480,18 @@ class _Builder:
                     s = yield self._emit(node.item, s, esc, None)
                 # A fresh loop head: the body returns to it, and it is where the repeat may stop.
                 loop = nfa.add()
-                nfa.eps[s].append(loop)
+                nfa.ep += (s, loop)
                 yield self._emit(node.item, loop, esc, loop)
                 if end is None:
                     return loop
-                nfa.eps[loop].append(end)
+                nfa.ep += (loop, end)
                 return end
             if node.max == 0:
                 return (yield self._emit(EMPTY, s, esc, end))
             e = nfa.add() if end is None else end
             for k in range(node.max):
                 if k >= node.min:
-                    nfa.eps[s].append(e)
+                    nfa.ep += (s, e)
                 s = yield self._emit(node.item, s, esc, e if k == node.max - 1 else None)
             return e
         if isinstance(node, Escaped):
@@ -516,14 +513,14 @@ class _Builder:
         e = nfa.add() if end is None else end
         a, r = nfa.add(), nfa.add()
         n = nfa.add() if indent else e
-        edges, eps = nfa.e, nfa.eps
+        edges, ep = nfa.e, nfa.ep
         edges += (s, 0x09, 0x09, a, s, 0x20, 0x20, a, s, 0x0D, 0x0D, r, s, 0x0A, 0x0A, n)
         edges += (a, 0x09, 0x09, e, a, 0x20, 0x20, e, r, 0x0A, 0x0A, n)
         if indent:
             edges += (n, 0x09, 0x09, n, n, 0x20, 0x20, n)
-            eps[n].append(e)
-        eps[s].append(e)
-        eps[a].append(e)
+            ep += (n, e)
+        ep += (s, e)
+        ep += (a, e)
         return e
 
     def _members(self, node: Members, s: int, esc: bool, end: int | None):
@@ -605,12 +602,12 @@ class _Builder:
             for (c, mode), q in layer.items():
                 if not required and viable(c, k + 1):
                     if mode == FIRST:
-                        nfa.eps[q].append(target((c, FIRST)))
+                        nfa.ep += (q, target((c, FIRST)))
                     elif mode == AFTER:
                         if useful(c, k + 1):
-                            nfa.eps[q].append(target((c, AFTER)))
+                            nfa.ep += (q, target((c, AFTER)))
                     elif c >= lo:
-                        nfa.eps[q].append(target((c, CHAIN)))  # its separator (if any) went to AFTER here
+                        nfa.ep += (q, target((c, CHAIN)))  # its separator (if any) went to AFTER here
                 if mode in (FRESH, CHAIN) or not can_add(c):
                     continue
                 nc = bump(c)
@@ -619,13 +616,13 @@ class _Builder:
             for nc, srcs in entries.items():
                 begin = nfa.add()
                 for q in srcs:
-                    nfa.eps[q].append(begin)
+                    nfa.ep += (q, begin)
                 yield self._emit(item, begin, esc, target((nc, FRESH)))
             layer = nxt
         if node.extra is None:
             for (c, mode), q in layer.items():
                 if mode != AFTER and c >= lo:
-                    nfa.eps[q].append(end)
+                    nfa.ep += (q, end)
             return end
         # Extra members: any number, each FRESH state followed by its separator once.
         work = list(layer.items())
@@ -637,7 +634,7 @@ class _Builder:
             done.add(key)
             c, mode = key
             if mode != AFTER and c >= lo:
-                nfa.eps[q].append(end)
+                nfa.ep += (q, end)
             if mode == FRESH and useful(c, n):
                 a = yield separator(layer, c, q)
                 if a is not None:
@@ -657,7 +654,7 @@ class _Builder:
         first = nfa.add_many(a.size)
         m = range(first, first + a.size)
         e = nfa.add() if end is None else end
-        nfa.eps[s].append(m[a.start])
+        nfa.ep += (s, m[a.start])
         univ = a.universal_states
         if univ is None:
             univ = a.universal_states = cpauto.universal(a)
@@ -667,9 +664,9 @@ class _Builder:
             for t, rs in grouped[q].items():
                 self.code_points.lower(rs, m[q], m[t], esc)
             for t in a.eps[q]:
-                nfa.eps[m[q]].append(m[t])
+                nfa.ep += (m[q], m[t])
             if q in a.finals:
-                nfa.eps[m[q]].append(e)
+                nfa.ep += (m[q], e)
         return e
 
     def embed_counted(self, a: CPNFA, limit: int, s: int, esc: bool, end: int | None) -> int:
@@ -703,17 +700,17 @@ class _Builder:
         first = nfa.add_many(a.size)
         head = range(first, first + a.size)
         p = nfa.add()
-        nfa.eps[s].append(p)
+        nfa.ep += (s, p)
         nfa.cpush[p] = (head[a.start], lid)
         for q in range(a.size):
             if dist[q] is None:
                 continue
             for t in a.eps[q]:
                 if dist[t] is not None:
-                    nfa.eps[head[q]].append(head[t])
+                    nfa.ep += (head[q], head[t])
             if q in a.finals:
                 x = nfa.add()
-                nfa.eps[head[q]].append(x)
+                nfa.ep += (head[q], x)
                 nfa.cexit[x] = (e, lid)
             for t, rs in grouped[q].items():
                 if dist[t] is None or dist[t] + 1 > limit:
@@ -724,7 +721,7 @@ class _Builder:
                     glid = guard_lids[bound] = len(nfa.loops)
                     nfa.loops.append((0, bound))
                 g, b, ci = nfa.add(), nfa.add(), nfa.add()
-                nfa.eps[head[q]].append(g)
+                nfa.ep += (head[q], g)
                 nfa.cguard[g] = (b, glid)
                 if q in univ:
                     nfa.counted_body[b] = lid

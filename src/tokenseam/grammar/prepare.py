@@ -37,16 +37,16 @@ def prepare_nfa(nfa: ByteNFA) -> PreparedNFA:
     with compile_budget() as b:
         stage, b.stage = b.stage, "preparing the automaton"
         try:
+            # Rows per state, flat, from here on: the checks read them, byte classes come from their bounds, and
+            # the walk's state builder (localbuild) reads the same arrays.
+            nfa.freeze_rows()
             _check_left_recursion(nfa)
             if nfa.may_dead_end:
-                rows = nfa.edge_rows()
-                _trim(nfa, rows)
+                edges, eps = [list(r) for r in nfa.edges], [list(r) for r in nfa.eps]
+                _trim(nfa, edges, eps)
                 while _settle_sets(nfa):
-                    _trim(nfa, rows)
-                nfa.set_edge_rows(rows)
-            # Every edge as (first byte, last byte, target) rows, flat from here on: byte classes come from
-            # their bounds, and the walk's state builder (localbuild) reads the same arrays.
-            nfa.freeze_rows()
+                    _trim(nfa, edges, eps)
+                nfa.replace_rows(edges, eps)
             rows = nfa.edges.data
             starts = np.zeros(
                 257, dtype=np.int32
@@ -128,16 +128,16 @@ def _check_left_recursion(nfa: ByteNFA) -> None:
             )
 
 
-def _trim(nfa: ByteNFA, edges: list[list[tuple[int, int, int]]]) -> None:
+def _trim(nfa: ByteNFA, edges: list[list[tuple[int, int, int]]], eps: list[list[int]]) -> None:
     """Remove NFA states that cannot complete their rule, so every allowed token keeps a way to finish.
-    `edges`: the NFA's byte edges per state (ByteNFA.edge_rows), trimmed in place."""
+    `edges`, `eps`: the NFA's byte and epsilon edges per state, as lists, trimmed in place."""
     n = nfa.size
     current().spend(2 * n)  # the reversed rows, and three passes over the states
     rev: list[list[int]] = [[] for _ in range(n)]
     for q in range(n):
         for _, _, t in edges[q]:
             rev[t].append(q)
-        for t in nfa.eps[q]:
+        for t in eps[q]:
             rev[t].append(q)
     for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard, nfa.cset):
         for q, (t, _) in d.items():
@@ -174,13 +174,13 @@ def _trim(nfa: ByteNFA, edges: list[list[tuple[int, int, int]]]) -> None:
         if live[q]:
             if edges[q]:
                 edges[q] = [e for e in edges[q] if live[e[2]]]
-            if nfa.eps[q]:
-                nfa.eps[q] = [t for t in nfa.eps[q] if live[t]]
+            if eps[q]:
+                eps[q] = [t for t in eps[q] if live[t]]
             if q in nfa.call and not (rule_ok[nfa.call[q][0]] and live[nfa.call[q][1]]):
                 del nfa.call[q]
         else:
             edges[q] = []
-            nfa.eps[q] = []
+            eps[q] = []
             nfa.call.pop(q, None)
     for d in (nfa.cpush, nfa.cinc, nfa.cexit, nfa.cguard, nfa.cset):
         for q in [q for q, (t, _) in d.items() if not (live[q] and live[t])]:

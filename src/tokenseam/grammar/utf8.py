@@ -157,7 +157,7 @@ class CodePointEdges:
                 y = self.high_cache[hk] = nfa.add()
                 for lo, hi in high:
                     self.lower_raw(lo, hi, y, e)
-            nfa.eps[s].append(y)
+            nfa.ep += (s, y)
 
     def escapes(self, specials: tuple[int, ...], e: int) -> int:
         """The state after a backslash from which the escapes of `specials` lead to `e` (shared per target)."""
