@@ -1240,7 +1240,9 @@ class LocalBuilder:
         edge_rows = nfa.edges.data
         self.e_off = nfa.edges.off
         self.nfa_e = edge_rows.copy() if len(edge_rows) else np.zeros((1, 3), dtype=np.int32)
-        self.nfa_e[: len(edge_rows), :2] = byte_class.take(edge_rows[:, :2])  # byte ranges as class ranges
+        if len(edge_rows):  # byte ranges as class ranges
+            self.nfa_e[:, 0] = byte_class[edge_rows[:, 0]]
+            self.nfa_e[:, 1] = byte_class[edge_rows[:, 1]]
         self.eps_off = nfa.eps.off
         self.eps_t = nfa.eps.data if len(nfa.eps.data) else np.zeros(1, np.int32)
         self.loc = np.full((n, 2), LOC_TODO, dtype=np.int32)
