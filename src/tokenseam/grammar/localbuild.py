@@ -1118,9 +1118,8 @@ def walk_esc(data, offs, lcp, skip, ids, safe_from, states, pos, out, rec, nrec,
 _SCRATCH = Scratch()
 
 # -- calling the builders from Python ----------------------------------------------------------------------
-CHECK_TYPES = (
-    False  # tests: every call of a Direct through numba's dispatcher, which checks the argument types
-)
+# Tests: every call of a Direct through numba's dispatcher, which checks the argument types.
+CHECK_TYPES = False
 
 
 class Direct:

@@ -48,9 +48,8 @@ def prepare_nfa(nfa: ByteNFA) -> PreparedNFA:
                     _trim(nfa, edges, eps)
                 nfa.replace_rows(edges, eps)
             rows = nfa.edges.data
-            starts = np.zeros(
-                257, dtype=np.int32
-            )  # 1 where a class starts: a range's first byte or the next one past it
+            # 1 where a byte class starts: at a range's first byte, and at the byte past its last
+            starts = np.zeros(257, dtype=np.int32)
             starts[rows[:, 0]] = 1
             starts[rows[:, 1] + 1] = 1
             starts[0] = 1
