@@ -201,13 +201,16 @@ def test_indent_runs_match_their_definition(smollm2_vocab):
 
     table = token_table(smollm2_vocab)
     table.indent_filters(40)
-    lead, inner = table._indent_runs
+    lead, inner, longest = table._indent_runs
+    wants = []
     for t, b in enumerate(smollm2_vocab.token_bytes):
         if smollm2_vocab.is_special[t]:
             continue
         assert lead[t] == len(b) - len(b.lstrip(b" \t")), b
         want = max((len(x) - len(x.lstrip(b" \t")) for x in b.split(b"\n")[1:]), default=0)
         assert inner[t] == want, b
+        wants.append(want)
+    assert longest == max(wants) > 0
 
 
 @pytest.mark.parametrize("vocab_name", ["smollm2", "gemma3"])

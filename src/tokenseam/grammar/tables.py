@@ -178,7 +178,8 @@ class TokenTable:
         self.is_special = np.asarray(vocab.is_special, dtype=bool)
         self.token_bytes = vocab.token_bytes
         self.base = np.zeros(len(self.ids), dtype=np.int64)
-        self._indent_runs: tuple[np.ndarray, np.ndarray] | None = None
+        # (longest leading run, longest inner run, the longest inner run of all) per token, made once
+        self._indent_runs: tuple[np.ndarray, np.ndarray, int] | None = None
         self._indent_filters: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._indent_lock = threading.Lock()  # grammars for one vocabulary compile in several threads
 
@@ -218,9 +219,9 @@ class TokenTable:
             inner = np.zeros(self.vocab_size, dtype=np.int64)
             lead[self.ids] = lead_s
             inner[self.ids] = inner_s
-            self._indent_runs = (lead, inner)
-        lead, inner = self._indent_runs
-        cap = min(limit, int(inner.max()))
+            self._indent_runs = (lead, inner, int(inner.max()))
+        lead, inner, longest = self._indent_runs
+        cap = min(limit, longest)  # (the max over a 262k vocabulary took 60 µs, paid by every compile)
         f = self._indent_filters.get(cap)
         if f is not None:
             return f
