@@ -317,17 +317,12 @@ def count(nfa: CPNFA, lo: int, hi: int | None) -> CPNFA:
 def trim(nfa: CPNFA) -> CPNFA:
     """Drop states that cannot reach a final state (no dead ends for the sampler)."""
     current().tick(2 * nfa.size)
-    rev: list[list[int]] = [[] for _ in range(nfa.size)]
-    for s in range(nfa.size):
-        for _, _, t in nfa.edges[s]:
-            rev[t].append(s)
-        for t in nfa.eps[s]:
-            rev[t].append(s)
+    rev, rev_eps = _reversed(nfa)
     live = set(nfa.finals)
     stack = list(nfa.finals)
     while stack:
         t = stack.pop()
-        for s in rev[t]:
+        for s in (*rev[t], *rev_eps[t]):
             if s not in live:
                 live.add(s)
                 stack.append(s)

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from .ir import Node
+from .walk import run
 
 if TYPE_CHECKING:
     from .nfa import _Builder
@@ -143,17 +144,16 @@ class Fragment:
 _OPS = ("cpush", "cinc", "cexit", "cguard", "cset")
 
 
-def record(b: _Builder, body: Node, s: int, lower) -> tuple[int, Fragment | None]:
-    """Lower `body` from s with `lower()` (the builder's own lowering), watching what it makes: the state it
-    ends in, and its Fragment (None if the lowering reached a state it did not make, so a copy would not be
-    the same)."""
+def record(b: _Builder, body: Node, s: int) -> tuple[int, Fragment | None]:
+    """Lower `body` from s with the builder's own lowering, watching what it makes: the state it ends in, and
+    its Fragment (None if the lowering reached a state it did not make, so a copy would not be the same)."""
     nfa = b.nfa
     n0, lid0, dead0, e0, p0 = nfa.size, len(nfa.loops), nfa.may_dead_end, len(nfa.e), len(nfa.ep)
     nfa.may_dead_end = False
     log: list[tuple[int, str, bool]] = []
     b.rule_log = log
     try:
-        end = lower()
+        end = run(b._emit(body, s, False, None))
     finally:
         b.rule_log = None
         dead = nfa.may_dead_end

@@ -43,9 +43,9 @@ meta[M_GROW]):
 - nfa_e (edges, 3): first byte class, last byte class, target; e_off[q] .. e_off[q + 1] are q's edges;
 - eps_off / eps_t: plain epsilon edges;
 - qinfo[q] = (flags, called rule, return state, ended rule, counted loop of the body q is in, counter operation's
-  target, its loop, set operation code, safe-text budget of a counted body's pattern state), -1 for none; flags: Q_STACK any stack operation, Q_UNIV universal
-  (ByteNFA.universal), the counter operation (Q_CPUSH, Q_CINC, Q_CGUARD, Q_CEXIT, Q_SET), Q_COUNTER more than
-  one (left to Python);
+  target, its loop, set operation code, safe-text budget of a counted body's pattern state), -1 for none;
+  flags: Q_STACK any stack operation, Q_UNIV universal (ByteNFA.universal), the counter operation (Q_CPUSH,
+  Q_CINC, Q_CGUARD, Q_CEXIT, Q_SET), Q_COUNTER more than one (left to Python);
 - loops[loop] = (min, max or -1 for none, reach T, slack): what `Automaton.clamped` clamps by;
 - sets[loop] = (declared properties, required mask, min, max or -1, extras allowed, dead mask) of an any-order
   object's set frame (anyorder.SetSpec; zeros for other loops), whose operation code is qinfo[q, 7];

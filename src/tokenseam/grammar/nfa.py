@@ -385,13 +385,11 @@ class _Builder:
         only when every rule it names is called (a copied-in rule would make the lowering depend on it)."""
         body = self.g.rules[name]
         frag = library.lookup(body)
-        if frag is library.ABSENT or not self.refs[name] <= self.cyclic:
+        if frag is library.ABSENT or frag is library.NOT_COPYABLE or not self.refs[name] <= self.cyclic:
             return run(self._emit(body, s, False, None))
-        if isinstance(frag, library.Fragment):
+        if frag is not None:
             return frag.stamp(self, s)
-        if frag is library.NOT_COPYABLE:
-            return run(self._emit(body, s, False, None))
-        end, made = library.record(self, body, s, lambda: run(self._emit(body, s, False, None)))
+        end, made = library.record(self, body, s)
         library.keep(body, made)
         return end
 
