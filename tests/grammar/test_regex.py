@@ -188,3 +188,41 @@ def test_common_email_pattern_takes_non_ascii_addresses(compiler):
     assert accepts_text(g, json.dumps("josé@exämple.com", ensure_ascii=False))
     assert not accepts_text(g, json.dumps("jo sé@exämple.com", ensure_ascii=False))
     assert not accepts_text(g, json.dumps("a@b\u00a0.com", ensure_ascii=False))
+
+
+def test_character_classes_are_read_once_per_dialect(compiler, monkeypatch):
+    # A class's ranges depend on its text and the dialect alone: a class read before gives the same ranges
+    # wherever its text comes again, Python's \w is not ECMA's, and an error names its own position.
+    from tokenseam.grammar import regex
+    from tokenseam.grammar.budget import compile_budget
+
+    monkeypatch.setattr(regex, "CLASSES", {})
+
+    def ranges(pattern, dialect):
+        with compile_budget(10, None, None):
+            return regex.parse_regex(pattern, dialect=dialect)
+
+    cold = {d: ranges(r"x[\w.\]-]y", d) for d in ("ecma", "python", "json-schema")}
+    assert len(regex.CLASSES) == 3
+    assert regex.CLASSES[("ecma", r"[\w.\]-]")] != regex.CLASSES[("python", r"[\w.\]-]")]
+    for d, node in cold.items():
+        assert repr(ranges(r"x[\w.\]-]y", d)) == repr(node)
+    assert len(regex.CLASSES) == 3
+    # The same class inside other text, negated, and right after the opening bracket.
+    for p, yes, no in [
+        (r"(?:[\w.\]-])+z", ["a.]-z", "é_z"], ["z", "a z"]),
+        (r"[^\w.\]-]", [" ", "\n"], ["a", "]"]),
+        (r"[]a]b", ["]b", "ab"], ["b"]),
+        (r"[]a]b[]a]", ["]ba", "ab]"], ["b", "]b"]),
+    ]:
+        g = compiler.compile_regex(p)
+        for w in yes + no:
+            assert (re.fullmatch(p, w) is not None) == (w in yes), (p, w)
+            assert accepts_text(g, w) == (w in yes), (p, w)
+    for _ in range(2):  # a refused class is not kept
+        with pytest.raises(GrammarError, match="end before start.* at position 9"):
+            ranges(r"ab[\w[z-a]]", "python")
+    monkeypatch.setattr(regex, "CLASSES_MAX", 2)
+    for k in range(5):
+        ranges(f"[a-{chr(98 + k)}]", "ecma")
+    assert len(regex.CLASSES) <= 2

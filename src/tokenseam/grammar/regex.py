@@ -84,6 +84,34 @@ def shorthand(letter: str, dialect: str) -> tuple[tuple, tuple]:
     return ecma, py
 
 
+@functools.cache
+def _both(letter: str, dialect: str) -> tuple:
+    """What both readings of a shorthand outside a class accept."""
+    return intersect(*shorthand(letter, dialect))
+
+
+# Character classes read so far: (dialect, the class's text from "[" to "]") -> its ranges. A class reads
+# nothing past its closing bracket, so the same text reads the same anywhere.
+CLASSES: dict[tuple[str, str], tuple] = {}
+CLASSES_MAX = 4096
+
+
+def _class_end(p: str, i: int) -> int | None:
+    """Where the class opening at p[i] ends (one past its "]"), for looking it up in CLASSES; None if it does
+    not end. A wrong guess only misses the lookup (stored texts come from the parser)."""
+    j = i + 1
+    if j < len(p) and p[j] == "^":
+        j += 1
+    first = True
+    while j < len(p):
+        c = p[j]
+        if c == "]" and not first:
+            return j + 1
+        j += 2 if c == "\\" else 1
+        first = False
+    return None
+
+
 def _dot(dialect: str) -> Chars:
     if dialect == "python":
         return Chars(complement(((10, 10),)))
@@ -252,7 +280,7 @@ class _Parser:
             return Chars(norm(ASCII_DIGIT if c == "d" else ASCII_WORD))  # Python's reading includes ECMA's
         if c in "dwsDWS":
             ecma, py = shorthand(c, self.dialect)
-            return _Shorthand(ecma, py) if in_class else Chars(intersect(ecma, py))
+            return _Shorthand(ecma, py) if in_class else Chars(_both(c, self.dialect))
         if c in SIMPLE_ESC and not (c == "0" and self.peek() is not None and self.peek().isdigit()):
             v = SIMPLE_ESC[c]
             return Chars(((v, v),))
@@ -279,6 +307,23 @@ class _Parser:
         return Chars(((ord(c), ord(c)),))
 
     def parse_class(self) -> Node:
+        """A character class. Its ranges depend on nothing but its text and the dialect, and classes with \\w or
+        \\d read in Python's way sort hundreds of ranges (about 1 ms): each is read once per process (CLASSES)."""
+        start = self.i
+        end = _class_end(self.p, start)
+        if end is not None:
+            rs = CLASSES.get((self.dialect, self.p[start:end]))
+            if rs is not None:
+                self.i = end
+                self.budget.spend(len(rs))
+                return Chars(rs)
+        rs = self._parse_class()
+        if len(CLASSES) >= CLASSES_MAX:
+            CLASSES.clear()
+        CLASSES[(self.dialect, self.p[start : self.i])] = rs
+        return Chars(rs)
+
+    def _parse_class(self) -> tuple:
         self.i += 1
         negate = False
         if self.peek() == "^":
@@ -327,7 +372,7 @@ class _Parser:
         if not rs:
             raise self.err("empty character class")
         self.budget.spend(len(rs))  # a range each, and each is lowered to edges
-        return Chars(rs)
+        return rs
 
     def _class_atom(self):
         c = self.p[self.i]
