@@ -254,3 +254,89 @@ def test_covers_safe_matches_its_definition(seed):
         assert covers_safe(rs) == expect, rs
         assert covers_safe(tuple(rs)) == expect
     assert found[True] > 100 and found[False] > 100
+
+
+KERNEL_PATTERNS = PATTERNS + [
+    r"^[0-9a-zA-Z_-]{1,255}$",
+    r"^[A-Fa-f\d]{24}$",
+    r"^(https?:\/\/)?([\da-z\.-]+)\.([a-z\.]{2,6})([\/\w \.-]*)*\/?$",
+    r"^\w+@\w+\.com$",
+    r"(a|b)*abb(a|b){6}",
+    r"[^\d\s]{3,40}x",
+]
+
+
+def _same_automaton(a: cpauto.CPNFA, b: cpauto.CPNFA) -> None:
+    assert (a.size, a.start, a.finals) == (b.size, b.start, b.finals)
+    assert a.edges == b.edges and a.eps == b.eps
+
+
+@pytest.mark.parametrize("dialect", ["ecma", "python", "json-schema"])
+def test_determinize_kernel_makes_the_reference_automaton(dialect, monkeypatch):
+    # The numba subset construction numbers states and orders rows as the Python one does, state for state,
+    # on small automata too (the size at which determinize hands over to numba lowered to 0 here).
+    from tokenseam.grammar.regex import parse_regex
+
+    monkeypatch.setattr(cpauto, "KERNEL_MIN_STATES", 0)
+    rnd = random.Random(dialect)
+    nfas = [cpauto.from_ir(parse_regex(p, search=True, dialect=dialect)) for p in KERNEL_PATTERNS]
+    for _ in range(20):  # unions and counts of them: epsilon edges, overlapping rows
+        a, b = rnd.sample(nfas, 2)
+        nfas.append(cpauto.from_ir(Repeat(Seq((Chars(((97, 98),)),)), 0, 3)))
+        u = cpauto.CPNFA()
+        s = u.add()
+        for part in (a, b):
+            off = u.size
+            for _ in range(part.size):
+                u.add()
+            u.eps[s].append(off + part.start)
+            for q in range(part.size):
+                u.edges[off + q] = [(lo, hi, off + t) for lo, hi, t in part.edges[q]]
+                u.eps[off + q] = [off + t for t in part.eps[q]]
+            u.finals |= {off + f for f in part.finals}
+        nfas.append(u)
+    from tokenseam.grammar.errors import GrammarError
+
+    def outcome(fn, nfa):
+        try:
+            return fn(nfa)
+        except GrammarError as exc:
+            return str(exc)
+
+    refused = 0
+    for nfa in nfas:
+        fast, ref = outcome(cpauto.determinize, nfa), outcome(cpauto._determinize, nfa)
+        if isinstance(ref, str):
+            assert fast == ref
+            refused += 1
+        else:
+            _same_automaton(fast, ref)
+    assert refused < len(nfas) // 4
+
+
+def test_determinize_kernel_refusals(monkeypatch):
+    from tokenseam.grammar.errors import GrammarError
+    from tokenseam.grammar.regex import parse_regex
+
+    monkeypatch.setattr(cpauto, "KERNEL_MIN_STATES", 0)
+    nfa = cpauto.from_ir(parse_regex("(a|b)*a(a|b){12}"))  # 2^13 subsets
+    with pytest.raises(GrammarError, match="more than 4000 automaton states"):
+        cpauto.determinize(nfa)
+    # Past the work cap the kernel stops and the Python construction makes the automaton.
+    monkeypatch.setattr(cpauto.cpkernels, "WORK_CAP", 50)
+    called = []
+    ref = cpauto._determinize
+    monkeypatch.setattr(cpauto, "_determinize", lambda n, m=4000: called.append(1) or ref(n, m))
+    small = cpauto.from_ir(parse_regex("(a|b)*abb"))
+    _same_automaton(cpauto.determinize(small), ref(small))
+    assert called
+
+
+def test_determinize_kernel_is_loaded_with_the_types_of_its_calls():
+    # warm_up loads the one compiled version every call uses: no request compiles another.
+    from tokenseam.grammar import cpkernels
+    from tokenseam.grammar.regex import parse_regex
+
+    cpkernels.warm_up()
+    cpauto.determinize(cpauto.from_ir(parse_regex(r"[0-9a-z]{1,80}", search=True)))
+    assert len(cpkernels.determinize_kernel.signatures) == 1

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..vocab import Vocabulary
+from . import cpkernels
 from .automaton import Automaton
 from .budget import compile_budget
 from .compiled import CompiledGrammar
@@ -162,6 +163,7 @@ class GrammarCompiler:
         import jsonschema  # noqa: F401
 
         python_classes()
+        cpkernels.warm_up()
         scratch = GrammarCompiler(self.vocab, cache_size=1, cache_bytes=self.cache_bytes)
         out = np.zeros(self.vocab.mask_words, dtype=np.int32)
         for schema, doc in (

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 
+import numpy as np
+
+from . import cpkernels
 from .budget import current
 from .errors import GrammarError
 from .ir import (
@@ -26,6 +30,8 @@ from .ir import (
 )
 
 MAX_DFA_STATES = 4000
+# Automata this small are determinized in Python: the arrays to and from numba would cost more than they save.
+KERNEL_MIN_STATES = 48
 MAX_NFA_STATES = 200_000
 # Automata report their size to the compile budget (budget.py): about two units per state (its two rows),
 # and the functions below add the edges they append, about two units each (a tuple and its ints).
@@ -134,8 +140,51 @@ def _closure(nfa: CPNFA, states) -> frozenset[int]:
     return frozenset(out)
 
 
+def _flat(rows: list[list], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of tuples (or ints, width 1) as offsets and one array of `width` columns."""
+    off = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum([len(r) for r in rows], out=off[1:])
+    if width == 1:
+        return off, np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(off[-1]))
+    flat = np.fromiter(
+        itertools.chain.from_iterable(itertools.chain.from_iterable(rows)), np.int64, int(off[-1]) * width
+    )
+    return off, flat.reshape(-1, width)
+
+
 def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
-    """Subset construction over atomic code point intervals; the result has no epsilon edges."""
+    """Subset construction over atomic code point intervals; the result has no epsilon edges. Run in numba
+    (cpkernels.determinize_kernel, the same automaton state for state); `_determinize` is the reference and
+    takes what the kernel leaves."""
+    if nfa.size < KERNEL_MIN_STATES:
+        return _determinize(nfa, max_states)
+    budget = current()
+    e_off, e = _flat(nfa.edges, 3)
+    p_off, p = _flat(nfa.eps, 1)
+    finals = np.zeros(nfa.size, np.uint8)
+    finals[list(nfa.finals)] = 1
+    n, dfinal, rows, nrows, steps, sizes = cpkernels.determinize_kernel(
+        e_off, e, p_off, p, finals, nfa.start, max_states, cpkernels.WORK_CAP
+    )
+    budget.tick(steps)
+    if n == cpkernels.OVER_WORK:
+        return _determinize(nfa, max_states)
+    if n == cpkernels.TOO_MANY:
+        raise GrammarError(f"pattern needs more than {max_states} automaton states")
+    dfa = CPNFA()
+    budget.spend(3 * n + sizes // 4 + 2 * nrows)
+    dfa.edges = [[] for _ in range(n)]
+    dfa.eps = [[] for _ in range(n)]
+    edges = dfa.edges
+    for s, lo, hi, t in rows[:nrows].tolist():
+        edges[s].append((lo, hi, t))
+    dfa.finals = set(np.flatnonzero(dfinal[:n]).tolist())
+    dfa.start = 0
+    return dfa
+
+
+def _determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
+    """determinize in Python: the reference, and the way for automata past the kernel's work cap."""
     dfa = CPNFA()
     closures: dict[tuple, frozenset[int]] = {}
     start = _closure(nfa, [nfa.start])
