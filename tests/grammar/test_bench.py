@@ -177,3 +177,21 @@ def test_engines_run_interleaved_and_a_crash_stays_in_its_engine(tmp_path, monke
     names = order.read_text().split()
     assert names[:6] == ["tokenseam"] * 3 + ["xgrammar"] * 3
     assert names[6:] == ["tokenseam"] * 6
+
+
+def test_first_mask_is_also_compared_on_the_files_both_engines_compile():
+    from tokenseam.bench.grammar import first_mask_on_shared_files
+
+    def rows(times):
+        return [{"file": f, "ttfm_us": t} for f, t in times.items()]
+
+    per_file = {
+        "tokenseam": rows({"a": 2000.0, "b": 4000.0, "slow": 900_000.0, "gone": None}),
+        "llguidance": rows({"a": 1000.0, "b": 1000.0, "slow": None, "gone": 500.0}),
+        "xgrammar": rows({"gone": None}),
+    }
+    (row,) = first_mask_on_shared_files(per_file)
+    assert (row["engine"], row["anchor"], row["files"]) == ("tokenseam", "llguidance", 2)
+    assert row["p50_ms"] == 3.0 and row["anchor_p50_ms"] == 1.0 and row["p50_ratio"] == 3.0
+    assert row["p99_ms"] < 4.0 and row["p99_ratio"] < 4.0  # the file llguidance refused is left out
+    assert first_mask_on_shared_files({"tokenseam": per_file["tokenseam"]}) == []
