@@ -340,3 +340,48 @@ def test_determinize_kernel_is_loaded_with_the_types_of_its_calls():
     cpkernels.warm_up()
     cpauto.determinize(cpauto.from_ir(parse_regex(r"[0-9a-z]{1,80}", search=True)))
     assert len(cpkernels.determinize_kernel.signatures) == 1
+
+
+@pytest.mark.parametrize("order", ["schema", "any"])
+def test_words_complement_embeds_from_its_trie_as_from_its_rows(order, monkeypatch):
+    # "Any key but the declared ones" is lowered from its trie (embed_words) without making its code point
+    # rows; the byte NFA is the one the rows give, state for state. Names with escaped and multi-byte
+    # characters, shared prefixes, a name that is a prefix of another, and objects nested.
+    from tokenseam.grammar import nfa as nfamod
+    from tokenseam.grammar.json_schema import schema_to_grammar
+
+    inner = {"type": "object", "properties": {"a": {"type": "null"}, "ab": {"type": "null"}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "api": inner,
+            'q"\\\x01': {"type": "boolean"},
+            "é日本\U0001f600": {"type": "integer"},
+            "": {"type": "null"},
+        },
+        "required": ["api"],
+    }
+
+    def build():
+        nfa = nfamod.build_nfa(schema_to_grammar(schema, property_order=order))
+        return nfa.n, nfa.e, nfa.ep, sorted(nfa.universal)
+
+    words = nfamod._Builder.embed_words
+    tries = []
+    monkeypatch.setattr(
+        nfamod._Builder, "embed_words", lambda self, a, *rest: tries.append(a) or words(self, a, *rest)
+    )
+    from_trie = build()
+    assert len(tries) >= 2
+    real = nfamod._Builder.embed
+    calls = []
+
+    def from_rows(self, a, s, esc, end):
+        if type(a) is cpauto.WordsComplement:
+            calls.append(a.edges)  # the rows made: embed lowers them
+        return real(self, a, s, esc, end)
+
+    monkeypatch.setattr(nfamod._Builder, "embed", from_rows)
+    assert build() == from_trie
+    assert len(calls) >= 2

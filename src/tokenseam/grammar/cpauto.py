@@ -587,10 +587,89 @@ def _complement_plan(
     return tuple(plan), tuple(gaps)
 
 
-def not_words(words: list[str]) -> CPNFA:
-    """A deterministic automaton accepting every string except exactly `words` (equal to
-    the complement of the trie of `words`, built in one pass over the trie)."""
-    out = CPNFA()
+class WordsComplement(CPNFA):
+    """`not_words`: every string except the words, as the complement of their trie. The trie is kept
+    (`children`, `ends`; state `sink` after leaving it) and the rows are made when first read: the byte NFA
+    builder lowers such an automaton from its trie (nfa._Builder.embed_words), and most are never read
+    otherwise. States: the trie's, then the sink; every one but the words' ends accepts, and every one is alive
+    after any text."""
+
+    def __init__(self, children: list[dict[int, int]], ends: set[int]) -> None:
+        super().__init__()
+        self.children = children
+        self.ends = ends
+        self.sink = len(children)
+        self._rows: list | None = None
+        self._eps: list | None = None
+        self._grouped: list | None = None
+        self.finals = set(range(self.sink + 1)) - ends
+        self.start = 0
+        self.live_start = True  # every state reaches the sink, which accepts: nothing to trim
+        self.universal_states = set(range(self.sink + 1))
+
+    # CPNFA's row attributes, made from the trie on first use (trim and the like may replace them).
+    @property
+    def edges(self) -> list:
+        if self._rows is None:
+            self._make_rows()
+        return self._rows
+
+    @edges.setter
+    def edges(self, rows: list) -> None:
+        self._rows = rows
+
+    @property
+    def eps(self) -> list:
+        if self._eps is None:
+            self._eps = [[] for _ in range(self.sink + 1)]
+        return self._eps
+
+    @eps.setter
+    def eps(self, rows: list) -> None:
+        self._eps = rows
+
+    @property
+    def by_target(self) -> list | None:
+        if self._rows is None:
+            self._make_rows()
+        return self._grouped
+
+    @by_target.setter
+    def by_target(self, grouped: list | None) -> None:
+        self._grouped = grouped
+
+    @property
+    def size(self) -> int:
+        return self.sink + 1
+
+    def plans(self) -> list[tuple[dict[int, int], tuple, tuple]]:
+        """Per trie state: its children (code point -> state) and its row's plan and gaps (_complement_plan)."""
+        return [(kids, *_complement_plan(tuple(sorted(kids)))) for kids in self.children]
+
+    def _make_rows(self) -> None:
+        sink = self.sink
+        rows: list[list] = []
+        # The rows grouped by target as they are built, targets in the order their first edge comes (the gaps
+        # into the sink are sorted, apart and free of surrogates: already the normal form `nfa._by_target`
+        # computes).
+        grouped: list[dict[int, tuple]] = []
+        for kids, plan, gaps in self.plans():
+            rows.append([(a, b, sink if c < 0 else kids[c]) for a, b, c in plan])
+            by: dict[int, tuple] = {}
+            for _, _, c in plan:
+                if c >= 0:
+                    by[kids[c]] = ((c, c),)
+                elif sink not in by:
+                    by[sink] = gaps
+            grouped.append(by)
+        rows.append([(a, b, sink) for a, b in ANY_RANGES])
+        grouped.append({sink: ANY_RANGES})
+        self._rows, self._grouped = rows, grouped
+
+
+def not_words(words: list[str]) -> WordsComplement:
+    """A deterministic automaton accepting every string except exactly `words` (equal to the complement of the
+    trie of `words`); its rows are made when first read."""
     budget = current()
     children: list[dict[int, int]] = [{}]
     ends: set[int] = set()
@@ -607,39 +686,10 @@ def not_words(words: list[str]) -> CPNFA:
                 children[s][c] = t
             s = t
         ends.add(s)
-    sink = len(children)
-    # The trie's states and the sink at once (two budget units each, as CPNFA.add charges).
-    budget.spend(2 * (sink + 1))
-    out.edges = [[] for _ in range(sink + 1)]
-    out.eps = [[] for _ in range(sink + 1)]
-    # The rows grouped by target as they are built, targets in the order their first edge comes (the gaps into
-    # the sink are sorted, apart and free of surrogates: already the normal form `nfa._by_target` computes).
-    grouped: list[dict[int, tuple]] = []
-    for s in range(sink):
-        kids = children[s]
-        plan, gaps = _complement_plan(tuple(sorted(kids)))
-        row = [(a, b, sink if c < 0 else kids[c]) for a, b, c in plan]
-        out.edges[s] = row
-        by: dict[int, tuple] = {}
-        for _, _, c in plan:
-            if c >= 0:
-                by[kids[c]] = ((c, c),)
-            elif sink not in by:
-                by[sink] = gaps
-        grouped.append(by)
-        budget.spend(2 * len(row))
-    out.finals.update(s for s in range(sink) if s not in ends)
-    for a, b in ANY_RANGES:
-        out.edges[sink].append((a, b, sink))
-    grouped.append({sink: ANY_RANGES})
-    out.by_target = grouped
-    out.finals.add(sink)
-    out.start = 0
-    # Every state reaches the sink, which accepts: nothing to trim, and after any text a state is still alive.
-    out.live_start = True
-    current().spend(out.size)
-    out.universal_states = set(range(out.size))
-    return out
+    # The trie's states and the sink (two budget units each, as CPNFA.add charges), their rows (about four
+    # ranges each, two units per range) and the sets of states kept.
+    budget.spend(2 * (len(children) + 1) + 8 * len(children) + len(children))
+    return WordsComplement(children, ends)
 
 
 class Searcher:

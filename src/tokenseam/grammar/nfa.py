@@ -7,6 +7,7 @@ rulegraph.py, code points as UTF-8 bytes in utf8.py, the final rows' flat storag
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import numpy as np
@@ -17,6 +18,7 @@ from .cpauto import CPNFA
 from .errors import GrammarError
 from .flatrows import FlatRows
 from .ir import (
+    ANY_RANGES,
     EMPTY,
     LAYOUT,
     LAYOUT_NO_INDENT,
@@ -34,7 +36,7 @@ from .ir import (
     norm,
 )
 from .rulegraph import cyclic_rules, productive, prune_unproductive, rule_refs
-from .utf8 import CodePointEdges
+from .utf8 import CodePointEdges, lowering_plan
 from .walk import run
 
 MAX_STATES = 300_000
@@ -174,6 +176,39 @@ def _grouped(a: CPNFA) -> list[dict[int, tuple]]:
     if a.by_target is None:
         a.by_target = [_by_target(row) for row in a.edges]
     return a.by_target
+
+
+@functools.lru_cache(maxsize=4096)
+def _word_row(cs: tuple[int, ...], esc: bool) -> tuple[int, tuple]:
+    """How `embed` lowers a `not_words` trie state whose children read the code points `cs` (sorted): its row's
+    length, and per target in the order `_by_target` groups them (children and the sink at the first gap
+    between them), `CodePointEdges.lower`'s steps as (kind, x, y, c): kind 0 a byte edge x..y, kind 1 a
+    backslash into the escapes of the code points x, kind 2 an epsilon edge into the multi-byte forms of x;
+    c the child's code point, or -1 for the sink."""
+    plan, gaps = cpauto._complement_plan(cs)
+    if len(_SETS) > 8192:
+        _SETS.clear()  # only lookups in embed_words go by content again
+    items: list[tuple] = []
+    sink_done = False
+    for _, _, c in plan:
+        if c < 0:
+            if sink_done:
+                continue
+            sink_done = True
+            rs = gaps
+        else:
+            rs = ((c, c),)
+        plain, specials, high, _ = lowering_plan(rs, esc)
+        items += [(0, lo, hi, c) for lo, hi in plain]
+        # Equal sets as one object, which embed_words looks up by identity.
+        if specials:
+            items.append((1, _SETS.setdefault(specials, specials), 0, c))
+        if high:
+            items.append((2, _SETS.setdefault(high, high), 0, c))
+    return len(plan), tuple(items)
+
+
+_SETS: dict[tuple, tuple] = {}  # the code point sets in _word_row's steps, one object per content
 
 
 class _Builder:
@@ -647,6 +682,8 @@ class _Builder:
         return end
 
     def embed(self, a: CPNFA, s: int, esc: bool, end: int | None) -> int:
+        if type(a) is cpauto.WordsComplement and a._rows is None:
+            return self.embed_words(a, s, esc, end)
         nfa = self.nfa
         self.budget.spend(sum(map(len, a.edges)))  # lowered to at least as many byte edges
         first = nfa.add_many(a.size)
@@ -665,6 +702,47 @@ class _Builder:
                 nfa.ep += (m[q], m[t])
             if q in a.finals:
                 nfa.ep += (m[q], e)
+        return e
+
+    def embed_words(self, a: cpauto.WordsComplement, s: int, esc: bool, end: int | None) -> int:
+        """`embed` for "every string but these words", read from its trie without making its code point rows:
+        each trie state's byte edges follow from its children's code points (_word_row), into the same states
+        in the same order as `embed` lowers the rows (the NFA is the same, state for state)."""
+        nfa = self.nfa
+        rows = [(kids, _word_row(tuple(sorted(kids)), esc)) for kids in a.children]
+        self.budget.spend(sum(r[1][0] for r in rows) + len(ANY_RANGES))
+        first = nfa.add_many(a.size)
+        sink = first + a.sink
+        e = nfa.add() if end is None else end
+        nfa.ep += (s, first)
+        nfa.universal.update(range(first, sink + 1))
+        cpe = self.code_points
+        edges, ep, ends = nfa.e, nfa.ep, a.ends
+        # The states the sink's escapes and multi-byte forms start in, by the plan's tuple (the same object for
+        # every trie state with those gaps): looked up by content once.
+        into_sink: dict[tuple[int, int], int] = {}
+        mq = first
+        for q, (kids, (_, items)) in enumerate(rows):
+            for kind, x, y, c in items:
+                if kind == 0:
+                    edges += (mq, x, y, sink if c < 0 else first + kids[c])
+                    continue
+                t = sink if c < 0 else first + kids[c]
+                key = (kind, id(x)) if c < 0 else None
+                u = into_sink.get(key) if c < 0 else None
+                if u is None:
+                    u = cpe.escapes(x, t) if kind == 1 else cpe.high_state(x, t)
+                    if c < 0:
+                        into_sink[key] = u
+                if kind == 1:
+                    edges += (mq, 0x5C, 0x5C, u)
+                else:
+                    ep += (mq, u)
+            if q not in ends:
+                ep += (mq, e)
+            mq += 1
+        cpe.lower(ANY_RANGES, sink, sink, esc)
+        ep += (sink, e)
         return e
 
     def embed_counted(self, a: CPNFA, limit: int, s: int, esc: bool, end: int | None) -> int:

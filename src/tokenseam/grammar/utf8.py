@@ -149,15 +149,18 @@ class CodePointEdges:
             bs = self.escapes(specials, e)
             edges += (s, 0x5C, 0x5C, bs)
         if high:
-            # Multi-byte UTF-8 into the same target is lowered once and shared (the states of a complement
-            # automaton, "any key but these", all share one lowering into their sink).
-            hk = (high, e)
-            y = self.high_cache.get(hk)
-            if y is None:
-                y = self.high_cache[hk] = nfa.add()
-                for lo, hi in high:
-                    self.lower_raw(lo, hi, y, e)
-            nfa.ep += (s, y)
+            nfa.ep += (s, self.high_state(high, e))
+
+    def high_state(self, high: tuple, e: int) -> int:
+        """The state from which the multi-byte UTF-8 forms of `high` lead to `e`. Lowered once per target and
+        shared (the states of a complement automaton, "any key but these", all share one into their sink)."""
+        hk = (high, e)
+        y = self.high_cache.get(hk)
+        if y is None:
+            y = self.high_cache[hk] = self.nfa.add()
+            for lo, hi in high:
+                self.lower_raw(lo, hi, y, e)
+        return y
 
     def escapes(self, specials: tuple[int, ...], e: int) -> int:
         """The state after a backslash from which the escapes of `specials` lead to `e` (shared per target)."""
