@@ -9,7 +9,6 @@ schema_numbers, schema_strings, schema_containers, schema_combinators; keyword s
 from __future__ import annotations
 
 import functools
-import json
 from urllib.parse import unquote
 
 from .budget import compile_budget, current
@@ -33,11 +32,15 @@ from .schema_combinators import Combinators, finite_keys
 from .schema_containers import ContainerLowering
 from .schema_keywords import (
     ANNOTATIONS,
+    COMPACT,
+    SORTED,
+    SPACED,
     SUPPORTED,
     TYPES,
     UNSUPPORTED,
     json_equal,
     json_key,
+    json_string,
     json_type,
     pointer_escape,
     spelled,
@@ -297,7 +300,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             # unmerged text is the key, which is small next to the merged schema (references are
             # root-relative, so the text alone decides the result).
             try:
-                ikey = json.dumps(s, sort_keys=True)
+                ikey = SORTED.encode(s)
             except (TypeError, ValueError):
                 ikey = None
             else:
@@ -308,7 +311,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             merged = self.merge_all(s, ptr)
             # A merged schema seen before becomes a shared rule, so recursion through allOf/$ref terminates.
             try:
-                key = json.dumps(merged, sort_keys=True)
+                key = SORTED.encode(merged)
             except (TypeError, ValueError):
                 key = None
             else:
@@ -538,13 +541,17 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         `spelled`), anything else as json.dumps writes it, compact and spaced."""
         if isinstance(v, int | float) and not isinstance(v, bool) and float(v).is_integer() and abs(v) < 1e15:
             return lit(str(int(v)) if isinstance(v, int) else f"{int(v)}.0")
+        if type(v) is str:
+            text = json_string(v)
+            self.budget.spend(1 + len(text) // 4)
+            return lit(text)
         try:
-            compact = json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            compact = COMPACT.encode(v)
         except ValueError:
             raise GrammarError(
                 f"enum/const value {str(v)[:60]} is not JSON (NaN and Infinity are not)"
             ) from None
-        spaced = json.dumps(v, ensure_ascii=False, allow_nan=False)
+        spaced = SPACED.encode(v)
         self.budget.spend(1 + (len(compact) + len(spaced)) // 8)  # a node per character, 8 bytes each
         if self.ws == EMPTY or compact == spaced:
             return lit(compact)

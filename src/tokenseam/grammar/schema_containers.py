@@ -19,7 +19,7 @@ from .ir import (
     lit,
     seq,
 )
-from .schema_keywords import ANNOTATIONS, json_equal, json_key, pointer_escape, spelled
+from .schema_keywords import ANNOTATIONS, json_equal, json_key, json_string, pointer_escape, spelled
 from .schema_negation import array_parts
 from .schema_safety import searcher
 
@@ -353,7 +353,7 @@ class ContainerLowering:
                 if req:
                     return NOTHING
                 continue
-            items.append((seq(lit(json.dumps(name, ensure_ascii=False)), self.colon, vnode), req))
+            items.append((seq(lit(json_string(name)), self.colon, vnode), req))
         not_declared = None  # "any key but the declared names", built when first needed
 
         def undeclared():

@@ -3,6 +3,8 @@ JSON value equality and typing as the specification defines them."""
 
 from __future__ import annotations
 
+import json
+
 ANNOTATIONS = {
     "$schema",
     "$id",
@@ -80,6 +82,14 @@ UNSUPPORTED = {
     "$recursiveRef",
 }
 TYPES = ("null", "boolean", "object", "array", "number", "string")
+
+
+# JSON text as json.dumps writes it, with encoders made once: json.dumps makes a new encoder for every call
+# with options other than its defaults (about 2 us each, and big schemas write thousands of keys and values).
+SORTED = json.JSONEncoder(sort_keys=True)  # json.dumps(v, sort_keys=True)
+COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+SPACED = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+json_string = json.encoder.encode_basestring  # json.dumps(s, ensure_ascii=False) of a str s
 
 
 def pointer_escape(key: str) -> str:
