@@ -141,8 +141,13 @@ class ByteNFA:
 
 def _rows_of(flat: list[int], width: int, n: int) -> FlatRows:
     """Items of `width` ints (source first) as the rows of n states, each in the order added."""
-    # struct reads a list of ints about twice as fast as np.array does; the argument tuple is kept small.
-    raw = struct.pack(f"{len(flat)}i", *flat) if len(flat) <= 1 << 16 else np.array(flat, dtype=np.int32)
+    # struct reads a list of ints faster than np.array does (about 11 against 15 ns per int); in pieces, so that
+    # the argument tuple stays small.
+    step = 1 << 14
+    raw = b"".join(
+        struct.pack(f"{len(part)}i", *part)
+        for part in (flat[k : k + step] for k in range(0, len(flat), step))
+    )
     items = np.frombuffer(raw, dtype=np.int32).reshape(-1, width)
     items = items[np.argsort(items[:, 0], kind="stable")]  # by source, in the order added
     return FlatRows.grouped(items[:, 0], items[:, 1:] if width > 2 else items[:, 1], n)
