@@ -951,3 +951,50 @@ def test_enum_values_beside_a_plain_type_are_those_the_validator_keeps(compiler,
             for v in values:
                 text = _json.dumps(v)
                 assert accepts_text(c, text) == validator.is_valid(v), (t, v)
+
+
+def test_literal_tree_is_the_set_of_its_texts():
+    # literal_alt writes common prefixes once; its language is exactly the texts (prefixes of one another,
+    # the empty text, repeats, multi-byte and escaped characters, long shared runs).
+    import random
+
+    from tokenseam.grammar import cpauto
+    from tokenseam.grammar.budget import compile_budget
+    from tokenseam.grammar.ir import literal_alt
+
+    rnd = random.Random(7)
+    alphabet = 'ab"\\\u00e9\U0001f600'
+    cases = [["a" * k for k in range(1, 120)], ["x" * 50, "x" * 49 + "y"], [""], ["", "a"], ["a", "a"]]
+    for _ in range(200):
+        cases.append(
+            [
+                "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 5)))
+                for _ in range(rnd.randint(1, 9))
+            ]
+        )
+    for texts in cases:
+        with compile_budget(10, None, None):
+            dfa = cpauto.determinize(cpauto.from_ir(literal_alt(texts)))
+        probes = set(texts) | {t[:-1] for t in texts} | {t + "a" for t in texts}
+        probes |= {"".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 5))) for _ in range(20)}
+        for w in probes:
+            assert cpauto.accepts(dfa, w) == (w in texts), (texts, w)
+
+
+def test_a_long_enum_of_codes_shares_its_prefixes(compiler):
+    from tokenseam.grammar.json_schema import schema_to_grammar
+    from tokenseam.grammar.nfa import build_nfa
+
+    codes = [f"{a:03d}-{b:03d}" for a in range(1, 9) for b in range(150)]
+    schema = {
+        "type": "object",
+        "properties": {"c": {"enum": [*codes, 7, None, True, 2.5, [1, 2]]}},
+        "required": ["c"],
+    }
+    nfa = build_nfa(schema_to_grammar(schema))
+    assert nfa.n < sum(map(len, codes)) // 2  # a state per distinct prefix, not per character of every code
+    g = compiler.compile_json_schema(schema)
+    for v in [codes[0], codes[-1], "003-077", 7, None, True, 2.5, [1, 2]]:
+        assert accepts_text(g, json.dumps({"c": v})), v
+    for v in ["003-07", "003-0777", "009-000", "", 8, False, 2.0, [1]]:
+        assert not accepts_text(g, json.dumps({"c": v})), v

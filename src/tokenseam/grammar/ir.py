@@ -211,6 +211,55 @@ def alt(*items: Node) -> Node:
     return uniq[0] if len(uniq) == 1 else Alt(tuple(uniq))
 
 
+def literal_alt(texts) -> Node:
+    """alt(*map(lit, texts)) with common prefixes written once (a radix tree of the texts): an enum of many
+    codes (`"005-001"`, `"005-002"`, ...) is then one automaton state per distinct prefix, not one per
+    character of every value. Read off the sorted texts, where each subtree is a run of neighbours; built
+    without recursion (values may be long and share long prefixes)."""
+    ts = sorted(set(texts))
+    if not ts:
+        return NOTHING
+    done: dict[tuple[int, int], Node] = {}  # (first, end) of a run sharing a branching point -> its tree
+    # A node is a run ts[lo:hi] sharing their first `pos` characters; post-order over an explicit stack.
+    stack: list[tuple[int, int, int, list | None]] = [(0, len(ts), 0, None)]
+    while stack:
+        lo, hi, pos, kids = stack.pop()
+        first, last = ts[lo], ts[hi - 1]
+        p = pos
+        n = min(len(first), len(last))
+        while p < n and first[p] == last[p]:  # sorted: the first and last share what all share
+            p += 1
+        if kids is None:
+            kids = []
+            k = lo + (len(first) == p)  # the shortest comes first: it may end here
+            while k < hi:
+                c = ts[k][p]
+                j = k + 1
+                while j < hi and ts[j][p] == c:
+                    j += 1
+                kids.append((k, j))
+                k = j
+            stack.append((lo, hi, pos, kids))
+            stack.extend((k, j, p + 1, None) for k, j in kids)
+            continue
+        # Built without seq() and alt(): the parts are apart by construction (distinct first characters, one
+        # empty text at most) and nothing nests that would need flattening.
+        parts = [EMPTY] if len(first) == p else []
+        for k, j in kids:
+            sub = done.pop((k, j))
+            c = _char(ts[k][p])
+            parts.append(c if sub is EMPTY else Seq((c, *sub.items)) if type(sub) is Seq else Seq((c, sub)))
+        node = parts[0] if len(parts) == 1 else Alt(tuple(parts))
+        if p > pos:
+            run = tuple(map(_char, first[pos:p]))
+            if node is EMPTY:
+                node = run[0] if len(run) == 1 else Seq(run)
+            else:
+                node = Seq((*run, *node.items)) if type(node) is Seq else Seq((*run, node))
+        done[(lo, hi)] = node
+    return done[(0, len(ts))]
+
+
 def opt(item: Node) -> Node:
     return Repeat(item, 0, 1)
 

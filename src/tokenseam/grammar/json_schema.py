@@ -23,6 +23,7 @@ from .ir import (
     Ref,
     alt,
     lit,
+    literal_alt,
     opt,
     seq,
     star,
@@ -531,10 +532,30 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 vals = [v for v in vals if of_types(v, kinds)]
             else:
                 vals = self.valid_values(vals, rest, ptr)
-        alts = []
+        # Values written one way (strings, integral numbers, true, false, null) as one tree of their texts,
+        # sharing prefixes; the others (objects, arrays, other numbers: compact and spaced) beside it.
+        texts, alts = [], []
         for v in vals:
-            alts.append(self.literal(v))
+            t = self.literal_text(v)
+            if t is None:
+                alts.append(self.literal(v))
+            else:
+                texts.append(t)
+        if texts:
+            alts.append(literal_alt(texts))
         return alt(*alts) if alts else NOTHING
+
+    def literal_text(self, v) -> str | None:
+        """The one way `literal` writes v, if it has one: a string, an integral number, true, false, null."""
+        if type(v) is str:
+            text = json_string(v)
+            self.budget.spend(1 + len(text) // 4)
+            return text
+        if v is None or type(v) is bool:
+            return "null" if v is None else "true" if v else "false"
+        if type(v) is int and abs(v) < 1e15:
+            return str(v)
+        return None
 
     def literal(self, v) -> Node:
         """The spellings of one enum/const value: an integral int as `2`, an integral float as `2.0` (see
