@@ -184,7 +184,8 @@ def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
 
 
 def _determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
-    """determinize in Python: the reference, and the way for automata past the kernel's work cap."""
+    """determinize in Python: the reference, and the way for small automata and runs past the kernel's work
+    cap."""
     dfa = CPNFA()
     closures: dict[tuple, frozenset[int]] = {}
     start = _closure(nfa, [nfa.start])
@@ -640,7 +641,7 @@ class WordsComplement(CPNFA):
 
     @property
     def size(self) -> int:
-        return self.sink + 1
+        return self.sink + 1 if self._rows is None else len(self._rows)
 
     def plans(self) -> list[tuple[dict[int, int], tuple, tuple]]:
         """Per trie state: its children (code point -> state) and its row's plan and gaps (_complement_plan)."""

@@ -560,12 +560,11 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
     def literal(self, v) -> Node:
         """The spellings of one enum/const value: an integral int as `2`, an integral float as `2.0` (see
         `spelled`), anything else as json.dumps writes it, compact and spaced."""
+        text = self.literal_text(v)
+        if text is not None:
+            return lit(text)
         if isinstance(v, int | float) and not isinstance(v, bool) and float(v).is_integer() and abs(v) < 1e15:
             return lit(str(int(v)) if isinstance(v, int) else f"{int(v)}.0")
-        if type(v) is str:
-            text = json_string(v)
-            self.budget.spend(1 + len(text) // 4)
-            return lit(text)
         try:
             compact = COMPACT.encode(v)
         except ValueError:

@@ -732,13 +732,13 @@ class _Builder:
                 if kind == 0:
                     edges += (mq, x, y, sink if c < 0 else first + kids[c])
                     continue
-                t = sink if c < 0 else first + kids[c]
-                key = (kind, id(x)) if c < 0 else None
-                u = into_sink.get(key) if c < 0 else None
-                if u is None:
-                    u = cpe.escapes(x, t) if kind == 1 else cpe.high_state(x, t)
-                    if c < 0:
-                        into_sink[key] = u
+                make = cpe.escapes if kind == 1 else cpe.high_state
+                if c < 0:
+                    u = into_sink.get((kind, id(x)))
+                    if u is None:
+                        u = into_sink[(kind, id(x))] = make(x, sink)
+                else:
+                    u = make(x, first + kids[c])
                 if kind == 1:
                     edges += (mq, 0x5C, 0x5C, u)
                 else:
