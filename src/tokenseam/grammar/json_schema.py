@@ -63,6 +63,9 @@ LENIENT_HINT = "; pass lenient=True to ignore it"  # ends the message of an unsu
 _PLAIN_TYPES = frozenset({"string", "boolean", "null", "number", "object", "array"})
 
 
+LITERAL_TREE_MIN = 16  # enum values written one way, from which they become one tree (ir.literal_alt)
+
+
 def plain_types(rest: dict) -> frozenset | None:
     """The type names of an enum's other keywords when they are only a `type` of plain names, else None."""
     if len(rest) != 1 or "type" not in rest:
@@ -533,7 +536,8 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             else:
                 vals = self.valid_values(vals, rest, ptr)
         # Values written one way (strings, integral numbers, true, false, null) as one tree of their texts,
-        # sharing prefixes; the others (objects, arrays, other numbers: compact and spaced) beside it.
+        # sharing prefixes, when there are enough of them for the tree to pay for its making; the others
+        # (objects, arrays, other numbers: compact and spaced) beside it.
         texts, alts = [], []
         for v in vals:
             t = self.literal_text(v)
@@ -541,8 +545,10 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 alts.append(self.literal(v))
             else:
                 texts.append(t)
-        if texts:
+        if len(texts) >= LITERAL_TREE_MIN:
             alts.append(literal_alt(texts))
+        else:
+            alts += map(lit, texts)
         return alt(*alts) if alts else NOTHING
 
     def literal_text(self, v) -> str | None:
