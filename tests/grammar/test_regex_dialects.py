@@ -101,3 +101,27 @@ def test_declared_names_a_pattern_matches_in_either_reading(compiler):
     assert accepts_text(g, '{"a\\n": 1}')
     assert not accepts_text(g, '{"a\\n": 1.5}')
     assert not jsonschema.Draft202012Validator(schema).is_valid({"a\n": 1.5})
+
+
+ONLY_DOLLAR = [r"^a$", r"[a-z]$", r"^[0-9a-zA-Z_-]{1,12}$", r"^(ab|c)$|^x", r"abc", r"^a\Z", r"^[^\n]+$"]
+DIALECT_CLASSES = [r"^.+$", r"^\d+$", r"^\w$", r"^x.y$", r"^[\w-]+$", r"a\s"]
+
+
+@pytest.mark.parametrize("pattern", ONLY_DOLLAR + DIALECT_CLASSES)
+def test_readings_that_differ_only_in_dollar_skip_the_intersection(pattern):
+    # When the readings differ only in `$`, "both" is the ECMA reading and "either" the Python one, with no
+    # product or union built; the languages are those the product and the union give.
+    from tokenseam.grammar.ir import alt
+    from tokenseam.grammar.json_schema import _Compiler
+
+    c = _Compiler({}, False, False, False, 40)
+    entry = c._pattern(pattern, "")
+    assert (entry.get("both") is entry["ecma"]) == (pattern in ONLY_DOLLAR)
+    refs = {
+        "both": cpauto.product(entry["ecma"], entry["python"]),
+        "either": cpauto.determinize(cpauto.from_ir(alt(*entry["ir"]))),
+    }
+    for reading, ref in refs.items():
+        got = c.pattern_dfa(pattern, "", reading)
+        for a, b in ((got, ref), (ref, got)):
+            assert cpauto.is_empty(cpauto.product(a, cpauto.complement(b))), (pattern, reading)

@@ -455,9 +455,16 @@ def _strip_anchors(branch: Node) -> tuple[Node, bool, str | bool]:
     return _SeqRaw(items), start, end
 
 
-def parse_regex(pattern: str, search: bool = False, where: str = "regex", dialect: str = "python") -> Node:
+def parse_regex(
+    pattern: str,
+    search: bool = False,
+    where: str = "regex",
+    dialect: str = "python",
+    python_dollar: bool = True,
+) -> Node:
     """Parse `pattern`; with `search` the language is every string containing a match (JSON Schema). See the
-    module's note for the dialects."""
+    module's note for the dialects. With `python_dollar` False, a python-dialect `$` matches at the end only,
+    as ECMA-262's does (schema_strings compares readings with it)."""
     if not isinstance(pattern, str):
         raise GrammarError(f"{where}: regex must be a string, got {type(pattern).__name__}")
     if dialect not in DIALECTS:
@@ -469,7 +476,7 @@ def parse_regex(pattern: str, search: bool = False, where: str = "regex", dialec
     out = []
     # Python's `$` also matches before a newline that ends the string: re.search("^a$", "a\n") finds "a".
     # ECMA-262's (without the m flag) matches at the end only, as \Z does in Python.
-    newline_end = opt(Chars(((10, 10),))) if search and dialect == "python" else EMPTY
+    newline_end = opt(Chars(((10, 10),))) if search and dialect == "python" and python_dollar else EMPTY
     for br in _branches(raw):
         body, s, e = _strip_anchors(br)
         node = _finish(body, err)

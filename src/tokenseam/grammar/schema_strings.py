@@ -196,6 +196,13 @@ class StringLowering:
             readings = [parse_regex(pattern, search=True, dialect=d, where=where) for d in ("ecma", "python")]
             e, p = (cpauto.determinize(cpauto.from_ir(r)) for r in readings)
             entry = self.pattern_dfas[pattern] = {"ecma": e, "python": p, "ir": readings}
+            # When the readings differ only in `$` (Python's also matches before a final newline), every key
+            # the ECMA reading matches the Python one matches too: "both" is the ECMA reading and "either"
+            # the Python one, with no intersection or union to build (`^[a-z_-]{1,255}$`: 256 states each).
+            if readings[0] == parse_regex(
+                pattern, search=True, dialect="python", where=where, python_dollar=False
+            ):
+                entry["both"], entry["either"] = e, p
         return entry
 
     def pattern_dfa(self, pattern: str, ptr: str, reading: str = "both", complement: bool = False):
