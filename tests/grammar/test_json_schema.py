@@ -998,3 +998,31 @@ def test_a_long_enum_of_codes_shares_its_prefixes(compiler):
         assert accepts_text(g, json.dumps({"c": v})), v
     for v in ["003-07", "003-0777", "009-000", "", 8, False, 2.0, [1]]:
         assert not accepts_text(g, json.dumps({"c": v})), v
+
+
+def test_a_large_array_item_is_lowered_once(compiler):
+    # The item of an array is written twice (the first item, then each later one after a comma): a large one
+    # becomes a called rule, lowered once; a small one is still copied (no call).
+    from tokenseam.grammar.json_schema import schema_to_grammar
+    from tokenseam.grammar.nfa import build_nfa
+
+    big = {
+        "type": "object",
+        "properties": {f"field_{i}": {"type": ["integer", "null"]} for i in range(40)},
+        "required": ["field_0"],
+    }
+    one = build_nfa(schema_to_grammar(big)).n
+    many = build_nfa(schema_to_grammar({"type": "array", "items": big, "minItems": 1}))
+    assert many.n < 1.3 * one and many.call
+    small = build_nfa(schema_to_grammar({"type": "array", "items": {"type": "integer"}}))
+    assert not small.call
+    g = compiler.compile_json_schema({"type": "array", "items": big, "minItems": 1, "maxItems": 3})
+    item = {"field_0": 1, "field_7": None}
+    for doc, ok in [
+        ([item], True),
+        ([item] * 3, True),
+        ([], False),
+        ([item] * 4, False),
+        ([{"field_7": 1}], False),
+    ]:
+        assert accepts_text(g, json.dumps(doc)) == ok, doc

@@ -62,6 +62,10 @@ class ContainerLowering:
         if contains:
             return self._contains_array(s, ptr, contains, prefix, rest, pnodes, rnode, mn, mx)
 
+        if not P and (mx is None or mx > 1):
+            # The item is written twice (the first, then each later one after a separator): as a rule, which the
+            # byte NFA builder calls instead of copying when it is large (nfa.INLINE_LIMIT) and copies when small.
+            rnode = self._as_rule(rnode)
         first = pnodes[0] if P else rnode
         if mx == 0 or first == NOTHING:
             return empty if mn == 0 else NOTHING
