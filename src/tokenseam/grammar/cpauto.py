@@ -643,10 +643,6 @@ class WordsComplement(CPNFA):
     def size(self) -> int:
         return self.sink + 1 if self._rows is None else len(self._rows)
 
-    def plans(self) -> list[tuple[dict[int, int], tuple, tuple]]:
-        """Per trie state: its children (code point -> state) and its row's plan and gaps (_complement_plan)."""
-        return [(kids, *_complement_plan(tuple(sorted(kids)))) for kids in self.children]
-
     def _make_rows(self) -> None:
         sink = self.sink
         rows: list[list] = []
@@ -654,7 +650,8 @@ class WordsComplement(CPNFA):
         # into the sink are sorted, apart and free of surrogates: already the normal form `nfa._by_target`
         # computes).
         grouped: list[dict[int, tuple]] = []
-        for kids, plan, gaps in self.plans():
+        for kids in self.children:
+            plan, gaps = _complement_plan(tuple(sorted(kids)))
             rows.append([(a, b, sink if c < 0 else kids[c]) for a, b, c in plan])
             by: dict[int, tuple] = {}
             for _, _, c in plan:
