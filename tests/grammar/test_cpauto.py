@@ -385,3 +385,69 @@ def test_words_complement_embeds_from_its_trie_as_from_its_rows(order, monkeypat
     monkeypatch.setattr(nfamod._Builder, "embed", from_rows)
     assert build() == from_trie
     assert len(calls) >= 2
+
+
+def test_complement_of_a_counted_class_and_of_a_complement():
+    # complement reuses one row's gaps for every state reading the same ranges (a counted class has 255 such
+    # states): the language is still exactly the strings the automaton refuses.
+    from tokenseam.grammar.regex import parse_regex
+
+    dfa = cpauto.determinize(cpauto.from_ir(parse_regex("^[0-9a-z_-]{1,255}$", search=True)))
+    comp = cpauto.complement(dfa)
+    for w in ["", "a", "a" * 255, "a" * 256, "ab-9", "aB", "a b", "\U0001f600", "é" * 3, "_" * 254 + "A"]:
+        assert accepts(comp, w) != accepts(dfa, w), w
+    again = cpauto.complement(comp)
+    for w in ["", "x", "x" * 255, "x" * 256, "x\n"]:
+        assert accepts(again, w) == accepts(dfa, w), w
+
+
+@pytest.mark.parametrize("words", [[], ["a"]])
+def test_product_with_every_string_is_the_other_automaton(words):
+    # "Any key but these" with no words is every string: the product is the other operand, not a copy.
+    from tokenseam.grammar.regex import parse_regex
+
+    dfa = cpauto.determinize(cpauto.from_ir(parse_regex("^x[0-9]{1,3}$", search=True)))
+    everything = cpauto.not_words(words)
+    for both in (cpauto.product(everything, dfa), cpauto.product(dfa, everything)):
+        assert (both is dfa) == (not words)
+        for w in ["", "a", "x", "x1", "x123", "x1234", "xa"]:
+            assert accepts(both, w) == (accepts(dfa, w) and w not in words), w
+    if not words:
+        assert cpauto.product(everything, everything) is everything
+
+
+def test_determinize_kernel_on_rows_whose_target_sets_recur(monkeypatch):
+    # The kernel takes an interval's state from the interval before it when their target sets are the same;
+    # sets of the same size with other members, sets that grow and shrink, and one target split by gaps must
+    # still come out as the reference makes them.
+    monkeypatch.setattr(cpauto, "KERNEL_MIN_STATES", 0)
+    nfa = cpauto.CPNFA()
+    for _ in range(6):
+        nfa.add()
+    nfa.edges[0] = [(97, 97, 1), (98, 98, 2), (99, 99, 1), (100, 102, 1), (101, 101, 3), (104, 104, 1)]
+    nfa.edges[0] += [(105, 106, 2), (106, 107, 3), (108, 108, 2), (110, 0x10FFFF, 4)]
+    nfa.edges[1] = [(120, 120, 5)]
+    nfa.edges[2] = [(121, 121, 5)]
+    nfa.edges[3] = [(120, 121, 5)]
+    nfa.edges[4] = [(48, 57, 4), (65, 70, 4), (97, 102, 4), (122, 122, 5)]
+    nfa.eps[2] = [4]
+    nfa.finals = {5}
+    nfa.start = 0
+    _same_automaton(cpauto.determinize(nfa), cpauto._determinize(nfa))
+
+
+def test_few_states_with_many_edges_go_to_the_kernel(monkeypatch):
+    # `\w` in Python's reading: a handful of states with hundreds of ranges each is determinized in numba.
+    from tokenseam.grammar import cpkernels
+    from tokenseam.grammar.regex import parse_regex
+
+    calls = []
+    kernel = cpkernels.determinize_kernel
+    monkeypatch.setattr(cpkernels, "determinize_kernel", lambda *a: calls.append(1) or kernel(*a))
+    wide = cpauto.from_ir(parse_regex(r"^\w+$", search=True, dialect="python"))
+    narrow = cpauto.from_ir(parse_regex(r"^[a-z]+$", search=True, dialect="python"))
+    assert wide.size < cpauto.KERNEL_MIN_STATES and narrow.size < cpauto.KERNEL_MIN_STATES
+    _same_automaton(cpauto.determinize(wide), cpauto._determinize(wide))
+    assert calls == [1]
+    cpauto.determinize(narrow)
+    assert calls == [1]

@@ -26,12 +26,15 @@ from .ir import (
     Seq,
     covers_safe,
     cut_surrogates,
-    norm,
 )
+from .ir import complement as range_complement
 
 MAX_DFA_STATES = 4000
-# Automata this small are determinized in Python: the arrays to and from numba would cost more than they save.
+# Automata this small (few states and few edges) are determinized in Python: the arrays to and from numba
+# would cost more than they save. A few states with many edges (`\w` in Python's reading: 700 ranges a row)
+# go to numba.
 KERNEL_MIN_STATES = 48
+KERNEL_MIN_EDGES = 128
 MAX_NFA_STATES = 200_000
 # Automata report their size to the compile budget (budget.py): about two units per state (its two rows),
 # and the functions below add the edges they append, about two units each (a tuple and its ints).
@@ -156,7 +159,7 @@ def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
     """Subset construction over atomic code point intervals; the result has no epsilon edges. Run in numba
     (cpkernels.determinize_kernel, the same automaton state for state); `_determinize` is the reference and
     takes what the kernel leaves."""
-    if nfa.size < KERNEL_MIN_STATES:
+    if nfa.size < KERNEL_MIN_STATES and sum(map(len, nfa.edges)) < KERNEL_MIN_EDGES:
         return _determinize(nfa, max_states)
     budget = current()
     e_off, e = _flat(nfa.edges, 3)
@@ -173,11 +176,14 @@ def determinize(nfa: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
         raise GrammarError(f"pattern needs more than {max_states} automaton states")
     dfa = CPNFA()
     budget.spend(3 * n + sizes // 4 + 2 * nrows)
-    dfa.edges = [[] for _ in range(n)]
+    dfa.edges = edges = [[] for _ in range(n)]
     dfa.eps = [[] for _ in range(n)]
-    edges = dfa.edges
-    for s, lo, hi, t in rows[:nrows].tolist():
-        edges[s].append((lo, hi, t))
+    # A state's rows are consecutive (each state is swept once): one slice per state, zipped into tuples.
+    src, lo, hi, tgt = rows[:nrows].T.tolist()
+    cuts = [0, *(np.flatnonzero(np.diff(rows[:nrows, 0])) + 1).tolist(), nrows]
+    for a, b in itertools.pairwise(cuts):
+        if a < b:
+            edges[src[a]] = list(zip(lo[a:b], hi[a:b], tgt[a:b], strict=True))
     dfa.finals = set(np.flatnonzero(dfinal[:n]).tolist())
     dfa.start = 0
     return dfa
@@ -250,16 +256,17 @@ def complement(dfa: CPNFA) -> CPNFA:
         out.add()
     sink = out.add()
     budget = current()
+    # Each row's gaps into the sink, once per set of ranges: the states of a counted class (`[a-z]{1,255}`)
+    # all read the same ranges.
+    gaps: dict[tuple, tuple] = {}
     for s in range(dfa.size):
-        budget.spend(4 * len(dfa.edges[s]) + 2)  # its edges and at most one gap between two of them each
-        covered = []
-        for a, b, t in dfa.edges[s]:
-            out.edges[s].append((a, b, t))
-            covered.append((a, b))
-        from .ir import complement as rcomp
-
-        for a, b in rcomp(norm(covered)):
-            out.edges[s].append((a, b, sink))
+        row = dfa.edges[s]
+        budget.spend(4 * len(row) + 2)  # its edges and at most one gap between two of them each
+        covered = tuple([(a, b) for a, b, _ in row])
+        g = gaps.get(covered)
+        if g is None:
+            g = gaps[covered] = range_complement(covered)
+        out.edges[s] = [*row, *[(a, b, sink) for a, b in g]]
         if s not in dfa.finals:
             out.finals.add(s)
     for a, b in ANY_RANGES:
@@ -277,6 +284,11 @@ def _sorted_row(row: list) -> tuple[list, bool]:
 
 def product(a: CPNFA, b: CPNFA, max_states: int = MAX_DFA_STATES) -> CPNFA:
     """Intersection of two deterministic automata."""
+    # "Any key but these" with no words is every string: the other automaton is the intersection.
+    if type(a) is WordsComplement and not a.ends:
+        return b if b.live_start is not None else trim(b)
+    if type(b) is WordsComplement and not b.ends:
+        return a if a.live_start is not None else trim(a)
     out = CPNFA()
     rows_a: dict[int, tuple[list, bool]] = {}
     rows_b: dict[int, tuple[list, bool]] = {}

@@ -93,6 +93,13 @@ def determinize_kernel(e_off, e, p_off, p_dst, finals, start, max_states, work_c
     nact = 0
     ev = np.empty((64, 3), np.int64)
     order = np.empty(64, np.int64)
+    # The set of targets the last interval interned, marked with its generation, and the state it gave: an
+    # interval over the same set (a row's ranges into one state, split by the gaps between them: `\w` in
+    # Python's reading has hundreds) takes that state without a closure and a lookup.
+    last_mark = np.zeros(n, np.int64)
+    last_gen = 0
+    last_n = -1
+    last_tgt = -1
     alist[0] = start
     ns = _close(1, alist, p_off, p_dst, mark, 1, stack, found)
     gen = 1
@@ -149,14 +156,28 @@ def determinize_kernel(e_off, e, p_off, p_dst, finals, start, max_states, work_c
             if nact == 0:
                 continue
             hi = ev[order[i], 0] - 1
-            gen += 1
-            ns = _close(nact, alist, p_off, p_dst, mark, gen, stack, found)
-            steps += ns
-            tgt, pool, soff, table, dfinal, work = _intern(
-                found, ns, pool, soff, table, dfinal, work, finals, st, max_states
-            )
-            if tgt < 0:
-                return TOO_MANY, dfinal, rows, nrows, steps, st[3]
+            same = nact == last_n
+            if same:
+                for k in range(nact):
+                    if last_mark[alist[k]] != last_gen:
+                        same = False
+                        break
+            if same:
+                tgt = last_tgt
+            else:
+                gen += 1
+                ns = _close(nact, alist, p_off, p_dst, mark, gen, stack, found)
+                steps += ns
+                tgt, pool, soff, table, dfinal, work = _intern(
+                    found, ns, pool, soff, table, dfinal, work, finals, st, max_states
+                )
+                if tgt < 0:
+                    return TOO_MANY, dfinal, rows, nrows, steps, st[3]
+                last_gen += 1
+                for k in range(nact):
+                    last_mark[alist[k]] = last_gen
+                last_n = nact
+                last_tgt = tgt
             if nrows > row_start and rows[nrows - 1, 3] == tgt and rows[nrows - 1, 2] + 1 == lo:
                 rows[nrows - 1, 2] = hi
             else:
