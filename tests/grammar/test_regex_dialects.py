@@ -125,3 +125,25 @@ def test_readings_that_differ_only_in_dollar_skip_the_intersection(pattern):
         got = c.pattern_dfa(pattern, "", reading)
         for a, b in ((got, ref), (ref, got)):
             assert cpauto.is_empty(cpauto.product(a, cpauto.complement(b))), (pattern, reading)
+
+
+@pytest.mark.parametrize("pattern", [r"^[a-z]{1,3}$", r"^\d+$"])
+def test_keys_of_one_reading_under_additional_false_are_not_built(pattern):
+    # A key only one reading matches must satisfy the pattern's schema and additionalProperties: under `false`
+    # nothing does (the allOf of the two is NOTHING itself, not a reference to an empty rule), so the region
+    # is dropped before its automaton (either minus both) is built.
+    from tokenseam.grammar.budget import compile_budget
+    from tokenseam.grammar.ir import NOTHING
+    from tokenseam.grammar.json_schema import _Compiler
+
+    schema = {
+        "type": "object",
+        "patternProperties": {pattern: {"anyOf": [{"type": "integer"}, {"type": "object"}]}},
+        "additionalProperties": False,
+    }
+    c = _Compiler(schema, False, False, False, 40)
+    with compile_budget(10, None, None):
+        root = c.compile(schema, "")
+    assert root != NOTHING
+    assert "one" not in c.pattern_dfas[pattern] and "both" in c.pattern_dfas[pattern]
+    assert c.compile({"allOf": [{"type": "object"}, False]}, "") == NOTHING

@@ -126,6 +126,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         self.rules: dict[str, Node] = {}
         self.ref_rules: dict[str, str] = {}
         self.merge_rules: dict[str, str] = {}
+        self.empty_merges: set[str] = set()  # merge rules whose schema accepts nothing: met again, NOTHING
         if compact:
             self.ws = EMPTY
         else:
@@ -311,7 +312,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 self.budget.tick(1 + len(ikey) // 64)
             seen = self.merge_inputs.get(ikey) if ikey is not None else None
             if seen is not None:
-                return Ref(seen)
+                return NOTHING if seen in self.empty_merges else Ref(seen)
             merged = self.merge_all(s, ptr)
             # A merged schema seen before becomes a shared rule, so recursion through allOf/$ref terminates.
             try:
@@ -332,7 +333,12 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 if fresh:
                     self.rules[name] = NOTHING
                     self.rules[name] = self.compile(merged, ptr)
-                return Ref(name)
+                    if self.rules[name] == NOTHING:
+                        # Nothing satisfies it (an allOf with `false`): said as such, here and wherever it is
+                        # met again, so that callers drop what needs it (a patternProperties key's region)
+                        # instead of lowering it.
+                        self.empty_merges.add(name)
+                return NOTHING if name in self.empty_merges else Ref(name)
             return self.compile(merged, ptr)
         for key in ("anyOf", "oneOf"):
             if key in s:
