@@ -64,3 +64,27 @@ def test_a_deep_dag_is_walked_as_a_graph():
         node = Seq((node, node))
     refs, multi = _refs({"root": node, "leaf": lit("x")})
     assert refs["root"] == {"leaf"} and multi == ["leaf"]
+
+
+def test_productive_walks_a_shared_subtree_once_to_a_yes():
+    # 60 levels, each holding the level below twice: a productive subtree is known as such once, so the check
+    # does not walk the 2**60 paths of the tree it stands for.
+    node = Ref("leaf")
+    for _ in range(60):
+        node = Seq((node, node))
+    with compile_budget(10, None, None):
+        assert productive(Grammar({"root": node, "leaf": lit("x")}, "root")) == {"root": True, "leaf": True}
+    # A subtree shared by rules, first met before the rule it needs is known productive (a later round says
+    # yes), beside rules that never derive a string.
+    shared = Seq((lit("k"), Ref("late")))
+    rules = {
+        "root": Alt((Ref("dead"), shared)),
+        "a": Seq((shared, Repeat(shared, 1, 2))),
+        "dead": Seq((lit("d"), Ref("dead"))),
+        "late": Ref("later"),
+        "later": lit("v"),
+        "gone": Seq((shared, Ref("dead"))),
+    }
+    with compile_budget(10, None, None):
+        ok = productive(Grammar(rules, "root"))
+    assert ok == {"root": True, "a": True, "dead": False, "late": True, "later": True, "gone": False}

@@ -139,6 +139,10 @@ def productive(g: Grammar, refs: dict[str, set[str]] | None = None) -> dict[str,
         for ref in refs[name]:
             referrers.setdefault(ref, []).append(name)
 
+    # The nodes found productive (by id): a node stays productive as rules are found productive, so a subtree
+    # shared by several rules or met again in a later round is walked once to a yes.
+    yes: set[int] = set()
+
     def prod(node: Node, depth: int = 0):
         """Whether `node` derives a string, with the rules in `ok` as they stand (or the walk that finds out:
         walk.run)."""
@@ -149,6 +153,8 @@ def productive(g: Grammar, refs: dict[str, set[str]] | None = None) -> dict[str,
             return True
         if isinstance(node, Ref):
             return ok.get(node.name, False)  # an undefined rule is reported when the automaton is built
+        if id(node) in yes:
+            return True
         return prod_parts(node, depth)
 
     def prod_parts(node: Node, depth: int):
@@ -158,23 +164,27 @@ def productive(g: Grammar, refs: dict[str, set[str]] | None = None) -> dict[str,
                 r = prod(x, depth + 1)
                 if not (r if type(r) is bool else (yield r)):
                     return False
-            return True
-        if isinstance(node, Alt):
+        elif isinstance(node, Alt):
             for x in node.items:
                 r = prod(x, depth + 1)
                 if r if type(r) is bool else (yield r):
-                    return True
-            return False
-        if isinstance(node, Repeat):
-            return node.min == 0 or (yield prod(node.item, depth + 1))
-        if isinstance(node, Escaped):
-            return (yield prod(node.item, depth + 1))
-        if isinstance(node, Members):
+                    break
+            else:
+                return False
+        elif isinstance(node, Repeat):
+            if node.min and not (yield prod(node.item, depth + 1)):
+                return False
+        elif isinstance(node, Escaped):
+            if not (yield prod(node.item, depth + 1)):
+                return False
+        elif isinstance(node, Members):
             for x, req in node.items:
                 if req and not (yield prod(x, depth + 1)):
                     return False
-            return True
-        return False
+        else:
+            return False
+        yes.add(id(node))
+        return True
 
     todo = list(g.rules)
     while todo:
