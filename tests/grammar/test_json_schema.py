@@ -1026,3 +1026,35 @@ def test_a_large_array_item_is_lowered_once(compiler):
         ([{"field_7": 1}], False),
     ]:
         assert accepts_text(g, json.dumps(doc)) == ok, doc
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "x-intellij-html-description": "<b>kind</b>", "enum": ["a", 1, None, "b"]},
+        {"enum": ["a", "B", 3], "ignoreCase": True, "aliases": ["b"]},
+        {"enum": [1, 2, 7], "if": {"const": 1}, "then": {"minimum": 5}, "else": {"maximum": 2}, "x-k": 1},
+        {"enum": [[1], [1, 1], [2, 2, 2]], "contains": {"const": 1}, "maxContains": 1, "ignoreCase": False},
+        {"type": ["integer", "null"], "enum": [1, 1.5, None, "x"], "readonly": True},
+    ],
+)
+def test_enum_beside_keys_no_validator_reads(compiler, monkeypatch, schema):
+    """Keys no JSON Schema draft reads (vendor extensions, `ignoreCase`) say nothing about an enum's values:
+    with nothing else beside it (or only a plain `type`), no validator is built; the keys a kept keyword reads
+    (`then`, `else`, `maxContains`) stay. The values accepted are those jsonschema accepts."""
+    from tokenseam.grammar.json_schema import _Compiler
+
+    calls = []
+    real = _Compiler.valid_values
+    monkeypatch.setattr(
+        _Compiler, "valid_values", lambda self, v, s, p="": calls.append(sorted(s)) or real(self, v, s, p)
+    )
+    g = compiler.compile_json_schema(schema)
+    check = jsonschema.Draft202012Validator(schema)
+    for v in schema["enum"] + ["b", 2, [1, 2], [1, 1, 1]]:
+        assert accepts_text(g, json.dumps(v)) == check.is_valid(v), v
+    validated = [k for k in schema if k in ("if", "contains") or k == "type" and "integer" in schema[k]]
+    assert bool(calls) == bool(validated)
+    assert all(
+        not any(k.startswith("x-") or k in ("ignoreCase", "aliases", "readonly") for k in c) for c in calls
+    )

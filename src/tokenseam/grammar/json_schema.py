@@ -48,7 +48,7 @@ from .schema_keywords import (
 )
 from .schema_negation import CONDITIONAL, Negation
 from .schema_numbers import NUMBER, NumberLowering
-from .schema_safety import EnumValidator, check_keywords, refused_uri, searcher
+from .schema_safety import EnumValidator, check_keywords, refused_uri, searcher, validated_keywords
 from .schema_strings import StringLowering
 
 MAX_ENUM = 2000
@@ -535,6 +535,10 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         # 2 and 2.0 are one JSON value: an integral number takes both spellings, each one if the schema
         # accepts what it parses to (draft 4's `integer` is only the first).
         vals = spelled(vals)
+        # Keys no validator reads (vendor extensions, `ignoreCase`) constrain nothing: without them a bare
+        # `type` is checked here, and no keyword at all needs no check.
+        known = validated_keywords()
+        rest = {k: v for k, v in rest.items() if k in known or k.startswith("_")}
         if rest:
             kinds = plain_types(rest)
             if kinds is not None:

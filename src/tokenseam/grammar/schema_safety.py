@@ -33,6 +33,7 @@ and `patternProperties` with Python's backtracking `re` (exponential on patterns
 
 from __future__ import annotations
 
+import functools
 import threading
 
 from . import cpauto
@@ -378,6 +379,25 @@ def _format(validator, fmt, instance, schema):
         raise GrammarError(
             f"format {fmt!r} is not supported, so enum/const strings cannot be checked against it"
         )
+
+
+@functools.cache
+def validated_keywords() -> frozenset[str]:
+    """Every keyword a validator EnumValidator builds may read, in any draft: the stock ones of each draft and
+    the keywords those read beside them (`then` and `else` by `if`, `minContains` and `maxContains` by
+    `contains`). The compiler's own keys start with `_`. A key outside these (a vendor extension such as
+    `x-intellij-html-description`, `ignoreCase`) is skipped by every validator."""
+    import jsonschema
+
+    drafts = (
+        jsonschema.Draft3Validator,
+        jsonschema.Draft4Validator,
+        jsonschema.Draft6Validator,
+        jsonschema.Draft7Validator,
+        jsonschema.Draft201909Validator,
+        jsonschema.Draft202012Validator,
+    )
+    return frozenset().union(*(d.VALIDATORS for d in drafts), ("then", "else", "minContains", "maxContains"))
 
 
 def _validator_class(
