@@ -158,3 +158,44 @@ def test_lowering_leaves_the_recursion_limit_alone(monkeypatch):
         node = Alt((Seq((lit("a"), node)), Ref("dead"), NOTHING))
     with pytest.raises(GrammarError, match="grammar nesting too deep"):
         build_nfa(Grammar({"root": node, "dead": Ref("dead")}, "root"))
+
+
+def test_size_estimate_nests_to_its_bound_in_a_small_thread_stack():
+    """The NFA builder's size estimate recurses (it refuses past 200 levels, so it never goes deeper): 200
+    levels pass and 202 are refused, under a low recursion limit and in a thread with a small stack, as
+    compiles run in threads beside the server."""
+    import sys
+    import threading
+
+    from tokenseam.grammar.budget import compile_budget
+    from tokenseam.grammar.ir import Grammar, Seq, lit
+    from tokenseam.grammar.nfa import build_nfa
+
+    def nested(levels):
+        node = lit("x")
+        for _ in range(levels):
+            node = Seq((lit("a"), node))
+        return Grammar({"root": node}, "root")
+
+    results = []
+
+    def run():
+        with compile_budget(10, None, None):
+            results.append(build_nfa(nested(199)).size)
+            try:
+                build_nfa(nested(202))
+            except GrammarError as exc:
+                results.append(str(exc))
+
+    old_limit, old_size = sys.getrecursionlimit(), threading.stack_size()
+    sys.setrecursionlimit(400)
+    threading.stack_size(256 * 1024)
+    try:
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old_size)
+        sys.setrecursionlimit(old_limit)
+    assert len(results) == 2 and results[0] > 199
+    assert "grammar nesting too deep" in results[1]

@@ -238,22 +238,45 @@ class _Builder:
         self.rule_log: list | None = None
         self.code_points = CodePointEdges(self.nfa)
 
-    # The analyses below and `_emit` are walks (walk.run): `_x(node, ...)` is the memo's value, the value of a
-    # leaf, or the walk that computes it, so IR depth costs no interpreter stack.
     def estimate(self, node: Node) -> int:
-        return run(self._estimate(node, 0))
+        return self._estimate(node, 0)
 
-    def _estimate(self, node: Node, depth: int):
+    def _estimate(self, node: Node, depth: int) -> int:
+        """An upper bound on the NFA states of `node` (capped). Plain recursion: past 200 levels it refuses
+        the grammar, so it never nests deeper than that (a Members' separator counts from 0 again, and a
+        separator is a few nodes)."""
         hit = self.est_memo.get(id(node))
         if hit is not None:
             return hit
-        if isinstance(node, (Seq, Alt, Repeat, Escaped, Ref, Members)):
-            return self._estimate_walk(node, depth)
         self.budget.spend(1)  # the memo entry
         if depth > 200:
             raise GrammarError("grammar nesting too deep")
         if isinstance(node, Chars):
             v = 2 * len(node.ranges) + 2
+        elif isinstance(node, (Seq, Alt)):
+            v = 2
+            for x in node.items:
+                v += self._estimate(x, depth + 1)
+        elif isinstance(node, Repeat):
+            if self.counted(node):
+                v = 6 + self._estimate(node.item, depth + 1)
+            else:
+                v = 2 + self._estimate(node.item, depth + 1) * max(
+                    1, node.max if node.max is not None else node.min + 1
+                )
+        elif isinstance(node, Escaped):
+            v = self._estimate(node.item, depth + 1) * 2
+        elif isinstance(node, Ref):
+            v = 2 if node.name in self.cyclic else self._estimate(self.g.rules[node.name], depth + 1)
+        elif isinstance(node, Members):
+            copies = max(node.min, node.max or 0) + 1
+            parts = 0
+            for x, _ in node.items:
+                parts += self._estimate(x, depth + 1)
+            parts += self._estimate(node.sep, 0)
+            if node.extra is not None:
+                parts += self._estimate(node.extra, depth + 1)
+            v = copies * parts + 4
         elif isinstance(node, Auto):
             v = node.auto.size * 3
         else:
@@ -262,39 +285,8 @@ class _Builder:
         self.est_memo[id(node)] = v
         return v
 
-    def _estimate_walk(self, node: Node, depth: int):
-        self.budget.spend(1)  # the memo entry
-        if depth > 200:
-            raise GrammarError("grammar nesting too deep")
-        if isinstance(node, (Seq, Alt)):
-            v = 2
-            for x in node.items:
-                r = self._estimate(x, depth + 1)  # a leaf's value at once: no round trip through the walk
-                v += r if type(r) is int else (yield r)
-        elif isinstance(node, Repeat):
-            if self.counted(node):
-                v = 6 + (yield self._estimate(node.item, depth + 1))
-            else:
-                v = 2 + (yield self._estimate(node.item, depth + 1)) * max(
-                    1, node.max if node.max is not None else node.min + 1
-                )
-        elif isinstance(node, Escaped):
-            v = (yield self._estimate(node.item, depth + 1)) * 2
-        elif isinstance(node, Ref):
-            v = 2 if node.name in self.cyclic else (yield self._estimate(self.g.rules[node.name], depth + 1))
-        else:
-            copies = max(node.min, node.max or 0) + 1
-            parts = 0
-            for x, _ in node.items:
-                parts += yield self._estimate(x, depth + 1)
-            parts += yield self._estimate(node.sep, 0)
-            if node.extra is not None:
-                parts += yield self._estimate(node.extra, depth + 1)
-            v = copies * parts + 4
-        v = min(v, 10 * MAX_STATES)
-        self.est_memo[id(node)] = v
-        return v
-
+    # The analyses below and `_emit` are walks (walk.run): `_x(node, ...)` is the memo's value, the value of a
+    # leaf, or the walk that computes it, so IR depth costs no interpreter stack.
     def counted(self, node: Repeat) -> bool:
         big = (node.max if node.max is not None else node.min) > COUNTER_THRESHOLD
         return big and not self.nullable(node.item)
