@@ -199,3 +199,27 @@ def test_size_estimate_nests_to_its_bound_in_a_small_thread_stack():
         sys.setrecursionlimit(old_limit)
     assert len(results) == 2 and results[0] > 199
     assert "grammar nesting too deep" in results[1]
+
+
+def test_left_recursion_is_looked_for_exactly_only_when_a_cycle_might_be_one(compiler, monkeypatch):
+    """The check first takes every rule as nullable (more calls before the first byte, never fewer): no cycle
+    then means no left recursion, without finding the nullable rules. A cycle there is checked exactly: a
+    rule called after one that reads a byte is not left recursion, one after a nullable rule is."""
+    from tokenseam.grammar import prepare
+
+    exact = []
+    real = prepare._nullable_rules
+    monkeypatch.setattr(prepare, "_nullable_rules", lambda nfa: exact.append(1) or real(nfa))
+    g = compiler.compile_json_schema(
+        {
+            "type": "object",
+            "properties": {"a": {"$ref": "#"}, "b": {"type": "string"}},
+            "additionalProperties": True,
+        }
+    )
+    assert accepts_text(g, '{"a": {"b": "x"}, "c": [1]}') and exact == []
+    # b is called (it is recursive) and reads "z" before a calls itself
+    g = compiler.compile_gbnf('root ::= a\na ::= b a | "y"\nb ::= "z" | "z" b\n')
+    assert accepts_text(g, "zzy") and not accepts_text(g, "zz") and exact == [1]
+    with pytest.raises(GrammarError, match="rule 'a' is left-recursive"):
+        compiler.compile_gbnf('root ::= a\na ::= b a | "y"\nb ::= ("z" b)?\n')

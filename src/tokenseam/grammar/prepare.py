@@ -82,7 +82,7 @@ def _nullable_rules(nfa: ByteNFA) -> set[int]:
     return nullable
 
 
-def _eps_reach(nfa: ByteNFA, s: int, nullable: set[int], calls: list | None) -> set[int]:
+def _eps_reach(nfa: ByteNFA, s: int, nullable: set[int] | range, calls: list | None) -> set[int]:
     """The states reached from s by epsilon moves, counter operations and calls of nullable rules (the rules
     called on the way appended to `calls`)."""
     seen = {s}
@@ -111,12 +111,12 @@ def _check_left_recursion(nfa: ByteNFA) -> None:
     """Refuse a grammar with a rule that can call itself before reading a byte."""
     if not nfa.call:
         return
-    nullable = _nullable_rules(nfa)
-    first: list[list[int]] = []
-    for r in range(len(nfa.rule_start)):
-        calls: list[int] = []
-        _eps_reach(nfa, nfa.rule_start[r], nullable, calls)
-        first.append(sorted(set(calls)))
+    # Taking every rule as nullable gives each rule more calls before its first byte, never fewer: when even
+    # those make no cycle (JSON-schema grammars: every rule starts with a byte or a call that does), there is
+    # no left recursion, and the nullable rules need not be found.
+    if not any(_on_cycle(_first_calls(nfa, range(len(nfa.rule_start))))):
+        return
+    first = _first_calls(nfa, _nullable_rules(nfa))
     # A rule is left-recursive when it lies on a cycle of "calls at its start". The first such rule (by
     # index) is named, as a search from every rule in turn named it, but in time linear in the calls.
     for r, cyclic in enumerate(_on_cycle(first)):
@@ -125,6 +125,16 @@ def _check_left_recursion(nfa: ByteNFA) -> None:
                 f"rule {nfa.rule_names[r]!r} is left-recursive (it can call itself "
                 "without consuming input); rewrite it with repetition"
             )
+
+
+def _first_calls(nfa: ByteNFA, nullable) -> list[list[int]]:
+    """Per rule, the rules it can call before reading a byte, with the rules in `nullable` finishing empty."""
+    first: list[list[int]] = []
+    for r in range(len(nfa.rule_start)):
+        calls: list[int] = []
+        _eps_reach(nfa, nfa.rule_start[r], nullable, calls)
+        first.append(sorted(set(calls)))
+    return first
 
 
 def _trim(nfa: ByteNFA, edges: list[list[tuple[int, int, int]]], eps: list[list[int]]) -> None:
