@@ -127,7 +127,7 @@ def _check_left_recursion(nfa: ByteNFA) -> None:
             )
 
 
-def _first_calls(nfa: ByteNFA, nullable) -> list[list[int]]:
+def _first_calls(nfa: ByteNFA, nullable: set[int] | range) -> list[list[int]]:
     """Per rule, the rules it can call before reading a byte, with the rules in `nullable` finishing empty."""
     first: list[list[int]] = []
     for r in range(len(nfa.rule_start)):
