@@ -201,6 +201,70 @@ def test_size_estimate_nests_to_its_bound_in_a_small_thread_stack():
     assert "grammar nesting too deep" in results[1]
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {
+            "$defs": {
+                "d": {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(30)}}
+            },
+            "type": "array",
+            "items": [{"$ref": "#/$defs/d"}, {"$ref": "#/$defs/d"}],
+        },
+        {
+            "type": "object",
+            "properties": {
+                "a": {"type": "array", "items": {"type": "integer"}, "maxItems": 9},
+                "b": {"enum": ["x" * 40, "y" * 40]},
+                "c": {"not": {"type": "null"}},
+            },
+        },
+    ],
+)
+def test_size_bound_check_agrees_with_the_estimate(schema):
+    """Whether a rule referenced from several places is called or copied is decided by `exceeds` (the
+    estimate over a limit, with a walk that stops early): for every part of every rule, at the estimate
+    itself, just under it and at fractions of it, it answers as the estimate does, before and after
+    estimates are remembered."""
+    from tokenseam.grammar.budget import compile_budget
+    from tokenseam.grammar.ir import Alt, Escaped, Members, Repeat, Seq
+    from tokenseam.grammar.json_schema import schema_to_grammar
+    from tokenseam.grammar.nfa import _Builder
+
+    def parts(node):
+        stack, seen = [node], set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            yield x
+            if isinstance(x, (Seq, Alt)):
+                stack.extend(x.items)
+            elif isinstance(x, (Repeat, Escaped)):
+                stack.append(x.item)
+            elif isinstance(x, Members):
+                stack.extend(item for item, _ in x.items)
+
+    checked = 0
+    with compile_budget(10, None, None):
+        g = schema_to_grammar(schema)
+        for warm in (False, True):
+            b = _Builder(g)
+            if not warm:
+                b.est_memo.clear()
+            for body in g.rules.values():
+                for node in parts(body):
+                    fresh = _Builder(g)
+                    fresh.est_memo.clear()
+                    est = fresh.estimate(node)
+                    for limit in {0, est // 4, est // 2, est - 2, est - 1, est, est + 1}:
+                        if limit >= 0:
+                            assert b.exceeds(node, limit) == (est > limit), (node, limit, warm)
+                            checked += 1
+    assert checked > 500
+
+
 def test_left_recursion_is_looked_for_exactly_only_when_a_cycle_might_be_one(compiler, monkeypatch):
     """The check first takes every rule as nullable (more calls before the first byte, never fewer): no cycle
     then means no left recursion, without finding the nullable rules. A cycle there is checked exactly: a

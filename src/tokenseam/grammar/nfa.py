@@ -232,7 +232,7 @@ class _Builder:
         # (Sizes are estimated as the calls stood when each was measured; `build` measures afresh.)
         for name in multi:
             self.budget.where = f"rule {name!r}"
-            if name not in self.cyclic and self.estimate(g.rules[name]) > INLINE_LIMIT:
+            if name not in self.cyclic and self.exceeds(g.rules[name], INLINE_LIMIT):
                 self.cyclic.add(name)
         self.rule_index: dict[str, int] = {}
         self.rule_log: list | None = None
@@ -240,6 +240,45 @@ class _Builder:
 
     def estimate(self, node: Node) -> int:
         return self._estimate(node, 0)
+
+    def exceeds(self, node: Node, limit: int) -> bool:
+        """estimate(node) > limit, without estimating all of a big node: the parts' own terms summed over the
+        tree (rules inlined, each occurrence counted) never exceed the estimate, whose factors are all at least
+        1, so the walk stops once they pass `limit`. Below it, the estimate itself decides (a small walk)."""
+        memo, rules, cyclic = self.est_memo, self.g.rules, self.cyclic
+        total = 0
+        stack = [node]
+        while stack:
+            x = stack.pop()
+            hit = memo.get(id(x))
+            if hit is not None:
+                total += hit
+            elif isinstance(x, Chars):
+                total += 2 * len(x.ranges) + 2
+            elif isinstance(x, (Seq, Alt)):
+                total += 2
+                stack.extend(x.items)
+            elif isinstance(x, (Repeat, Escaped)):
+                total += 2 if isinstance(x, Repeat) else 0
+                stack.append(x.item)
+            elif isinstance(x, Ref):
+                if x.name in cyclic:
+                    total += 2
+                else:
+                    stack.append(rules[x.name])
+            elif isinstance(x, Members):
+                total += 4
+                stack.extend(item for item, _ in x.items)
+                stack.append(x.sep)
+                if x.extra is not None:
+                    stack.append(x.extra)
+            elif isinstance(x, Auto):
+                total += x.auto.size * 3
+            else:
+                total += 1
+            if total > limit:
+                return True
+        return self.estimate(node) > limit
 
     def _estimate(self, node: Node, depth: int) -> int:
         """An upper bound on the NFA states of `node` (capped). Plain recursion: past 200 levels it refuses
