@@ -693,6 +693,49 @@ def test_recursive_allof_ref_terminates(compiler):
     assert not accepts_text(g, '{"children": [{"children": []}]}')
 
 
+def test_keywords_beside_anyof_join_each_branch_without_annotations(compiler, monkeypatch):
+    """An anyOf beside other keywords becomes one allOf per branch; the document's `definitions` and other
+    annotations beside it stay out of those allOfs (they assert nothing, and their text was most of every
+    memo key), and the language is the one jsonschema validates."""
+    from tokenseam.grammar import json_schema
+
+    defs = {f"d{i}": {"type": "string", "description": "x" * 200} for i in range(200)}
+    schema = {
+        "definitions": defs,
+        "description": "a document",
+        "type": "object",
+        "required": ["kind"],
+        "anyOf": [
+            {"$ref": "#/definitions/a"},
+            {"properties": {"kind": {"const": "b"}, "n": {"type": "integer"}}},
+        ],
+    }
+    schema["definitions"]["a"] = {"properties": {"kind": {"const": "a"}, "s": {"$ref": "#/definitions/d7"}}}
+    keys = []
+    encoder = json_schema.SORTED
+
+    class Recording:
+        def encode(self, value):
+            text = encoder.encode(value)
+            keys.append(text)
+            return text
+
+    monkeypatch.setattr(json_schema, "SORTED", Recording())
+    g = compiler.compile_json_schema(schema)
+    assert keys and all(len(k) < 2_000 for k in keys), max(map(len, keys))
+    for doc in (
+        {"kind": "a", "s": "t"},
+        {"kind": "b", "n": 3},
+        {"kind": "a", "n": 3},
+        {"kind": "b", "s": 1},
+        {"kind": "c"},
+        {"s": "t"},
+        {"kind": "a", "s": 2},
+    ):
+        valid = jsonschema.Draft7Validator(schema).is_valid(doc)
+        assert accepts_text(g, json.dumps(doc)) == valid, doc
+
+
 @pytest.mark.parametrize(
     "schema,docs",
     [

@@ -345,8 +345,10 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 branches = s[key]
                 if not isinstance(branches, list) or not branches:
                     raise GrammarError(f"{key} at {ptr} must be a non-empty array")
-                rest = {k: v for k, v in s.items() if k != key}
-                has_rest = any(k not in ANNOTATIONS for k in rest)
+                # The keywords beside the list, which every branch takes (annotations assert nothing, and
+                # `definitions` can be most of the document: they would only lengthen the allOf's memo key).
+                rest = {k: v for k, v in s.items() if k != key and k not in ANNOTATIONS}
+                has_rest = bool(rest)
                 union = None
                 if key == "anyOf" and has_rest and "enum" not in rest and "const" not in rest:
                     union = self.enum_union(branches)
