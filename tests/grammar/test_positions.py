@@ -728,6 +728,31 @@ def test_nfa_edges_kept_flat_while_built_come_out_per_state_in_order():
     assert [list(r) for r in nfa.edges] == rows[1:] + [[]] and nfa.eps[0] == (0,)
 
 
+def test_flat_rows_grouped_by_a_stable_counting_sort():
+    """FlatRows.grouped (the NFA's rows at the freeze, in numba): against a stable sort in numpy, on random
+    items with empty states between; no items at all; an item naming a state out of range is refused."""
+    from tokenseam.grammar.flatrows import FlatRows
+
+    rng = np.random.default_rng(7)
+    for width, n, m in ((4, 50, 400), (2, 50, 400), (4, 1, 3), (2, 7, 0), (4, 3_000, 20_000)):
+        items = rng.integers(0, 200, size=(m, width)).astype(np.int32)
+        items[:, 0] = rng.integers(0, n, size=m) // 3 * 3  # two states in three stay empty
+        rows = FlatRows.grouped(items, n)
+        order = np.argsort(items[:, 0], kind="stable")
+        assert rows.off.tolist() == [0, *np.cumsum(np.bincount(items[:, 0], minlength=n)).tolist()]
+        want = items[order, 1:] if width > 2 else items[order, 1]
+        assert rows.data.shape == want.shape and (rows.data == want).all()
+        assert len(rows) == n
+        for q in range(min(n, 60)):
+            mine = items[items[:, 0] == q]
+            assert list(rows[q]) == (
+                [tuple(x) for x in mine[:, 1:].tolist()] if width > 2 else mine[:, 1].tolist()
+            )
+    for bad in (-1, 5):
+        with pytest.raises(ValueError, match="out of range"):
+            FlatRows.grouped(np.array([[0, 1], [bad, 2]], np.int32), 5)
+
+
 def test_compiling_leaves_no_reference_cycles(compiler, smollm2_vocab):
     """A compile's intermediate objects (schema compiler, IR, NFA builder) are freed by reference counting
     as soon as it ends: a cycle among them would keep them all for the collector, whose first pass after a
@@ -822,7 +847,7 @@ def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
     the walk (which builds states inside), the commits' builder, the split by call frame and the escape
     targets, clamped (an automaton with counters) and real, and the state index's updates and rebuild: each
     numba function is loaded before a request needs it. It caches nothing."""
-    from tokenseam.grammar import GrammarCompiler, automaton, localbuild, masks
+    from tokenseam.grammar import GrammarCompiler, automaton, flatrows, localbuild, masks
 
     calls = []
 
@@ -840,6 +865,7 @@ def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
         (automaton, "escape_target"),
         (localbuild, "index_new"),
         (localbuild, "rehash"),
+        (flatrows, "_group"),
     ):
         monkeypatch.setattr(module, name, counting(name, getattr(module, name)))
     compiler = GrammarCompiler(smollm2_vocab)
@@ -851,6 +877,7 @@ def test_warm_up_calls_every_numba_builder(monkeypatch, smollm2_vocab):
         "escape_target",
         "index_new",
         "rehash",
+        "_group",
     }
     assert ("escape_target", True) in calls and (
         "escape_target",

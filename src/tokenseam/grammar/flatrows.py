@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from itertools import chain
 
+import numba
 import numpy as np
 
 
@@ -30,14 +31,17 @@ class FlatRows(dict):
         self._off = self.off.tolist()
 
     @classmethod
-    def grouped(cls, source: np.ndarray, data: np.ndarray, n: int) -> FlatRows:
-        """The rows of n states from items already sorted by `source` (their state), `data` their values."""
+    def grouped(cls, items: np.ndarray, n: int) -> FlatRows:
+        """The rows of n states from `items` (int32, one per row: its state, then its values), each state's in
+        the order they come."""
+        off, data = _group(items, n)
+        if off[0] < 0:
+            raise ValueError("an item names a state out of range")
         self = cls.__new__(cls)
         dict.__init__(self)
-        self.off = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(np.bincount(source, minlength=n), out=self.off[1:])
-        self.data = np.ascontiguousarray(data, dtype=np.int32)
-        self._off = self.off.tolist()
+        self.off = off
+        self.data = data if items.shape[1] > 2 else data.reshape(-1)
+        self._off = off.tolist()
         return self
 
     def __missing__(self, q: int) -> tuple:
@@ -56,3 +60,28 @@ class FlatRows(dict):
 
     def __iter__(self):
         return (self[q] for q in range(len(self)))
+
+
+@numba.njit(cache=True)
+def _group(items, n):
+    """A stable counting sort of `items` by their first column: (offsets per state, the other columns).
+    off[0] is -1 if a state is out of range."""
+    m, w = items.shape
+    off = np.zeros(n + 1, np.int32)
+    for i in range(m):
+        q = items[i, 0]
+        if q < 0 or q >= n:
+            off[0] = -1
+            return off, np.empty((0, w - 1), np.int32)
+        off[q + 1] += 1
+    for q in range(n):
+        off[q + 1] += off[q]
+    pos = off[:n].copy()
+    data = np.empty((m, w - 1), np.int32)
+    for i in range(m):
+        q = items[i, 0]
+        p = pos[q]
+        for j in range(1, w):
+            data[p, j - 1] = items[i, j]
+        pos[q] = p + 1
+    return off, data

@@ -148,9 +148,7 @@ def _rows_of(flat: list[int], width: int, n: int) -> FlatRows:
         struct.pack(f"{len(part)}i", *part)
         for part in (flat[k : k + step] for k in range(0, len(flat), step))
     )
-    items = np.frombuffer(raw, dtype=np.int32).reshape(-1, width)
-    items = items[np.argsort(items[:, 0], kind="stable")]  # by source, in the order added
-    return FlatRows.grouped(items[:, 0], items[:, 1:] if width > 2 else items[:, 1], n)
+    return FlatRows.grouped(np.frombuffer(raw, dtype=np.int32).reshape(-1, width), n)
 
 
 def _one_safe_char(node: Node) -> bool:
