@@ -88,3 +88,48 @@ def test_productive_walks_a_shared_subtree_once_to_a_yes():
     with compile_budget(10, None, None):
         ok = productive(Grammar(rules, "root"))
     assert ok == {"root": True, "a": True, "dead": False, "late": True, "later": True, "gone": False}
+
+
+@pytest.mark.parametrize("fast_depth", [0, 3, 60])
+def test_productive_by_recursion_then_walk_answers_alike(monkeypatch, fast_depth):
+    """The check recurses for its first FAST_DEPTH levels and walks below: at any split, the same answers,
+    with rules 200 levels deep, members, escapes, repeats and a Chars subclass at every depth, and with the
+    budget ticked per node as the walk ticks it."""
+    from tokenseam.grammar import rulegraph
+    from tokenseam.grammar.budget import current
+    from tokenseam.grammar.ir import Escaped
+    from tokenseam.grammar.regex import _Shorthand
+
+    digit = _Shorthand(((48, 57),), ((48, 57),))  # a Chars subclass
+
+    def deep(leaf, levels):
+        node = leaf
+        for k in range(levels):
+            node = [
+                Seq((lit("a"), node)),
+                Alt((Ref("dead"), node)),
+                Members(((node, True), (Ref("dead"), False)), None, lit(",")),
+                Escaped(node),
+                Repeat(node, 1, 3),
+                Seq((digit, node)),
+            ][k % 6]
+        return node
+
+    rules = {
+        "root": deep(Ref("mid"), 200),
+        "mid": deep(Seq((Ref("end"), Repeat(Ref("dead"), 0, 2))), 200),
+        "end": lit("z"),
+        "dead": deep(Ref("dead"), 150),
+        "blocked": deep(Seq((Ref("mid"), Ref("dead"))), 120),
+    }
+    want = {"root": True, "mid": True, "end": True, "dead": False, "blocked": False}
+    monkeypatch.setattr(rulegraph, "FAST_DEPTH", fast_depth)
+    with compile_budget(10, None, None):
+        before = current().work
+        assert productive(Grammar(rules, "root")) == want
+        spent = current().work - before
+    monkeypatch.setattr(rulegraph, "FAST_DEPTH", 0)
+    with compile_budget(10, None, None):
+        before = current().work
+        productive(Grammar(rules, "root"))
+        assert current().work - before == spent

@@ -31,7 +31,8 @@ def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], list[str]]:
         stack = [node]
         while stack:
             n = stack.pop()
-            if type(n) is Chars:  # most nodes, and shared (one per character): nothing below them
+            t = type(n)
+            if t is Chars:  # most nodes, and shared (one per character): nothing below them
                 continue
             if id(n) in seen:
                 again.append(n)
@@ -40,7 +41,9 @@ def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], list[str]]:
             walked += 1
             if not walked & 255:
                 b.tick(256)
-            if isinstance(n, Ref):
+            if t is Seq or t is Alt:  # (the common parts dispatched here, without a call)
+                stack.extend(n.items)
+            elif t is Ref:
                 acc.add(n.name)
                 met[n.name] = n.name in met
             else:
@@ -122,6 +125,12 @@ def cyclic_rules(g: Grammar, refs: dict[str, set[str]]) -> set[str]:
     return cyclic
 
 
+# Levels of IR the productivity check goes down by plain recursion before it continues as a walk (walk.run),
+# which costs no interpreter stack: compiles run in threads with small stacks, under any recursion limit.
+FAST_DEPTH = 60
+_FAST_TYPES = frozenset((Chars, Auto, Ref, Seq, Alt, Members, Repeat, Escaped))
+
+
 def productive(g: Grammar, refs: dict[str, set[str]] | None = None) -> dict[str, bool]:
     """Which rules derive at least one string (least fixed point). `refs`: rule_refs(g)'s first half, if the
     caller has it.
@@ -186,19 +195,54 @@ def productive(g: Grammar, refs: dict[str, set[str]] | None = None) -> dict[str,
         yes.add(id(node))
         return True
 
+    def fast(node: Node, depth: int = 0) -> bool:
+        """prod by plain recursion, for the first levels (most grammars end there); deeper, the walk."""
+        t = type(node)
+        if depth >= FAST_DEPTH or t not in _FAST_TYPES:
+            return run(prod(node, depth))  # (or a subclass: the walk's isinstance tests decide)
+        b.tick()
+        if t is Chars or t is Auto:
+            return True
+        if t is Ref:
+            return ok.get(node.name, False)
+        if id(node) in yes:
+            return True
+        if t is Seq:
+            for x in node.items:
+                if not fast(x, depth + 1):
+                    return False
+        elif t is Alt:
+            for x in node.items:
+                if fast(x, depth + 1):
+                    break
+            else:
+                return False
+        elif t is Members:
+            for x, req in node.items:
+                if req and not fast(x, depth + 1):
+                    return False
+        elif t is Repeat:
+            if node.min and not fast(node.item, depth + 1):
+                return False
+        elif not fast(node.item, depth + 1):  # Escaped
+            return False
+        yes.add(id(node))
+        return True
+
     todo = list(g.rules)
     while todo:
         found = []
         for name in todo:
             if not ok[name]:
                 b.where = f"rule {name!r}"
-                if run(prod(g.rules[name])):
+                if fast(g.rules[name]):
                     ok[name] = True
                     found.append(name)
         again = {y for x in found for y in referrers.get(x, ()) if not ok[y]}
         todo = sorted(again, key=order.__getitem__)
-    prod = None  # prod and prod_parts refer to each other: without this the cycle keeps the grammar for the
-    # collector to find
+    # prod, prod_parts and fast refer to each other: without this the cycle keeps the grammar for the collector
+    # to find
+    prod = fast = None  # noqa: F811
     b.where = ""
     return ok
 
