@@ -185,3 +185,47 @@ def test_the_move_happens_at_any_query(compiler, smollm2_vocab, mode):
         m.fill_next_token_bitmask(out)
         assert bitmask_to_bool(out, vocab.size)[a1]
     assert compiled.gss_fallbacks == moved + 1
+
+
+def test_right_recursion_past_the_interpreter_recursion_limit(compiler, smollm2_vocab):
+    """`r ::= "a" r | ""` keeps one call frame per "a". The automaton follows returns through frames by
+    recursion up to automaton.MAX_NEST; past that the matcher moves to the GSS parser instead of running into
+    the interpreter's recursion limit (a RecursionError after about 2,000 "a"s before), and goes on exactly."""
+    vocab = smollm2_vocab
+    compiled = compiler.compile_gbnf('root ::= r\nr ::= "a" r | ""')
+    moved = compiled.gss_fallbacks
+    a1, b1 = vocab.trie.tokens_equal(b"a")[0], vocab.trie.tokens_equal(b"b")[0]
+    eos = sorted(vocab.eos_token_ids)
+    m = GrammarMatcher(compiled)
+    out = np.zeros(vocab.mask_words, dtype=np.int32)
+    for _ in range(2_300):
+        m.fill_next_token_bitmask(out)
+        allowed = bitmask_to_bool(out, vocab.size)
+        assert allowed[a1] and allowed[eos].all() and not allowed[b1]
+        assert m.accept_token(a1)
+    assert compiled.gss_fallbacks == moved + 1
+    assert m.is_accepting() and not m.accept_bytes(b"b") and m.accept_bytes(b"aa")
+
+
+@pytest.mark.parametrize("n", [500, 3_000])
+def test_a_long_chain_of_nullable_rules_moves_to_the_gss_parser(compiler, smollm2_vocab, n):
+    """r_i ::= r_i+1 "a" | "" down to r_n ::= "b" r_0 | "": the first position holds n configurations up to n
+    frames deep. A mask split frame by frame stops at MAX_NEST frames (n = 500), and one whose frames lie
+    deeper than localbuild.GROUP_WORK steps is not split at all (n = 3,000): either way the GSS parser takes
+    over, where splitting each frame cost n * n steps (minutes at n = 10,000) or ran into the recursion limit."""
+    from tokenseam.bench.faults import gbnf_chain
+
+    vocab = smollm2_vocab
+    compiled = compiler.compile_gbnf(gbnf_chain("nullable", n))
+    moved = compiled.gss_fallbacks
+    a1, b1 = vocab.trie.tokens_equal(b"a")[0], vocab.trie.tokens_equal(b"b")[0]
+    c1 = vocab.trie.tokens_equal(b"c")[0]
+    m = GrammarMatcher(compiled)
+    out = np.zeros(vocab.mask_words, dtype=np.int32)
+    m.fill_next_token_bitmask(out)
+    allowed = bitmask_to_bool(out, vocab.size)
+    assert allowed[a1] and allowed[b1] and not allowed[c1] and allowed[sorted(vocab.eos_token_ids)].all()
+    assert compiled.gss_fallbacks == moved + 1
+    assert m.accept_bytes(b"ba") and not m.is_accepting()  # "b" r_0, then n "a"s
+    if n == 500:  # (each byte costs the GSS parser about n steps here)
+        assert m.accept_bytes(b"a" * (n - 1)) and m.is_accepting()

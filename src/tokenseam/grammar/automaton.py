@@ -53,6 +53,12 @@ escape_target = Direct(_escape_target_nb)
 # budget (memory.GrammarMemory), which starts a grammar over between two requests' steps, never inside one.
 MAX_STATE_ID = (1 << 31) - 1
 MAX_CLOSURE = 100_000
+# Call frames the Python side follows by recursion: a closure through the frames below it (returns that read
+# no byte), a mask through its frames (masks.py). Past this the automaton gives up (a GrammarError: the
+# matcher moves to the GSS parser, which keeps its stacks as data), instead of running into the interpreter's
+# recursion limit. Right recursion that reads no byte before it returns (`r ::= x r | ""`) or a long chain
+# of nullable rules reaches it.
+MAX_NEST = 120
 STEP_MEMO_ENTRIES = 1 << 15  # the commit memo starts over when it holds this many entries (a few MB)
 NO_ESC: tuple = ()
 NO_PENDING: tuple[list, list] = ([], [])  # a swept row with nothing left to build (never appended to)
@@ -177,13 +183,16 @@ class Automaton:
         self._local_memo[q0] = res
         return res
 
-    def closure(self, q0: int, st0: int) -> tuple[tuple, bool, tuple]:
+    def closure(self, q0: int, st0: int, depth: int = 0) -> tuple[tuple, bool, tuple]:
         """(configs with byte edges, root end reached, escapes): an escape is an NFA state that needs the
-        frame under the local bottom BOT (a rule end or a counter operation there)."""
+        frame under the local bottom BOT (a rule end or a counter operation there). `depth`: closures this one
+        is computed for (returns into the frames below)."""
         key = (q0, st0)
         hit = self.closure_memo.get(key)
         if hit is not None:
             return hit
+        if depth > MAX_NEST:
+            raise GrammarError(f"the grammar returns through more than {MAX_NEST} call frames without a byte")
         local = self._local(q0)
         if local is not None:
             res = (tuple([(q, st0) for q in local]), False, NO_ESC)
@@ -199,11 +208,11 @@ class Automaton:
         pops: list[tuple[int, int]] = []
         self._closing.add(key)
         try:
-            return self._closure_loop(key, nfa, out, esc, acc, seen, stack, pops)
+            return self._closure_loop(key, nfa, out, esc, acc, seen, stack, pops, depth)
         finally:
             self._closing.discard(key)
 
-    def _closure_loop(self, key, nfa, out, esc, acc, seen, stack, pops):
+    def _closure_loop(self, key, nfa, out, esc, acc, seen, stack, pops, depth):
         steps = 0
         while stack:
             steps += 1
@@ -274,7 +283,7 @@ class Automaton:
                     if k in self._closing:
                         stack.append(k)
                         continue
-                    cs, a, e = self.closure(*k)
+                    cs, a, e = self.closure(k[0], k[1], depth + 1)
                     out.update(cs)
                     acc = acc or a
                     if e:

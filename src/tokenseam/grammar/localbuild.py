@@ -98,6 +98,10 @@ DEAD = -1  # a transition (or state) with nothing left alive
 UNKNOWN = -2  # a transition not built yet; from `fill`: hand it to Python
 NEED_PYTHON = UNKNOWN  # a builder's answer: this case is Python's
 NO_ROOM = -3  # a builder's answer: an array is full (meta[M_GROW] says which)
+TOO_DEEP = -4  # group_by_frame's answer: its configurations lie too deep below their frames (GROUP_WORK)
+# Frames group_by_frame walks down, over all of a state's configurations, before it gives up: a state of n
+# configurations n frames deep (a chain of n nullable rules) would cost n * n steps at each of its frames.
+GROUP_WORK = 1 << 18
 ROOT = 0  # the stack id of the empty stack
 BOT = 1  # the stack id standing for "whatever frames lie below" in a stack-independent (local) state
 UNBOUNDED = 1 << 30  # a safe-text budget without limit
@@ -882,19 +886,23 @@ def group_by_frame(kc, p, clamp, out, ar):
     """MaskCache.group_by_frame in numba: local state kc's configurations grouped by the call frame right above the
     bottom (counter frames stay with the rest). With more than one group, each group's position on the real
     parent stack p, as (local state, parent stack) rows of `out`, the local state clamped when `clamp`;
-    returns the number of groups, 0 when there is nothing to split, NEED_PYTHON or NO_ROOM."""
+    returns the number of groups, 0 when there is nothing to split, NEED_PYTHON, NO_ROOM or TOO_DEEP."""
     cfg, soff, stk = ar.cfg, ar.soff, ar.stk
     a = soff[kc, 0]
     m = soff[kc, 1]
     tops = np.empty(m, np.int64)
     gtop = np.empty(m, np.int64)
     ng = 0
+    steps = 0
     for k in range(m):
         f = cfg[a + k, 1]
         if f < BOT:
             return NEED_PYTHON
         while f != BOT and stk[f, 1] != BOT:
             f = stk[f, 1]
+            steps += 1
+        if steps > GROUP_WORK:
+            return TOO_DEEP
         if f != BOT and stk[f, 0] < 0:
             f = BOT  # a counter frame's configurations stay with the rest
         tops[k] = f

@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .automaton import MAX_NEST
+from .errors import GrammarError
 from .localbuild import (
     BOT,
     NEED_PYTHON,
     NO_DEAD,
+    TOO_DEEP,
     WALK_DONE,
     WALK_NEEDS_PYTHON,
     WALK_NO_ROOM,
@@ -93,15 +96,15 @@ class MaskCache:
         self._lru.clear()
         self.mask_bytes = 0
 
-    def _cached_mask(self, key: tuple, run: int | None) -> np.ndarray:
+    def _cached_mask(self, key: tuple, run: int | None, depth: int = 0) -> np.ndarray:
         """The LRU of masks: keyed (local state, parent, accepting) before the indentation filter, with the
-        run appended after it."""
+        run appended after it. `depth`: the masks this one is a part of (frame_groups)."""
         m = self._lru.get(key)
         if m is not None:
             self._lru.move_to_end(key)
             return m
         if run is None:
-            m = self._mask_slow(key)
+            m = self._mask_slow(key, depth)
         else:
             base = self._cached_mask(key[:3], None).view(np.uint32)
             outside, inside = self._indent_rows
@@ -117,14 +120,16 @@ class MaskCache:
             self.mask_bytes -= old.nbytes
         return m
 
-    def _mask_slow(self, key: tuple[int, int, bool]) -> np.ndarray:
+    def _mask_slow(self, key: tuple[int, int, bool], depth: int) -> np.ndarray:
+        if depth > MAX_NEST:
+            raise GrammarError(f"a mask split over more than {MAX_NEST} call frames")
         kc, p, acc = key
         tb = self.table
         parts = self.frame_groups(kc, p) if kc >= 0 else None
         if parts is not None:
             out = np.zeros(tb.words, dtype=np.uint32)
             for part in parts:
-                out |= self._cached_mask(part, None).view(np.uint32)
+                out |= self._cached_mask(part, None, depth + 1).view(np.uint32)
         elif kc >= 0:
             certain, groups = self.local_info(kc)
             out = certain.copy()
@@ -228,8 +233,11 @@ class MaskCache:
             self.walk_bytes += ENTRY_BYTES + idx.nbytes + hit[1].nbytes + 64 * len(hit[2])
         return hit
 
-    def _resolve(self, s: int, p: int, gid: int, out: np.ndarray) -> None:
-        """OR into `out` the tokens of group gid (escaping at local state s) that the real stack p accepts."""
+    def _resolve(self, s: int, p: int, gid: int, out: np.ndarray, depth: int = 0) -> None:
+        """OR into `out` the tokens of group gid (escaping at local state s) that the real stack p accepts.
+        `depth`: the frames below the local state the group has escaped through."""
+        if depth > MAX_NEST:
+            raise GrammarError(f"a token escapes through more than {MAX_NEST} call frames")
         k2, p2, acc2 = self._auto._escape_to(s, p, True)
         if k2 < 0:
             if acc2:
@@ -239,7 +247,7 @@ class MaskCache:
         idx, bits, subs = self.suffix_info(k2, gid)
         out[idx] |= bits
         for s2, g2 in subs:
-            self._resolve(s2, p2, g2, out)
+            self._resolve(s2, p2, g2, out, depth + 1)
 
     # -- positions split by call frame -------------------------------------------------------------------
     def frame_groups(self, kc: int, p: int) -> list[tuple] | None:
@@ -256,6 +264,8 @@ class MaskCache:
         out = self._groups_out
         auto = self._auto
         n = auto._fast_call(group_by_frame, kc, p, auto.has_counters, out)
+        if n == TOO_DEEP:
+            raise GrammarError("a mask's configurations lie too deep below their call frames")
         if n != NEED_PYTHON:
             res = [(int(k), int(q), False) for k, q in out[:n].tolist()] if n else None
             self._frame_group_memo[(kc, p)] = res
