@@ -140,7 +140,8 @@ def test_rules_that_never_finish_are_dropped_exactly(compiler):
 
 def test_lowering_leaves_the_recursion_limit_alone(monkeypatch):
     """build_nfa walks deep rules with explicit stacks: it never changes the process-wide recursion limit
-    (compiles run in threads beside the server), and nesting past its bound is a GrammarError."""
+    (compiles run in threads beside the server), and lowers rules however deep (the size estimate, which
+    recurses, runs only once the automaton is large: below)."""
     import sys
 
     from tokenseam.grammar.gbnf import parse_gbnf
@@ -156,20 +157,23 @@ def test_lowering_leaves_the_recursion_limit_alone(monkeypatch):
     node = lit("x")
     for _ in range(240):  # 480 nodes deep, with an unproductive rule to prune at each level
         node = Alt((Seq((lit("a"), node)), Ref("dead"), NOTHING))
-    with pytest.raises(GrammarError, match="grammar nesting too deep"):
-        build_nfa(Grammar({"root": node, "dead": Ref("dead")}, "root"))
+    assert build_nfa(Grammar({"root": node, "dead": Ref("dead")}, "root")).size > 240
 
 
-def test_size_estimate_nests_to_its_bound_in_a_small_thread_stack():
+def test_size_estimate_nests_to_its_bound_in_a_small_thread_stack(monkeypatch):
     """The NFA builder's size estimate recurses (it refuses past 200 levels, so it never goes deeper): 200
     levels pass and 202 are refused, under a low recursion limit and in a thread with a small stack, as
-    compiles run in threads beside the server."""
+    compiles run in threads beside the server. (It runs once the automaton reaches nfa.LARGE_NFA states: here
+    at once.)"""
     import sys
     import threading
 
+    from tokenseam.grammar import nfa as nfa_module
     from tokenseam.grammar.budget import compile_budget
     from tokenseam.grammar.ir import Grammar, Seq, lit
     from tokenseam.grammar.nfa import build_nfa
+
+    monkeypatch.setattr(nfa_module, "LARGE_NFA", 0)
 
     def nested(levels):
         node = lit("x")
@@ -199,6 +203,41 @@ def test_size_estimate_nests_to_its_bound_in_a_small_thread_stack():
         sys.setrecursionlimit(old_limit)
     assert len(results) == 2 and results[0] > 199
     assert "grammar nesting too deep" in results[1]
+
+
+def test_whole_grammar_estimated_only_once_its_automaton_is_large(monkeypatch):
+    """The builder estimates the start rule's size (and refuses a grammar past MAX_STATES with that figure)
+    only when the NFA reaches LARGE_NFA states: a small grammar is never walked for it, a large one is refused
+    with the estimate before it is lowered to the end."""
+    from tokenseam.grammar import nfa as nfa_module
+    from tokenseam.grammar.budget import compile_budget
+    from tokenseam.grammar.json_schema import schema_to_grammar
+
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string", "maxLength": 5} for i in range(40)},
+    }
+    estimated = []
+    real = nfa_module._Builder.estimate
+
+    def spy(self, node):
+        if node is self.g.rules[self.g.start]:
+            estimated.append(self.nfa.size)
+        return real(self, node)
+
+    monkeypatch.setattr(nfa_module._Builder, "estimate", spy)
+    with compile_budget(10, None, None):
+        g = schema_to_grammar(schema)
+        size = nfa_module.build_nfa(g).size
+        assert estimated == [] and size < nfa_module.LARGE_NFA
+        monkeypatch.setattr(nfa_module, "LARGE_NFA", 100)
+        assert nfa_module.build_nfa(g).size == size and len(estimated) == 1 and 100 <= estimated[0] < size
+        monkeypatch.setattr(nfa_module, "MAX_STATES", size - 1)
+        with pytest.raises(
+            GrammarError, match=rf"grammar too large \(about \d+ automaton states, limit {size - 1}\)"
+        ):
+            nfa_module.build_nfa(g)
+        assert estimated[-1] < size - 1  # refused partway
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Callable
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from .walk import run
 MAX_STATES = 300_000
 COUNTER_THRESHOLD = 12
 INLINE_LIMIT = 400
+LARGE_NFA = 16_384  # states at which the builder estimates the whole grammar's size (_Builder.build)
 # States are reported to the compile budget (budget.py) in blocks of this many, 4 units each: a state's two
 # rows and its edges.
 CHARGE_BLOCK = 64
@@ -60,6 +62,9 @@ class ByteNFA:
         self.e: list[int] = []
         self.edges: FlatRows | None = None
         self._next_check = CHARGE_BLOCK - 1  # add(): the state index at which _check runs next
+        # When the NFA reaches `large_at` states, `on_large()` runs once (the builder's size estimate).
+        self.large_at = MAX_STATES
+        self.on_large: Callable[[], None] | None = None
         # Epsilon edges likewise: (source, target) pairs while built, then `eps`, each state's targets in order.
         self.ep: list[int] = []
         self.eps: FlatRows | None = None
@@ -119,7 +124,11 @@ class ByteNFA:
             raise GrammarError(f"grammar too large: more than {MAX_STATES} automaton states")
         if n % CHARGE_BLOCK == CHARGE_BLOCK - 1:
             current().spend(4 * CHARGE_BLOCK)
-        self._next_check = min(n + 1 + (CHARGE_BLOCK - 2 - n) % CHARGE_BLOCK, MAX_STATES)
+        if n >= self.large_at:
+            self.large_at = MAX_STATES
+            if self.on_large is not None:
+                self.on_large()
+        self._next_check = min(n + 1 + (CHARGE_BLOCK - 2 - n) % CHARGE_BLOCK, MAX_STATES, self.large_at)
 
     @property
     def size(self) -> int:
@@ -432,21 +441,32 @@ class _Builder:
         if self.g.start not in self.g.rules:
             raise GrammarError(f"start rule {self.g.start!r} is not defined")
         self.est_memo.clear()
-        self.budget.where = f"rule {self.g.start!r}"
+        # The grammar's size is estimated only once its NFA is large: most grammars never get there, and the
+        # estimate walks the whole start rule.
+        self.nfa.large_at = LARGE_NFA
+        self.nfa.on_large = self._refuse_if_too_large
+        try:
+            self.pending: list[tuple[str, int, int]] = []
+            self.rule(self.g.start)
+            while self.pending:
+                name, s, e = self.pending.pop()
+                self.budget.where = f"rule {name!r}"
+                end = self._lower_rule(name, s)
+                self.nfa.ep += (end, e)
+        finally:
+            self.nfa.on_large = None
+        return self.nfa
+
+    def _refuse_if_too_large(self) -> None:
+        """Refuse a grammar whose estimated size is past MAX_STATES, before it is lowered further."""
+        where, self.budget.where = self.budget.where, f"rule {self.g.start!r}"
         est = self.estimate(self.g.rules[self.g.start])
         if est > MAX_STATES:
             raise GrammarError(
                 f"grammar too large (about {est} automaton states, limit {MAX_STATES}); "
                 "reduce repeat counts or nesting"
             )
-        self.pending: list[tuple[str, int, int]] = []
-        self.rule(self.g.start)
-        while self.pending:
-            name, s, e = self.pending.pop()
-            self.budget.where = f"rule {name!r}"
-            end = self._lower_rule(name, s)
-            self.nfa.ep += (end, e)
-        return self.nfa
+        self.budget.where = where
 
     def _lower_rule(self, name: str, s: int) -> int:
         """A called rule's body from its start state s; the state it ends in. A library body (library.py) is
