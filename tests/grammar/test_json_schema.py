@@ -693,6 +693,49 @@ def test_recursive_allof_ref_terminates(compiler):
     assert not accepts_text(g, '{"children": [{"children": []}]}')
 
 
+def test_vendor_keys_beside_a_ref_leave_it_a_reference(compiler):
+    """A `$ref` beside keys no validator reads (vendor extensions such as `x-intellij-html-description`,
+    `preferredOrder`) or annotations is the reference itself, one rule for every such use; beside a keyword
+    that asserts something it is merged with its target. Beside an anyOf, vendor keys join no branch."""
+    from tokenseam.grammar.budget import compile_budget
+    from tokenseam.grammar.json_schema import schema_to_grammar
+
+    point = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}
+    schema = {
+        "definitions": {"point": point},
+        "type": "object",
+        "properties": {
+            "a": {
+                "$ref": "#/definitions/point",
+                "x-intellij-html-description": "<b>a</b>",
+                "description": "a",
+            },
+            "b": {
+                "$ref": "#/definitions/point",
+                "x-intellij-html-description": "<b>b</b>",
+                "preferredOrder": [],
+            },
+            "c": {"$ref": "#/definitions/point", "required": ["x"]},
+            "d": {"x-vendor": 1, "anyOf": [{"$ref": "#/definitions/point"}, {"type": "string"}]},
+        },
+    }
+    with compile_budget(10, None, None):
+        g = schema_to_grammar(schema)
+    assert sorted(n for n in g.rules if n.startswith("all")) == ["all0"]  # c's merge alone
+    assert sorted(n for n in g.rules if n.startswith("ref")) == ["ref0"]
+    compiled = compiler.compile_json_schema(schema)
+    for doc in (
+        {"a": {"x": 1}, "b": {"y": 2}, "c": {"x": 3}, "d": "s"},
+        {"c": {"y": 1}},
+        {"a": {"x": "1"}},
+        {"d": {"x": 1}},
+        {"d": 1},
+        {"b": {"x": 1, "z": 1}},
+    ):
+        valid = jsonschema.Draft202012Validator(schema).is_valid(doc)
+        assert accepts_text(compiled, json.dumps(doc)) == valid, doc
+
+
 def test_keywords_beside_anyof_join_each_branch_without_annotations(compiler, monkeypatch):
     """An anyOf beside other keywords becomes one allOf per branch; the document's `definitions` and other
     annotations beside it stay out of those allOfs (they assert nothing, and their text was most of every

@@ -292,7 +292,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             return self.negation(s, ptr)
         if "$ref" in s:
             ref = s["$ref"]
-            rest = {k: v for k, v in s.items() if k not in ANNOTATIONS and k != "$ref"}
+            rest = {k: v for k, v in s.items() if k != "$ref" and asserts(k)}
             if not rest or self.ref_alone:
                 return self.ref(ref, ptr)
             return self.compile({"allOf": [{"$ref": ref}, rest]}, ptr)
@@ -345,9 +345,10 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                 branches = s[key]
                 if not isinstance(branches, list) or not branches:
                     raise GrammarError(f"{key} at {ptr} must be a non-empty array")
-                # The keywords beside the list, which every branch takes (annotations assert nothing, and
-                # `definitions` can be most of the document: they would only lengthen the allOf's memo key).
-                rest = {k: v for k, v in s.items() if k != key and k not in ANNOTATIONS}
+                # The keywords beside the list, which every branch takes (annotations and vendor keys assert
+                # nothing, and `definitions` can be most of the document: they would only lengthen the
+                # allOf's memo key).
+                rest = {k: v for k, v in s.items() if k != key and asserts(k)}
                 has_rest = bool(rest)
                 union = None
                 if key == "anyOf" and has_rest and "enum" not in rest and "const" not in rest:
@@ -647,6 +648,13 @@ _NEWER = (
     ),
     (2020, ("prefixItems",)),
 )
+
+
+def asserts(key: str) -> bool:
+    """Whether `key` can change what a schema accepts: not an annotation, and a keyword some draft's validator
+    reads, or the compiler's own (`_`-prefixed). A vendor key (`x-intellij-html-description`, `preferredOrder`)
+    asserts nothing: beside a `$ref` it must not make the reference a merged copy of its target."""
+    return key not in ANNOTATIONS and (key in validated_keywords() or key.startswith("_"))
 
 
 def declared_draft(root) -> int | None:
