@@ -696,7 +696,8 @@ def test_recursive_allof_ref_terminates(compiler):
 def test_vendor_keys_beside_a_ref_leave_it_a_reference(compiler):
     """A `$ref` beside keys no validator reads (vendor extensions such as `x-intellij-html-description`,
     `preferredOrder`) or annotations is the reference itself, one rule for every such use; beside a keyword
-    that asserts something it is merged with its target. Beside an anyOf, vendor keys join no branch."""
+    that asserts something it is merged with its target. Beside an anyOf, vendor keys join no branch, and
+    allOf branches that differ only in them merge into one rule."""
     from tokenseam.grammar.budget import compile_budget
     from tokenseam.grammar.json_schema import schema_to_grammar
 
@@ -717,11 +718,14 @@ def test_vendor_keys_beside_a_ref_leave_it_a_reference(compiler):
             },
             "c": {"$ref": "#/definitions/point", "required": ["x"]},
             "d": {"x-vendor": 1, "anyOf": [{"$ref": "#/definitions/point"}, {"type": "string"}]},
+            "e": {"allOf": [{"$ref": "#/definitions/point"}, {"x-order": 1, "required": ["y"]}]},
+            "f": {"allOf": [{"$ref": "#/definitions/point"}, {"x-order": 2, "required": ["y"]}]},
         },
     }
     with compile_budget(10, None, None):
         g = schema_to_grammar(schema)
-    assert sorted(n for n in g.rules if n.startswith("all")) == ["all0"]  # c's merge alone
+    # c's merge, and one for e and f: merged, the vendor keys drop out
+    assert sorted(n for n in g.rules if n.startswith("all")) == ["all0", "all1"]
     assert sorted(n for n in g.rules if n.startswith("ref")) == ["ref0"]
     compiled = compiler.compile_json_schema(schema)
     for doc in (
@@ -731,6 +735,8 @@ def test_vendor_keys_beside_a_ref_leave_it_a_reference(compiler):
         {"d": {"x": 1}},
         {"d": 1},
         {"b": {"x": 1, "z": 1}},
+        {"e": {"x": 1}},
+        {"f": {"y": 1}},
     ):
         valid = jsonschema.Draft202012Validator(schema).is_valid(doc)
         assert accepts_text(compiled, json.dumps(doc)) == valid, doc

@@ -48,7 +48,7 @@ from .schema_keywords import (
 )
 from .schema_negation import CONDITIONAL, Negation
 from .schema_numbers import NUMBER, NumberLowering
-from .schema_safety import EnumValidator, check_keywords, refused_uri, searcher, validated_keywords
+from .schema_safety import EnumValidator, asserts, check_keywords, refused_uri, searcher, validated_keywords
 from .schema_strings import StringLowering
 
 MAX_ENUM = 2000
@@ -648,13 +648,6 @@ _NEWER = (
     ),
     (2020, ("prefixItems",)),
 )
-
-
-def asserts(key: str) -> bool:
-    """Whether `key` can change what a schema accepts: not an annotation, and a keyword some draft's validator
-    reads, or the compiler's own (`_`-prefixed). A vendor key (`x-intellij-html-description`, `preferredOrder`)
-    asserts nothing: beside a `$ref` it must not make the reference a merged copy of its target."""
-    return key not in ANNOTATIONS and (key in validated_keywords() or key.startswith("_"))
 
 
 def declared_draft(root) -> int | None:

@@ -4,8 +4,9 @@ refused when that cannot be done exactly)."""
 from __future__ import annotations
 
 from .errors import GrammarError
-from .schema_keywords import ANNOTATIONS, SUPPORTED, TYPES, UNSUPPORTED, json_equal, json_type, spelled
+from .schema_keywords import SUPPORTED, TYPES, UNSUPPORTED, json_equal, json_type, spelled
 from .schema_negation import CONDITIONAL
+from .schema_safety import asserts
 
 MAX_COMBOS = 64  # branches an allOf of two anyOf lists may make
 
@@ -74,7 +75,7 @@ class Combinators:
         self.budget.spend(1 + (len(a) + len(b)) // 4)
         out = dict(a)
         for k, v in b.items():
-            if k in ANNOTATIONS:
+            if not asserts(k):  # annotations and vendor keys: nothing to merge
                 continue
             if k not in out:
                 out[k] = v

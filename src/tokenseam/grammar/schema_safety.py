@@ -40,7 +40,7 @@ from . import cpauto
 from .budget import current
 from .errors import GrammarError
 from .regex import parse_regex
-from .schema_keywords import TYPES, pointer_escape
+from .schema_keywords import ANNOTATIONS, TYPES, pointer_escape
 
 TYPE_NAMES = (*TYPES, "integer")
 _NONNEG_INT = (
@@ -534,3 +534,10 @@ class EnumValidator:
                     kept.append(v)
             out = kept
         return out
+
+
+def asserts(key: str) -> bool:
+    """Whether `key` can change what a schema accepts: not an annotation, and a keyword some draft's validator
+    reads, or the compiler's own (`_`-prefixed). A vendor key (`x-intellij-html-description`, `preferredOrder`)
+    asserts nothing: beside a `$ref` it must not make the reference a merged copy of its target."""
+    return key not in ANNOTATIONS and (key in validated_keywords() or key.startswith("_"))
