@@ -1150,3 +1150,27 @@ def test_enum_beside_keys_no_validator_reads(compiler, monkeypatch, schema):
     assert all(
         not any(k.startswith("x-") or k in ("ignoreCase", "aliases", "readonly") for k in c) for c in calls
     )
+
+
+def test_integer_ranges_with_short_bounds_are_built_once(compiler):
+    """int_range remembers ranges whose bounds fit in 18 digits (the same IR node for the same bounds, a
+    bounded memo); longer bounds are built each time, so requests with huge bounds leave nothing behind. Both
+    are exact."""
+    from tokenseam.grammar.schema_numbers import _small_int_range, int_range
+
+    assert int_range(None, None) is int_range(None, None)
+    assert int_range(-5, 10**17) is int_range(-5, 10**17)
+    huge = 10**40
+    assert int_range(0, huge) is not int_range(0, huge)
+    assert _small_int_range.cache_info().maxsize == 64
+    for schema, good, bad in (
+        (
+            {"type": "integer", "minimum": -5, "maximum": 10**17},
+            ["-5", "0", str(10**17)],
+            ["-6", str(10**17 + 1)],
+        ),
+        ({"type": "integer", "maximum": huge}, ["-1", str(huge)], [str(huge + 1), "1.5"]),
+        ({"type": "integer"}, ["-0", "12", "-7"], ["01", "1e3"]),
+    ):
+        g = compiler.compile_json_schema(schema)
+        assert all(accepts_text(g, t) for t in good) and not any(accepts_text(g, t) for t in bad), schema

@@ -601,10 +601,14 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         return NOTHING
 
     def t_null(self, s, ptr):
-        return lit("null")
+        return NULL
 
     def t_boolean(self, s, ptr):
-        return alt(lit("true"), lit("false"))
+        return BOOLEAN
+
+
+NULL = lit("null")
+BOOLEAN = alt(lit("true"), lit("false"))
 
 
 # Keywords beside an enum/const that the validator decides (see _Compiler.validator_decides); the values of

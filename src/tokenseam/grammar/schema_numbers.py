@@ -3,6 +3,7 @@ significant digits, no exponent), multiples of an integer, and the `integer`/`nu
 
 from __future__ import annotations
 
+import functools
 import math
 from decimal import Decimal, InvalidOperation
 
@@ -73,7 +74,24 @@ def _nonneg_range(a: int, b: int | None) -> Node:
 
 
 def int_range(lo: int | None, hi: int | None) -> Node:
-    """JSON integer literals (no leading zeros; `-0` is 0) of the values in [lo, hi] (None: unbounded)."""
+    """JSON integer literals (no leading zeros; `-0` is 0) of the values in [lo, hi] (None: unbounded).
+    Ranges whose bounds fit in 18 digits are remembered per process (IR nodes are immutable, and most integers
+    of a schema share their bounds: an unbounded one took 27 µs to build each time); longer bounds, which make
+    larger nodes, are built each time, so the memo stays small whatever requests send."""
+    if (lo is None or -_SMALL < lo < _SMALL) and (hi is None or -_SMALL < hi < _SMALL):
+        return _small_int_range(lo, hi)
+    return _int_range(lo, hi)
+
+
+_SMALL = 10**18
+
+
+@functools.lru_cache(maxsize=64)
+def _small_int_range(lo: int | None, hi: int | None) -> Node:
+    return _int_range(lo, hi)
+
+
+def _int_range(lo: int | None, hi: int | None) -> Node:
     parts = []
     if hi is None or hi >= 0:
         parts.append(_nonneg_range(max(lo, 0) if lo is not None else 0, hi))
