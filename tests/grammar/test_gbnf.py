@@ -266,24 +266,18 @@ def test_size_bound_check_agrees_with_the_estimate(schema):
     itself, just under it and at fractions of it, it answers as the estimate does, before and after
     estimates are remembered."""
     from tokenseam.grammar.budget import compile_budget
-    from tokenseam.grammar.ir import Alt, Escaped, Members, Repeat, Seq
     from tokenseam.grammar.json_schema import schema_to_grammar
     from tokenseam.grammar.nfa import _Builder
+    from tokenseam.grammar.rulegraph import push_parts
 
     def parts(node):
         stack, seen = [node], set()
         while stack:
             x = stack.pop()
-            if id(x) in seen:
-                continue
-            seen.add(id(x))
-            yield x
-            if isinstance(x, (Seq, Alt)):
-                stack.extend(x.items)
-            elif isinstance(x, (Repeat, Escaped)):
-                stack.append(x.item)
-            elif isinstance(x, Members):
-                stack.extend(item for item, _ in x.items)
+            if id(x) not in seen:
+                seen.add(id(x))
+                yield x
+                push_parts(x, stack)
 
     checked = 0
     with compile_budget(10, None, None):

@@ -48,7 +48,7 @@ from .schema_keywords import (
 )
 from .schema_negation import CONDITIONAL, Negation
 from .schema_numbers import NUMBER, NumberLowering
-from .schema_safety import EnumValidator, asserts, check_keywords, refused_uri, searcher, validated_keywords
+from .schema_safety import EnumValidator, asserts, check_keywords, refused_uri, searcher
 from .schema_strings import StringLowering
 
 MAX_ENUM = 2000
@@ -540,8 +540,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         vals = spelled(vals)
         # Keys no validator reads (vendor extensions, `ignoreCase`) constrain nothing: without them a bare
         # `type` is checked here, and no keyword at all needs no check.
-        known = validated_keywords()
-        rest = {k: v for k, v in rest.items() if k in known or k.startswith("_")}
+        rest = {k: v for k, v in rest.items() if asserts(k)}
         if rest:
             kinds = plain_types(rest)
             if kinds is not None:

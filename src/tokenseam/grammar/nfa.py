@@ -36,13 +36,14 @@ from .ir import (
     covers_safe,
     norm,
 )
-from .rulegraph import cyclic_rules, productive, prune_unproductive, rule_refs
+from .rulegraph import cyclic_rules, productive, prune_unproductive, push_parts, rule_refs
 from .utf8 import CodePointEdges, lowering_plan
 from .walk import run
 
 MAX_STATES = 300_000
 COUNTER_THRESHOLD = 12
 INLINE_LIMIT = 400
+_OWN_TERM = {Seq: 2, Alt: 2, Repeat: 2, Members: 4, Escaped: 0}  # _Builder.exceeds
 LARGE_NFA = 16_384  # states at which the builder estimates the whole grammar's size (_Builder.build)
 # States are reported to the compile budget (budget.py) in blocks of this many, 4 units each: a state's two
 # rows and its edges.
@@ -260,29 +261,19 @@ class _Builder:
             hit = memo.get(id(x))
             if hit is not None:
                 total += hit
-            elif isinstance(x, Chars):
-                total += 2 * len(x.ranges) + 2
-            elif isinstance(x, (Seq, Alt)):
-                total += 2
-                stack.extend(x.items)
-            elif isinstance(x, (Repeat, Escaped)):
-                total += 2 if isinstance(x, Repeat) else 0
-                stack.append(x.item)
             elif isinstance(x, Ref):
                 if x.name in cyclic:
                     total += 2
                 else:
                     stack.append(rules[x.name])
-            elif isinstance(x, Members):
-                total += 4
-                stack.extend(item for item, _ in x.items)
-                stack.append(x.sep)
-                if x.extra is not None:
-                    stack.append(x.extra)
-            elif isinstance(x, Auto):
-                total += x.auto.size * 3
             else:
-                total += 1
+                if isinstance(x, Chars):
+                    total += 2 * len(x.ranges) + 2
+                elif isinstance(x, Auto):
+                    total += x.auto.size * 3
+                else:  # Seq, Alt and Repeat 2, Members 4, Escaped 0: the estimate's own terms
+                    total += _OWN_TERM.get(type(x), 1)
+                push_parts(x, stack)
             if total > limit:
                 return True
         return self.estimate(node) > limit

@@ -47,7 +47,7 @@ def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], list[str]]:
                 acc.add(n.name)
                 met[n.name] = n.name in met
             else:
-                _push_parts(n, stack)
+                push_parts(n, stack)
         missing = {x for x in acc if x not in g.rules}
         if missing:
             raise GrammarError(f"rule {name!r} references undefined rule(s): {', '.join(sorted(missing))}")
@@ -61,11 +61,12 @@ def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], list[str]]:
         if isinstance(n, Ref):
             met[n.name] = True
         else:
-            _push_parts(n, again)
+            push_parts(n, again)
     return refs, [name for name, more in met.items() if more]
 
 
-def _push_parts(n: Node, stack: list) -> None:
+def push_parts(n: Node, stack: list) -> None:
+    """Push the parts of `n` onto `stack` (none for a leaf or a Ref): the walks over the IR share it."""
     if isinstance(n, (Seq, Alt)):
         stack.extend(n.items)
     elif isinstance(n, (Repeat, Escaped)):
