@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pytest
 
 from tokenseam.grammar import cpauto
@@ -342,6 +343,60 @@ def test_determinize_kernel_is_loaded_with_the_types_of_its_calls():
     assert len(cpkernels.determinize_kernel.signatures) == 1
 
 
+def test_word_rows_kernels_are_loaded_with_the_types_of_their_calls():
+    from tokenseam.grammar import cpkernels
+    from tokenseam.grammar.json_schema import schema_to_grammar
+    from tokenseam.grammar.nfa import build_nfa
+
+    cpkernels.warm_up()
+    nfa = build_nfa(schema_to_grammar({"properties": {"kind": {}, "spec": {}}}, property_order="any"))
+    assert nfa.e_chunks
+    assert len(cpkernels.word_rows.signatures) == 1
+    assert len(cpkernels.place_word_rows.signatures) == 1
+
+
+def _frozen(nfa) -> tuple:
+    """An NFA's states, rows (each state's edges in the order added) and universal states."""
+    nfa.freeze_rows()
+    rows = (nfa.edges.off, nfa.edges.data, nfa.eps.off, nfa.eps.data)
+    return (nfa.n, *(a.tolist() for a in rows), sorted(nfa.universal))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_word_rows_kernel_writes_the_rows_of_the_loop(seed):
+    # cpkernels.word_rows lowers a trie of keys written as themselves; embed_words' loop is the reference. Same
+    # states, same rows in the same order, same budget charged; with the lists a library recording reads too.
+    # Odd seeds add characters the kernel leaves to the loop (escaped, multi-byte).
+    from tokenseam.grammar import cpkernels
+    from tokenseam.grammar.budget import compile_budget
+    from tokenseam.grammar.ir import EMPTY, Grammar
+    from tokenseam.grammar.nfa import _Builder
+
+    rng = random.Random(seed)
+    plain, other = "abyzAZ09 !#[]^_`{|}~-\x7e", 'é"\\\x01\x7f\U0001f600'
+    words = ["".join(rng.choices(plain, k=rng.randint(0, 12))) for _ in range(rng.randint(0, 40))]
+    words += rng.sample(words, min(3, len(words)))  # repeated words
+    words += [w[:2] for w in words[:3]]  # prefixes of others
+    if seed % 2:
+        words.append("k" + rng.choice(other))
+    used = []
+    for kernel, recording in ((False, False), (True, False), (True, True)):
+        with compile_budget(None, None, None) as budget:
+            trie = cpauto.not_words(words)
+            before = budget.size_used
+            b = _Builder(Grammar({"root": EMPTY}, "root"))
+            if recording:
+                b.rule_log = []
+            end = b.embed_words(trie, b.nfa.add(), True, None, kernel=kernel)
+            assert bool(b.nfa.e_chunks) == (kernel and not recording and seed % 2 == 0)
+            used.append((budget.size_used - before, end, _frozen(b.nfa)))
+    assert used[0] == used[1] == used[2]
+    rows, _, units = cpkernels.word_rows(
+        np.array(trie.parent, np.int32), np.array(trie.code, np.int32), np.zeros(trie.sink, np.uint8)
+    )
+    assert (units < 0) == (seed % 2 == 1)
+
+
 @pytest.mark.parametrize("order", ["schema", "any"])
 def test_words_complement_embeds_from_its_trie_as_from_its_rows(order, monkeypatch):
     # "Any key but the declared ones" is lowered from its trie (embed_words) without making its code point
@@ -364,8 +419,7 @@ def test_words_complement_embeds_from_its_trie_as_from_its_rows(order, monkeypat
     }
 
     def build():
-        nfa = nfamod.build_nfa(schema_to_grammar(schema, property_order=order))
-        return nfa.n, nfa.e, nfa.ep, sorted(nfa.universal)
+        return _frozen(nfamod.build_nfa(schema_to_grammar(schema, property_order=order)))
 
     words = nfamod._Builder.embed_words
     tries = []

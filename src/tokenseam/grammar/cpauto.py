@@ -607,9 +607,15 @@ class WordsComplement(CPNFA):
     otherwise. States: the trie's, then the sink; every one but the words' ends accepts, and every one is alive
     after any text."""
 
-    def __init__(self, children: list[dict[int, int]], ends: set[int]) -> None:
+    def __init__(
+        self, children: list[dict[int, int]], ends: set[int], parent: list[int], code: list[int]
+    ) -> None:
         super().__init__()
         self.children = children
+        # The same trie as arrays, for the byte NFA builder's kernel (cpkernels.word_rows): per state, the state
+        # it hangs from and the code point into it (-1 at the root).
+        self.parent = parent
+        self.code = code
         self.ends = ends
         self.sink = len(children)
         self._rows: list | None = None
@@ -682,6 +688,7 @@ def not_words(words: list[str]) -> WordsComplement:
     trie of `words`); its rows are made when first read."""
     budget = current()
     children: list[dict[int, int]] = [{}]
+    parent, code = [-1], [-1]
     ends: set[int] = set()
     for w in words:
         s = 0
@@ -694,12 +701,14 @@ def not_words(words: list[str]) -> WordsComplement:
                     raise GrammarError("pattern automaton too large")
                 children.append({})
                 children[s][c] = t
+                parent.append(s)
+                code.append(c)
             s = t
         ends.add(s)
     # The trie's states and the sink (two budget units each, as CPNFA.add charges), their rows (about four
     # ranges each, two units per range) and the sets of states kept.
     budget.spend(2 * (len(children) + 1) + 8 * len(children) + len(children))
-    return WordsComplement(children, ends)
+    return WordsComplement(children, ends, parent, code)
 
 
 class Searcher:

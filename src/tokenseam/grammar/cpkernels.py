@@ -275,8 +275,116 @@ def _intern(found, ns, pool, soff, table, dfinal, work, finals, st, max_states):
     return q, pool, soff, table, dfinal, work
 
 
+# -- "every key but these" (cpauto.not_words) lowered to byte rows -------------------------------------------
+# Targets word_rows writes in place of states the caller makes afterwards.
+TO_SINK, TO_ESCAPES, TO_HIGH, TO_END = -1, -2, -3, -4
+
+
+@numba.njit(cache=True, inline="always")
+def _edge(edges, ne, q, lo, hi, t):
+    edges[ne] = q
+    edges[ne + 1] = lo
+    edges[ne + 2] = hi
+    edges[ne + 3] = t
+    return ne + 4
+
+
+@numba.njit(cache=True)
+def word_rows(parent, code, ends):
+    """The byte rows of a `not_words` trie whose code points are all written as themselves inside a JSON string
+    (0x20-0x7E but quote and backslash), as nfa._Builder.embed_words lowers them, state for state and in the
+    same order: per trie state, the runs of such bytes (and 0x7F) that are no child's into the sink, a backslash
+    into the sink's escapes, the children by code point; an epsilon edge into the sink's multi-byte forms and,
+    unless a word ends there, one to the end. Sources and trie targets are trie states; other targets are the
+    TO_* codes. Returns (edges as source, lo, hi, target; epsilon edges as source, target; the budget units
+    `_word_row` counts: the rows' plan entries), or a negative count when a code point is not of that kind."""
+    n = parent.shape[0]
+    start = np.zeros(n + 1, np.int64)
+    for t in range(1, n):
+        c = code[t]
+        if c < 0x20 or c > 0x7E or c == 0x22 or c == 0x5C:
+            return np.empty(0, np.int32), np.empty(0, np.int32), -1
+        start[parent[t] + 1] += 1
+    for q in range(n):
+        start[q + 1] += start[q]
+    kids = np.empty(max(n - 1, 0), np.int64)
+    fill = start[:n].copy()
+    for t in range(1, n):
+        p = parent[t]
+        kids[fill[p]] = t
+        fill[p] += 1
+    for q in range(n):  # each state's children by code point (a handful: insertion sort)
+        for i in range(start[q] + 1, start[q + 1]):
+            x = kids[i]
+            j = i - 1
+            while j >= start[q] and code[kids[j]] > code[x]:
+                kids[j + 1] = kids[j]
+                j -= 1
+            kids[j + 1] = x
+    # Per state at most k + 3 runs, the backslash and k children (k children in all, n - 1 over the trie).
+    edges = np.empty(4 * (2 * (n - 1) + 4 * n), np.int32)
+    eps = np.empty(4 * n, np.int32)
+    ne = 0
+    np_ = 0
+    units = 0
+    for q in range(n):
+        a, b = start[q], start[q + 1]
+        i = a
+        run = -1
+        for byte in range(0x20, 0x80):
+            taken = i < b and code[kids[i]] == byte
+            if taken:
+                i += 1
+            if taken or byte == 0x22 or byte == 0x5C:
+                if run >= 0:
+                    ne = _edge(edges, ne, q, run, byte - 1, TO_SINK)
+                    run = -1
+            elif run < 0:
+                run = byte
+        if run >= 0:
+            ne = _edge(edges, ne, q, run, 0x7F, TO_SINK)
+        ne = _edge(edges, ne, q, 0x5C, 0x5C, TO_ESCAPES)
+        eps[np_] = q
+        eps[np_ + 1] = TO_HIGH
+        np_ += 2
+        for k in range(a, b):
+            c = code[kids[k]]
+            ne = _edge(edges, ne, q, c, c, kids[k])
+        if not ends[q]:
+            eps[np_] = q
+            eps[np_ + 1] = TO_END
+            np_ += 2
+        # The plan: the gaps between children (the last one cut at the surrogates: two) and the children.
+        if a == b:
+            units += 2
+        else:
+            units += 3 + (b - a)
+            for k in range(a + 1, b):
+                if code[kids[k]] > code[kids[k - 1]] + 1:
+                    units += 1
+    return edges[:ne], eps[:np_], units
+
+
+@numba.njit(cache=True)
+def place_word_rows(edges, eps, first, sink, escapes, high, end):
+    """word_rows' rows numbered in the NFA, in place: trie state q is state first + q, and the TO_* codes the
+    states given."""
+    for k in range(0, edges.shape[0], 4):
+        edges[k] += first
+        t = edges[k + 3]
+        edges[k + 3] = t + first if t >= 0 else (sink if t == TO_SINK else escapes)
+    for k in range(0, eps.shape[0], 2):
+        eps[k] += first
+        eps[k + 1] = high if eps[k + 1] == TO_HIGH else end
+
+
 def warm_up() -> None:
-    """Load the kernels (from numba's cache, or compile them on a first run): a two-state automaton."""
+    """Load the kernels (from numba's cache, or compile them on a first run): a two-state automaton, and the
+    rows of "every string but ab"."""
+    rows, eps, _ = word_rows(
+        np.array([-1, 0, 1], np.int32), np.array([-1, 97, 98], np.int32), np.array([0, 0, 1], np.uint8)
+    )
+    place_word_rows(rows, eps, 0, 3, 4, 5, 6)
     edges = np.array([[97, 97, 1]], np.int64)
     determinize_kernel(
         np.array([0, 1, 1], np.int64),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import anyorder, cpauto, library
+from . import anyorder, cpauto, cpkernels, library
 from .budget import compile_budget, current
 from .cpauto import CPNFA
 from .errors import GrammarError
@@ -61,6 +61,9 @@ class ByteNFA:
         # lists or per-edge tuples: made and freed by the thousand in each compile, they cost about as much as
         # the rest of the freeze.
         self.e: list[int] = []
+        # Edges a kernel wrote (int32 arrays of the same items), joined to `e` at the freeze: they go into the
+        # rows of states no other edge leaves, so where they stand in `e` changes no row.
+        self.e_chunks: list[np.ndarray] = []
         self.edges: FlatRows | None = None
         self._next_check = CHARGE_BLOCK - 1  # add(): the state index at which _check runs next
         # When the NFA reaches `large_at` states, `on_large()` runs once (the builder's size estimate).
@@ -68,6 +71,7 @@ class ByteNFA:
         self.on_large: Callable[[], None] | None = None
         # Epsilon edges likewise: (source, target) pairs while built, then `eps`, each state's targets in order.
         self.ep: list[int] = []
+        self.ep_chunks: list[np.ndarray] = []
         self.eps: FlatRows | None = None
         self.call: dict[int, tuple[int, int]] = {}
         self.rule_start: list[int] = []
@@ -139,9 +143,9 @@ class ByteNFA:
         """Edges and epsilon edges become per-state rows, flat and read-only (FlatRows), each state's in the
         order they were added: call once the NFA is complete (prepare.prepare_nfa)."""
         if self.edges is None:
-            self.edges = _rows_of(self.e, 4, self.n)
-            self.eps = _rows_of(self.ep, 2, self.n)
-            self.e, self.ep = [], []
+            self.edges = _rows_of(self.e, self.e_chunks, 4, self.n)
+            self.eps = _rows_of(self.ep, self.ep_chunks, 2, self.n)
+            self.e, self.ep, self.e_chunks, self.ep_chunks = [], [], [], []
 
     def replace_rows(self, edges: list[list[tuple[int, int, int]]], eps: list[list[int]]) -> None:
         """New frozen rows (the rare rewrite after the freeze that drops edges: prepare._trim)."""
@@ -149,14 +153,20 @@ class ByteNFA:
         self.eps = FlatRows(eps, 1)
 
 
-def _rows_of(flat: list[int], width: int, n: int) -> FlatRows:
-    """Items of `width` ints (source first) as the rows of n states, each in the order added."""
+def _rows_of(flat: list[int], chunks: list[np.ndarray], width: int, n: int) -> FlatRows:
+    """Items of `width` ints (source first), from the list and then the int32 chunks, as the rows of n states,
+    each in the order added."""
     # struct reads a list of ints faster than np.array does (about 11 against 15 ns per int); in pieces, so that
     # the argument tuple stays small.
     step = 1 << 14
     raw = b"".join(
-        struct.pack(f"{len(part)}i", *part)
-        for part in (flat[k : k + step] for k in range(0, len(flat), step))
+        [
+            *(
+                struct.pack(f"{len(part)}i", *part)
+                for part in (flat[k : k + step] for k in range(0, len(flat), step))
+            ),
+            *(c.tobytes() for c in chunks),
+        ]
     )
     return FlatRows.grouped(np.frombuffer(raw, dtype=np.int32).reshape(-1, width), n)
 
@@ -749,10 +759,23 @@ class _Builder:
                 nfa.ep += (m[q], e)
         return e
 
-    def embed_words(self, a: cpauto.WordsComplement, s: int, esc: bool, end: int | None) -> int:
+    def embed_words(
+        self, a: cpauto.WordsComplement, s: int, esc: bool, end: int | None, kernel: bool = True
+    ) -> int:
         """`embed` for "every string but these words", read from its trie without making its code point rows:
         each trie state's byte edges follow from its children's code points (_word_row), into the same states
-        in the same order as `embed` lowers the rows (the NFA is the same, state for state)."""
+        in the same order as `embed` lowers the rows (the NFA is the same, state for state). Keys whose
+        characters are all written as themselves (most keys) go through cpkernels.word_rows, which writes the
+        same rows; `kernel=False` keeps to the loop below, the reference."""
+        if kernel and esc:
+            ends = np.zeros(a.sink, np.uint8)
+            if a.ends:
+                ends[list(a.ends)] = 1
+            edges, eps, units = cpkernels.word_rows(
+                np.array(a.parent, np.int32), np.array(a.code, np.int32), ends
+            )
+            if units >= 0:
+                return self._place_word_rows(a, s, end, edges, eps, units)
         nfa = self.nfa
         rows = [(kids, _word_row(tuple(sorted(kids)), esc)) for kids in a.children]
         self.budget.spend(sum(r[1][0] for r in rows) + len(ANY_RANGES))
@@ -788,6 +811,34 @@ class _Builder:
             mq += 1
         cpe.lower(ANY_RANGES, sink, sink, esc)
         ep += (sink, e)
+        return e
+
+    def _place_word_rows(
+        self, a: cpauto.WordsComplement, s: int, end: int | None, edges, eps, units: int
+    ) -> int:
+        """embed_words' states and edges from the rows cpkernels.word_rows wrote, made and numbered in the order
+        the loop makes them (its first trie state makes the sink's escapes, then its multi-byte forms)."""
+        nfa = self.nfa
+        self.budget.spend(units + len(ANY_RANGES))
+        first = nfa.add_many(a.size)
+        sink = first + a.sink
+        e = nfa.add() if end is None else end
+        nfa.ep += (s, first)
+        nfa.universal.update(range(first, sink + 1))
+        cpe = self.code_points
+        # The sink's sets are those of a state without children: every key character has its own.
+        items = _word_row((), True)[1]
+        escapes = cpe.escapes(next(x for kind, x, _, _ in items if kind == 1), sink)
+        high = cpe.high_state(next(x for kind, x, _, _ in items if kind == 2), sink)
+        cpkernels.place_word_rows(edges, eps, first, sink, escapes, high, e)
+        if self.rule_log is None:
+            nfa.e_chunks.append(edges)
+            nfa.ep_chunks.append(eps)
+        else:  # a library body being recorded: library.record reads the edges it added from the lists
+            nfa.e += edges.tolist()
+            nfa.ep += eps.tolist()
+        cpe.lower(ANY_RANGES, sink, sink, True)
+        nfa.ep += (sink, e)
         return e
 
     def embed_counted(self, a: CPNFA, limit: int, s: int, esc: bool, end: int | None) -> int:
