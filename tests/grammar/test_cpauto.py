@@ -64,7 +64,7 @@ def test_not_words_rows_come_grouped_as_the_byte_nfa_groups_them(words):
     a = cpauto.not_words(words)
     assert a.by_target is not None
     for q in range(a.size):
-        want = _by_target(a.edges[q])
+        want = _by_target(a.edges[q], {})
         assert list(a.by_target[q].items()) == list(want.items()), (words, q)
     cpauto.trim(a)
     assert a.by_target is None  # trimming rewrites rows: the grouping is computed afresh

@@ -484,7 +484,15 @@ def universal(nfa: CPNFA) -> set[int]:
     budget = current()
     budget.tick(2 * n)
     closures = _eps_closures(nfa)
-    ok = [covers_safe([(lo, hi) for p in c for lo, hi, _ in edges[p]]) for c in closures]
+    covers: dict[tuple, bool] = {}  # by ranges: the states of a counted class all read the same ones
+
+    def covering(ranges: tuple) -> bool:
+        got = covers.get(ranges)
+        if got is None:
+            got = covers[ranges] = covers_safe(ranges)
+        return got
+
+    ok = [covering(tuple([(lo, hi) for p in c for lo, hi, _ in edges[p]])) for c in closures]
     if not any(ok):
         return set()  # most pattern automata: no state loops on every character
     dist = dist_to_final(nfa)
@@ -494,7 +502,7 @@ def universal(nfa: CPNFA) -> set[int]:
     while work:
         q = work.pop()
         budget.tick(len(closures[q]))
-        if not ok[q] or covers_safe([(lo, hi) for p in closures[q] for lo, hi, t in edges[p] if ok[t]]):
+        if not ok[q] or covering(tuple([(lo, hi) for p in closures[q] for lo, hi, t in edges[p] if ok[t]])):
             continue
         ok[q] = False
         work.extend(p for p in _reaching([q], rev, rev_eps) if ok[p])

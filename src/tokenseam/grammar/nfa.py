@@ -181,9 +181,10 @@ def _one_safe_char(node: Node) -> bool:
     return isinstance(node, Chars) and covers_safe(node.ranges)
 
 
-def _by_target(row: list) -> dict[int, tuple]:
+def _by_target(row: list, normed: dict[tuple, tuple]) -> dict[int, tuple]:
     """A code point automaton state's edges as one range set per target state: each set is lowered once, so a
-    complement state's many ranges into its sink share their UTF-8 states."""
+    complement state's many ranges into its sink share their UTF-8 states. `normed`: sets normalised so far
+    (the states of a counted class all have the same gaps into their sink)."""
     out: dict[int, list] = {}
     for lo, hi, t in row:
         rs = out.setdefault(t, [])
@@ -191,13 +192,23 @@ def _by_target(row: list) -> dict[int, tuple]:
             rs.extend(lo)
         else:
             rs.append((lo, hi))
-    return {t: norm(rs) if len(rs) > 1 else tuple(rs) for t, rs in out.items()}
+    sets = {}
+    for t, rs in out.items():
+        key = tuple(rs)
+        if len(rs) > 1:
+            got = normed.get(key)
+            if got is None:
+                got = normed[key] = norm(rs)
+            key = got
+        sets[t] = key
+    return sets
 
 
 def _grouped(a: CPNFA) -> list[dict[int, tuple]]:
     """`a`'s rows grouped by target (_by_target), computed once per automaton."""
     if a.by_target is None:
-        a.by_target = [_by_target(row) for row in a.edges]
+        normed: dict[tuple, tuple] = {}
+        a.by_target = [_by_target(row, normed) for row in a.edges]
     return a.by_target
 
 
