@@ -84,6 +84,15 @@ def _cached_hash(node) -> int:
     return h
 
 
+def _items_hash(node) -> int:
+    """_cached_hash of a Seq or Alt (the same value), without its walk over the fields: most nodes hashed."""
+    h = node._hash
+    if h is None:
+        h = hash((type(node).__name__, node.items))
+        object.__setattr__(node, "_hash", h)
+    return h
+
+
 @dataclass(frozen=True, slots=True)
 class Chars(Node):
     """One code point from `ranges`."""
@@ -95,14 +104,14 @@ class Chars(Node):
 class Seq(Node):
     items: tuple[Node, ...]
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
-    __hash__ = _cached_hash
+    __hash__ = _items_hash
 
 
 @dataclass(frozen=True, slots=True)
 class Alt(Node):
     items: tuple[Node, ...]
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
-    __hash__ = _cached_hash
+    __hash__ = _items_hash
 
 
 @dataclass(frozen=True, slots=True)
