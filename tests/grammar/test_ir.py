@@ -36,3 +36,11 @@ def test_alt_keeps_one_of_equal_alternatives_and_automata_by_identity():
     assert len(alt(Auto(words), Auto(words)).items) == 2
     one = Auto(words)
     assert alt(one, one) is one
+
+
+def test_alt_of_one_node_is_the_node_unhashed():
+    # A schema of one type is an alt of one part: nothing to compare it with, so its subtree is not hashed.
+    x = seq(lit("ab"), Repeat(lit("c"), 0, None))
+    assert alt(x) is x
+    assert alt(Alt((x,))) is x
+    assert x._hash is None

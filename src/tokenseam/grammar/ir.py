@@ -210,6 +210,8 @@ def alt(*items: Node) -> Node:
             flat.extend(it.items)
         else:
             flat.append(it)
+    if len(flat) == 1:
+        return flat[0]  # (most calls: a schema of one type), without hashing the subtree
     uniq: list[Node] = []
     seen = set()
     for it in flat:
