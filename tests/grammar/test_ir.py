@@ -38,6 +38,13 @@ def test_alt_keeps_one_of_equal_alternatives_and_automata_by_identity():
     assert alt(one, one) is one
 
 
+def test_a_literal_is_its_characters_met_before_or_not():
+    fresh = "\U0001f9ea\u2e80"  # characters no other test spells
+    assert lit(fresh + "x") == Seq((chars((0x1F9EA, 0x1F9EA)), chars((0x2E80, 0x2E80)), chars((0x78, 0x78))))
+    assert lit(fresh).items[0] is lit(fresh + "y").items[0]  # one shared node per character
+    assert lit("") == Seq(())
+
+
 def test_alt_of_one_node_is_the_node_unhashed():
     # A schema of one type is an alt of one part: nothing to compare it with, so its subtree is not hashed.
     x = seq(lit("ab"), Repeat(lit("c"), 0, None))

@@ -168,7 +168,10 @@ def _char(c: str) -> Chars:
 def lit(text: str) -> Node:
     if len(text) == 1:
         return _char(text)
-    return Seq(tuple(map(_char, text)))
+    parts = tuple(map(_ONE_CHAR.get, text))  # (a loop in C when every character was met before)
+    if not all(parts):
+        parts = tuple(map(_char, text))
+    return Seq(parts)
 
 
 def chars(*ranges: tuple[int, int]) -> Chars:
