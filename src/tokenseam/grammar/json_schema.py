@@ -277,17 +277,19 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
             s = {k: v for k, v in s.items() if k not in self.not_in_draft}
         if ("enum" in s or "const" in s) and self.validator_decides(s):
             return self.enum(s, ptr)
-        if any(k in s for k in CONTAINS):
+        # (Each test a set against the keys, in C: most schemas have none of these keywords.)
+        if not CONTAINS.isdisjoint(s):
             s = self.contains_keyword(s, ptr)
-        for k in s:
-            if k in UNSUPPORTED:
-                if k == "propertyNames":
-                    continue  # the object lowering reads it (it asserts nothing about other types)
-                if k == "not" or k in CONDITIONAL:
-                    continue
-                self.unsupported(f"keyword {k!r}", ptr)
-        if any(k in s for k in CONDITIONAL):
-            return self.compile(self.conditionals(s, ptr), ptr)
+        if not UNSUPPORTED.isdisjoint(s):
+            for k in s:
+                if k in UNSUPPORTED:
+                    if k == "propertyNames":
+                        continue  # the object lowering reads it (it asserts nothing about other types)
+                    if k == "not" or k in CONDITIONAL:
+                        continue
+                    self.unsupported(f"keyword {k!r}", ptr)
+            if not _CONDITIONAL.isdisjoint(s):
+                return self.compile(self.conditionals(s, ptr), ptr)
         if "not" in s:
             return self.negation(s, ptr)
         if "$ref" in s:
@@ -622,7 +624,8 @@ DECIDED = (
     "unevaluatedProperties",
 )
 ENUM_DATA = ("enum", "const", "default", "examples", "example")
-CONTAINS = ("contains", "minContains", "maxContains")
+CONTAINS = frozenset(("contains", "minContains", "maxContains"))
+_CONDITIONAL = frozenset(CONDITIONAL)
 
 PROPERTY_ORDERS = ("schema", "any")
 # The drafts a root `$schema` can name, and the keywords that did not exist yet in each (a validator for that
