@@ -90,3 +90,26 @@ def test_a_grammar_whose_parses_double_with_every_byte_stops_the_automaton_not_t
     for _ in range(40):
         m.fill_next_token_bitmask(mask)
         assert m.accept_bytes(b"a")
+
+
+def test_schemas_that_are_no_json_are_refused_by_name(compiler):
+    # A schema object that holds itself (only a Python caller can make one) or a value JSON has no form for.
+    loop: dict = {"type": "object", "properties": {}}
+    loop["properties"]["self"] = loop
+    with pytest.raises(GrammarError, match="nested too deeply"):
+        compiler.compile_json_schema(loop)
+    with pytest.raises(GrammarError, match="not JSON-serialisable"):
+        compiler.compile_json_schema({"type": "string", "enum": [object()]})
+    with pytest.raises(GrammarError, match="not JSON-serialisable"):
+        compiler.compile_json_schema({"type": "object", "properties": {1j: {}}})
+
+
+def test_one_schema_written_twice_is_one_cache_entry(compiler):
+    # The cache key is the schema's JSON text, whatever its characters.
+    one = compiler.compile_json_schema({"type": "object", "properties": {"é日本\U0001f600": {"const": "ü"}}})
+    two = compiler.compile_json_schema({"properties": {"é日本\U0001f600": {"const": "ü"}}, "type": "object"})
+    assert (
+        compiler.compile_json_schema({"type": "object", "properties": {"é日本\U0001f600": {"const": "ü"}}})
+        is one
+    )
+    assert two is not one  # another key order is another text (compiled once more, to the same language)

@@ -270,7 +270,9 @@ def _plan_json_schema(schema: Any, options: dict[str, Any]) -> _Plan:
     if isinstance(schema, str):
         schema = loads_schema(schema, "JSON schema")
     try:
-        source = json.dumps(schema, ensure_ascii=False)
+        # The cache key (ASCII escapes and no cycle check are the encoder's fast path: a schema that holds
+        # itself is then refused as nested too deeply).
+        source = json.dumps(schema, check_circular=False)
     except RecursionError as exc:
         raise GrammarError("JSON schema is nested too deeply") from exc
     except (TypeError, ValueError) as exc:
