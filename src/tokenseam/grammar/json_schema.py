@@ -288,8 +288,8 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
                     if k == "not" or k in CONDITIONAL:
                         continue
                     self.unsupported(f"keyword {k!r}", ptr)
-            if not _CONDITIONAL.isdisjoint(s):
-                return self.compile(self.conditionals(s, ptr), ptr)
+        if not _CONDITIONAL.isdisjoint(s):
+            return self.compile(self.conditionals(s, ptr), ptr)
         if "not" in s:
             return self.negation(s, ptr)
         if "$ref" in s:

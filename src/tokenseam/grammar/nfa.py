@@ -778,6 +778,7 @@ class _Builder:
         in the same order as `embed` lowers the rows (the NFA is the same, state for state). Keys whose
         characters are all written as themselves (most keys) go through cpkernels.word_rows, which writes the
         same rows; `kernel=False` keeps to the loop below, the reference."""
+        written = None
         if kernel and esc:
             ends = np.zeros(a.sink, np.uint8)
             if a.ends:
@@ -786,49 +787,10 @@ class _Builder:
                 np.array(a.parent, np.int32), np.array(a.code, np.int32), ends
             )
             if units >= 0:
-                return self._place_word_rows(a, s, end, edges, eps, units)
-        nfa = self.nfa
-        rows = [(kids, _word_row(tuple(sorted(kids)), esc)) for kids in a.children]
-        self.budget.spend(sum(r[1][0] for r in rows) + len(ANY_RANGES))
-        first = nfa.add_many(a.size)
-        sink = first + a.sink
-        e = nfa.add() if end is None else end
-        nfa.ep += (s, first)
-        nfa.universal.update(range(first, sink + 1))
-        cpe = self.code_points
-        edges, ep, ends = nfa.e, nfa.ep, a.ends
-        # The states the sink's escapes and multi-byte forms start in, by the plan's tuple (the same object for
-        # every trie state with those gaps): looked up by content once.
-        into_sink: dict[tuple[int, int], int] = {}
-        mq = first
-        for q, (kids, (_, items)) in enumerate(rows):
-            for kind, x, y, c in items:
-                if kind == 0:
-                    edges += (mq, x, y, sink if c < 0 else first + kids[c])
-                    continue
-                make = cpe.escapes if kind == 1 else cpe.high_state
-                if c < 0:
-                    u = into_sink.get((kind, id(x)))
-                    if u is None:
-                        u = into_sink[(kind, id(x))] = make(x, sink)
-                else:
-                    u = make(x, first + kids[c])
-                if kind == 1:
-                    edges += (mq, 0x5C, 0x5C, u)
-                else:
-                    ep += (mq, u)
-            if q not in ends:
-                ep += (mq, e)
-            mq += 1
-        cpe.lower(ANY_RANGES, sink, sink, esc)
-        ep += (sink, e)
-        return e
-
-    def _place_word_rows(
-        self, a: cpauto.WordsComplement, s: int, end: int | None, edges, eps, units: int
-    ) -> int:
-        """embed_words' states and edges from the rows cpkernels.word_rows wrote, made and numbered in the order
-        the loop makes them (its first trie state makes the sink's escapes, then its multi-byte forms)."""
+                written = edges, eps
+        if written is None:
+            rows = [(kids, _word_row(tuple(sorted(kids)), esc)) for kids in a.children]
+            units = sum(r[1][0] for r in rows)
         nfa = self.nfa
         self.budget.spend(units + len(ANY_RANGES))
         first = nfa.add_many(a.size)
@@ -837,20 +799,52 @@ class _Builder:
         nfa.ep += (s, first)
         nfa.universal.update(range(first, sink + 1))
         cpe = self.code_points
-        # The sink's sets are those of a state without children: every key character has its own.
+        if written is not None:
+            self._place_word_rows(*written, first, sink, e)
+        else:
+            edges, ep, ends = nfa.e, nfa.ep, a.ends
+            # The states the sink's escapes and multi-byte forms start in, by the plan's tuple (the same object
+            # for every trie state with those gaps): looked up by content once.
+            into_sink: dict[tuple[int, int], int] = {}
+            mq = first
+            for q, (kids, (_, items)) in enumerate(rows):
+                for kind, x, y, c in items:
+                    if kind == 0:
+                        edges += (mq, x, y, sink if c < 0 else first + kids[c])
+                        continue
+                    make = cpe.escapes if kind == 1 else cpe.high_state
+                    if c < 0:
+                        u = into_sink.get((kind, id(x)))
+                        if u is None:
+                            u = into_sink[(kind, id(x))] = make(x, sink)
+                    else:
+                        u = make(x, first + kids[c])
+                    if kind == 1:
+                        edges += (mq, 0x5C, 0x5C, u)
+                    else:
+                        ep += (mq, u)
+                if q not in ends:
+                    ep += (mq, e)
+                mq += 1
+        cpe.lower(ANY_RANGES, sink, sink, esc)
+        nfa.ep += (sink, e)
+        return e
+
+    def _place_word_rows(self, edges: np.ndarray, eps: np.ndarray, first: int, sink: int, e: int) -> None:
+        """The rows cpkernels.word_rows wrote, numbered in the NFA: the sink's escapes and multi-byte forms made
+        here, in the order the loop makes them at its first trie state (a state without children has the
+        sink's sets: every key character has a set of its own)."""
+        cpe = self.code_points
         items = _word_row((), True)[1]
         escapes = cpe.escapes(next(x for kind, x, _, _ in items if kind == 1), sink)
         high = cpe.high_state(next(x for kind, x, _, _ in items if kind == 2), sink)
         cpkernels.place_word_rows(edges, eps, first, sink, escapes, high, e)
         if self.rule_log is None:
-            nfa.e_chunks.append(edges)
-            nfa.ep_chunks.append(eps)
+            self.nfa.e_chunks.append(edges)
+            self.nfa.ep_chunks.append(eps)
         else:  # a library body being recorded: library.record reads the edges it added from the lists
-            nfa.e += edges.tolist()
-            nfa.ep += eps.tolist()
-        cpe.lower(ANY_RANGES, sink, sink, True)
-        nfa.ep += (sink, e)
-        return e
+            self.nfa.e += edges.tolist()
+            self.nfa.ep += eps.tolist()
 
     def embed_counted(self, a: CPNFA, limit: int, s: int, esc: bool, end: int | None) -> int:
         """The strings of `a` of at most `limit` code points, with one counter frame instead of a copy of `a`
