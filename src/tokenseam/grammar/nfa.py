@@ -610,8 +610,9 @@ class _Builder:
         without indentation)."""
         nfa = self.nfa
         e = nfa.add() if end is None else end
-        a, r = nfa.add(), nfa.add()
-        n = nfa.add() if indent else e
+        a = nfa.add_many(3 if indent else 2)  # a, r (and n), numbered as one add() each would be
+        r = a + 1
+        n = a + 2 if indent else e
         edges, ep = nfa.e, nfa.ep
         edges += (s, 0x09, 0x09, a, s, 0x20, 0x20, a, s, 0x0D, 0x0D, r, s, 0x0A, 0x0A, n)
         edges += (a, 0x09, 0x09, e, a, 0x20, 0x20, e, r, 0x0A, 0x0A, n)
