@@ -781,11 +781,11 @@ class _Builder:
         same rows; `kernel=False` keeps to the loop below, the reference."""
         written = None
         if kernel and esc:
-            ends = np.zeros(a.sink, np.uint8)
+            word_end = np.zeros(a.sink, np.uint8)  # per trie state: a word ends there
             if a.ends:
-                ends[list(a.ends)] = 1
+                word_end[list(a.ends)] = 1
             edges, eps, units = cpkernels.word_rows(
-                np.array(a.parent, np.int32), np.array(a.code, np.int32), ends
+                np.array(a.parent, np.int32), np.array(a.code, np.int32), word_end
             )
             if units >= 0:
                 written = edges, eps
