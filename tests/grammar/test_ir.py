@@ -51,3 +51,47 @@ def test_alt_of_one_node_is_the_node_unhashed():
     assert alt(x) is x
     assert alt(Alt((x,))) is x
     assert x._hash is None
+
+
+def test_seq_and_alt_made_without_their_init_are_the_same_nodes():
+    import dataclasses
+
+    import pytest
+
+    made = seq(lit("ab"), Repeat(lit("c"), 0, 1))
+    written = Seq((chars((0x61, 0x61)), chars((0x62, 0x62)), Repeat(lit("c"), 0, 1)))
+    assert (
+        type(made) is Seq and made == written and hash(made) == hash(written) and repr(made) == repr(written)
+    )
+    either = alt(lit("x"), lit("yz"))
+    assert (
+        type(either) is Alt
+        and either == Alt((lit("x"), lit("yz")))
+        and hash(either) == hash(Alt(either.items))
+    )
+    for node in (made, either, lit("pq")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            node.items = ()
+
+
+def test_no_sequence_holds_the_empty_language():
+    """`seq` drops to NOTHING when a part is empty, also one inside a sequence it flattens: so no Seq ever holds
+    an empty Alt, and `seq` need not look inside the sequences it flattens."""
+    import random
+
+    from tokenseam.grammar.ir import EMPTY, NOTHING
+
+    rng = random.Random(7)
+    leaves = [lit("a"), lit("bc"), NOTHING, alt(), EMPTY, chars((0x30, 0x39))]
+    nodes = list(leaves)
+    for _ in range(3000):
+        parts = rng.sample(nodes, rng.randint(1, 3))
+        op = rng.random()
+        node = seq(*parts) if op < 0.5 else alt(*parts) if op < 0.85 else Repeat(parts[0], 0, 2)
+        nodes.append(node)
+        if op < 0.5:
+            empty = any(type(p) is Alt and not p.items for p in parts)
+            assert (node is NOTHING) == empty, parts
+    for node in nodes:
+        if type(node) is Seq:
+            assert not any(type(x) is Alt and not x.items for x in node.items), node

@@ -102,6 +102,9 @@ class Chars(Node):
 
 @dataclass(frozen=True, slots=True)
 class Seq(Node):
+    """The items one after the other. No item is an empty Alt (a sequence holding one is the empty language,
+    NOTHING, which `seq` returns instead): every Seq is built by `seq`, or of parts that cannot be empty."""
+
     items: tuple[Node, ...]
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
     __hash__ = _items_hash
@@ -151,6 +154,26 @@ class Auto(Node):
 EMPTY = Seq(())
 NOTHING = Alt(())
 
+# Seq and Alt made without the frozen dataclass's __init__ (a call setting each field through
+# object.__setattr__): the same node, in a third less time. Large schemas build thousands of them.
+_new = object.__new__
+_SEQ_ITEMS, _SEQ_HASH = Seq.__dict__["items"].__set__, Seq.__dict__["_hash"].__set__
+_ALT_ITEMS, _ALT_HASH = Alt.__dict__["items"].__set__, Alt.__dict__["_hash"].__set__
+
+
+def _seq_of(items: tuple[Node, ...]) -> Seq:
+    node = _new(Seq)
+    _SEQ_ITEMS(node, items)
+    _SEQ_HASH(node, None)
+    return node
+
+
+def _alt_of(items: tuple[Node, ...]) -> Alt:
+    node = _new(Alt)
+    _ALT_ITEMS(node, items)
+    _ALT_HASH(node, None)
+    return node
+
 
 _ONE_CHAR: dict[str, Chars] = {}  # shared nodes for single characters (literals are most of a big enum)
 
@@ -171,7 +194,7 @@ def lit(text: str) -> Node:
     parts = tuple(map(_ONE_CHAR.get, text))  # (a loop in C when every character was met before)
     if not all(parts):
         parts = tuple(map(_char, text))
-    return Seq(parts)
+    return _seq_of(parts)
 
 
 def chars(*ranges: tuple[int, int]) -> Chars:
@@ -196,14 +219,12 @@ def seq(*items: Node) -> Node:
     flat: list[Node] = []
     for it in items:
         if isinstance(it, Seq):
-            flat.extend(it.items)
-            if any(type(x) is Alt and not x.items for x in it.items):
-                return NOTHING
+            flat.extend(it.items)  # (a Seq holds no empty Alt: see Seq)
         elif type(it) is Alt and not it.items:  # the empty language (NOTHING, or an Alt built empty)
             return NOTHING
         else:
             flat.append(it)
-    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+    return flat[0] if len(flat) == 1 else _seq_of(tuple(flat))
 
 
 def alt(*items: Node) -> Node:
@@ -222,7 +243,7 @@ def alt(*items: Node) -> Node:
         if key not in seen:
             seen.add(key)
             uniq.append(it)
-    return uniq[0] if len(uniq) == 1 else Alt(tuple(uniq))
+    return uniq[0] if len(uniq) == 1 else _alt_of(tuple(uniq))
 
 
 def literal_alt(texts) -> Node:

@@ -288,13 +288,22 @@ class _Builder:
                 else:
                     stack.append(rules[x.name])
             else:
-                if isinstance(x, Chars):
+                t = type(x)
+                if t is Seq or t is Alt:
+                    # (their characters, most of the parts, summed here rather than each pushed and popped)
+                    total += 2
+                    for it in x.items:
+                        if type(it) is Chars:
+                            total += 2 * len(it.ranges) + 2
+                        else:
+                            stack.append(it)
+                elif t is Chars:
                     total += 2 * len(x.ranges) + 2
-                elif isinstance(x, Auto):
+                elif t is Auto:
                     total += x.auto.size * 3
-                else:  # Seq, Alt and Repeat 2, Members 4, Escaped 0: the estimate's own terms
-                    total += _OWN_TERM.get(type(x), 1)
-                push_parts(x, stack)
+                else:  # Repeat 2, Members 4, Escaped 0: the estimate's own terms
+                    total += _OWN_TERM.get(t, 1)
+                    push_parts(x, stack)
             if total > limit:
                 return True
         return self.estimate(node) > limit
