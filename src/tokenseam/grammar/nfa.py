@@ -549,6 +549,9 @@ class _Builder:
                         edges += (s, a, a, t)
                         s = t
                         continue
+                elif (it is LAYOUT or it is LAYOUT_NO_INDENT) and not esc:  # (a key's, around its colon)
+                    s = self.layout(it is LAYOUT, s, end if k == last else None)
+                    continue
                 t = self._emit(it, s, esc, end if k == last else None)
                 s = t if type(t) is int else (yield t)  # a leaf is lowered at once: no round trip
             return s
