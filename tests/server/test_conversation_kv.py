@@ -8,6 +8,7 @@ import time
 import httpx
 import pytest
 
+from tokenseam.engine.chat_template import CHATML, ChatTemplate
 from tokenseam.engine.turn_memory import make_answer
 
 from .sse import stream_events
@@ -72,12 +73,23 @@ def test_generated_ids_come_back_and_the_whole_history_is_reused(server):
     assert cached(r3) >= context(r2) - 1
 
 
-def test_a_whole_answer_keeps_its_last_id_before_plain_template_text(gemma3_server):
-    """Gemma renders ChatML as plain text: re-tokenizing "Done." + "<|im_end|>" merges "." with "<". The
-    whole answer is still given back as generated; the template text after it is tokenized on its own, the
-    same way every turn."""
+@pytest.fixture
+def gemma3_chatml(gemma3_server, monkeypatch):
+    """The Gemma server rendering ChatML (`--chat-template chatml`), whose markers are plain text in Gemma's
+    vocabulary."""
     st = gemma3_server.state
+    monkeypatch.setattr(st, "chat", ChatTemplate(CHATML, st.vocab, st.tokenizer))
     st.turns.clear()
+    yield gemma3_server
+    st.turns.clear()
+
+
+def test_a_whole_answer_keeps_its_last_id_before_plain_template_text(gemma3_chatml):
+    """ChatML on Gemma is plain text: re-tokenizing "Done." + "<|im_end|>" merges "." with "<". The whole
+    answer is still given back as generated; the template text after it is tokenized on its own, the same way
+    every turn."""
+    gemma3_server = gemma3_chatml
+    st = gemma3_server.state
     text = "All done."
     ids = st.tokenizer.encode(text, add_special=False)
     merged = st.tokenizer.encode(text + "<|im_end|>", add_special=False)
@@ -422,10 +434,11 @@ def test_a_long_prompt_that_begins_like_a_recent_one_reuses_its_ids(smollm2_serv
     assert r.json()["tokens"] == st.tokenizer._encode(prompts[1].encode(), False, False)
 
 
-def test_an_answer_ended_by_gemmas_own_end_token_misses_it_and_says_so(gemma3_server):
-    """The bundled Gemma GGUF has no chat template, so the server renders ChatML; an answer that ends with
-    Gemma's `<end_of_turn>` comes back in the next prompt as the template's `<|im_end|>` text instead. That one
-    token cannot be reused (the model must read what the template wrote), and the report names why."""
+def test_an_answer_ended_by_gemmas_own_end_token_misses_it_and_says_so(gemma3_chatml):
+    """Under ChatML, an answer that ends with Gemma's `<end_of_turn>` comes back in the next prompt as the
+    template's `<|im_end|>` text instead. That one token cannot be reused (the model must read what the
+    template wrote), and the report names why."""
+    gemma3_server = gemma3_chatml
     st = gemma3_server.state
     eot = 106
     assert st.vocab.token_bytes[eot] == b"<end_of_turn>" and eot in st.backend.eog_ids
@@ -440,3 +453,26 @@ def test_an_answer_ended_by_gemmas_own_end_token_misses_it_and_says_so(gemma3_se
     assert cached(r2) == context(r1) - 1  # all but the end token
     assert report["cause"] == "end_of_turn" and report["end_token_in"] == "cache"
     assert report["cached"]["ids"][0] == eot
+
+
+def test_gemmas_own_turns_keep_an_answer_and_its_end_token(gemma3_server):
+    """The bundled Gemma GGUF has no chat template: the server renders Gemma's own turns, whose end of turn
+    is the model's end token. An answer that ends with `<end_of_turn>` then comes back whole, end token
+    included, and the next turn reuses everything the previous one held."""
+    st = gemma3_server.state
+    assert st.chat.builtin == "gemma"
+    st.turns.clear()
+    eot = 106
+    text = "Hello there, friend"
+    m1 = [{"role": "system", "content": "Be warm."}, {"role": "user", "content": "Greet me in three words."}]
+    r1 = chat(gemma3_server.url, m1, char_ids(st, text) + [eot], max_tokens=40)
+    assert r1["choices"][0]["message"]["content"] == text and r1["choices"][0]["finish_reason"] == "stop"
+    m2 = m1 + [{"role": "assistant", "content": text}, {"role": "user", "content": "Once more."}]
+    enc = st.chat.encode_prompt(m2, memory=st.turns)
+    at = len(st.chat.encode(m1)) + len(text)
+    assert enc.ids[at - len(text) : at + 1] == char_ids(st, text) + [
+        eot
+    ]  # the answer as generated, and its end
+    r2 = chat(gemma3_server.url, m2, max_tokens=2)
+    assert r2["prefix_cache"]["answers_reused"] == 1
+    assert cached(r2) >= context(r1)

@@ -16,6 +16,7 @@ import asyncio
 import json
 import random
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -866,10 +867,14 @@ def _bench_model(model: str, convs: list[Conversation], args, console) -> dict:
     def count_tokens(text: str) -> int:
         return len(tok.encode(text))
 
-    # Without a template in the GGUF both servers render ChatML (tokenseam's fallback, llama-server's default)
+    # Without a template in the GGUF, tokenseam renders the built-in one its vocabulary marks, and llama-server is
+    # given the same one (--chat-template-file): both render the same turns.
+    builtin = state.chat.builtin
     m: dict[str, Any] = {
         "gguf": Path(path).name,
-        "chat_template": "gguf" if state.backend.chat_template else "none in the GGUF: ChatML",
+        "chat_template": "gguf"
+        if builtin is None
+        else f"none in the GGUF: built-in {builtin} on both servers",
         "servers": {},
     }
     bg = BackgroundServer(app).start()
@@ -882,28 +887,16 @@ def _bench_model(model: str, convs: list[Conversation], args, console) -> dict:
         state.engine.shutdown()
         state.backend.close()
     if args.llama_server:
-        from .common import LlamaServer
-
         flags = ["--jinja"] + (["--swa-full"] if args.llama_swa_full else [])
-        for np_ in [int(x) for x in args.llama_parallel.split(",") if x.strip()]:
-            name = f"llama-server-np{np_}"
-            config = {"parallel": np_, "ctx_per_slot": args.ctx, "flags": flags}
-            ls = None
-            try:
-                ls = LlamaServer(args.llama_server, path, np_, args.threads, args.ctx, extra_args=flags)
-                ls.__enter__()
-            except (OSError, RuntimeError) as e:  # it did not start: say so, keep tokenseam's figures
-                if ls is not None:
-                    ls.killed_on_purpose = True  # its log's end is in the message already
-                    ls.__exit__()
-                console.print(f"  {name} did not start: {e}")
-                m["servers"][name] = {"error": str(e), "config": config}
-                continue
-            try:
-                srv = Server(name, ls.url + "/v1/chat/completions", model, {"cache_prompt": True})
-                m["servers"][name] = _play(srv, convs, args, count_tokens, console) | {"config": config}
-            finally:
-                ls.__exit__()
+        template_dir = tempfile.TemporaryDirectory(prefix="tokenseam-template-")
+        if builtin is not None:
+            from ..engine.chat_template import BUILT_IN
+
+            template_file = Path(template_dir.name) / f"{builtin}.jinja"
+            template_file.write_text(BUILT_IN[builtin], encoding="utf-8")
+            flags += ["--chat-template-file", str(template_file)]
+        with template_dir:
+            _play_llama_servers(args, m, flags, path, model, convs, count_tokens, console)
         ours = m["servers"]["tokenseam"]["summary"]
         m["ttft_ratio_vs"] = {
             name: ttft_ratio(ours, s["summary"])
@@ -911,6 +904,33 @@ def _bench_model(model: str, convs: list[Conversation], args, console) -> dict:
             if name != "tokenseam" and "summary" in s
         }
     return m
+
+
+def _play_llama_servers(
+    args, m: dict, flags: list[str], path, model: str, convs, count_tokens, console
+) -> None:
+    """The conversations on llama-server, once per --llama-parallel value, into m["servers"]."""
+    from .common import LlamaServer
+
+    for np_ in [int(x) for x in args.llama_parallel.split(",") if x.strip()]:
+        name = f"llama-server-np{np_}"
+        config = {"parallel": np_, "ctx_per_slot": args.ctx, "flags": flags}
+        ls = None
+        try:
+            ls = LlamaServer(args.llama_server, path, np_, args.threads, args.ctx, extra_args=flags)
+            ls.__enter__()
+        except (OSError, RuntimeError) as e:  # it did not start: say so, keep tokenseam's figures
+            if ls is not None:
+                ls.killed_on_purpose = True  # its log's end is in the message already
+                ls.__exit__()
+            console.print(f"  {name} did not start: {e}")
+            m["servers"][name] = {"error": str(e), "config": config}
+            continue
+        try:
+            srv = Server(name, ls.url + "/v1/chat/completions", model, {"cache_prompt": True})
+            m["servers"][name] = _play(srv, convs, args, count_tokens, console) | {"config": config}
+        finally:
+            ls.__exit__()
 
 
 # ---------------------------------------------------------------------------------------------- output

@@ -8,6 +8,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -17,11 +18,43 @@ from ..vocab import Tokenizer, Vocabulary
 from .errors import InvalidRequestError
 from .turn_memory import Answer, TurnMemory
 
-# Used only when a GGUF carries no template.
+# Used only when a GGUF carries no template (`fallback_template`), or when the server is told to
+# (`tokenseam serve --chat-template`).
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
     "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+# Gemma's turns: `<start_of_turn>ROLE\n ... <end_of_turn>\n`, the assistant's role named `model`. Gemma has
+# no system role: system text opens the next user turn (or is a user turn of its own when no user message
+# follows it), separated by a blank line.
+GEMMA_TURNS = (
+    "{% set ns = namespace(system='') %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{% set ns.system = ns.system + message['content'] + '\n\n' %}"
+    "{% else %}"
+    "{% if ns.system and message['role'] != 'user' %}"
+    "{{ '<start_of_turn>user\n' + ns.system[:-2] + '<end_of_turn>\n' }}{% set ns.system = '' %}{% endif %}"
+    "{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else message['role']) + '\n' }}"
+    "{% if message['role'] == 'user' %}{{ ns.system }}{% set ns.system = '' %}{% endif %}"
+    "{{ message['content'] + '<end_of_turn>\n' }}"
+    "{% endif %}{% endfor %}"
+    "{% if ns.system %}{{ '<start_of_turn>user\n' + ns.system[:-2] + '<end_of_turn>\n' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+# The templates `--chat-template` names, and the turn markers that pick one for a GGUF without a template.
+BUILT_IN = {"chatml": CHATML, "gemma": GEMMA_TURNS}
+_MARKERS = {"chatml": ("<|im_start|>", "<|im_end|>"), "gemma": ("<start_of_turn>", "<end_of_turn>")}
+
+
+def fallback_template(vocab: Vocabulary) -> str:
+    """The built-in template (its BUILT_IN name) for a model whose GGUF carries none: the one whose turn markers
+    are special tokens of the vocabulary, so that a turn ends with the model's own end token and the markers
+    are single tokens, not text (ChatML's on a Gemma vocabulary is ten tokens of plain text per turn); ChatML
+    when neither or both are."""
+    specials = {vocab.token_text[i] for i in range(vocab.size) if vocab.is_special[i]}
+    found = [name for name, marks in _MARKERS.items() if all(m in specials for m in marks)]
+    return found[0] if len(found) == 1 else "chatml"
+
 
 _MARK = "\x00tokenseam-content-{}\x00"
 _END = "\x00tokenseam-final-end\x00"  # marks where the final message's content ends (continue_final_message)
@@ -57,12 +90,11 @@ class EncodedPrompt:
 
 class ChatTemplate:
     def __init__(self, template: str | None, vocab: Vocabulary, tokenizer: Tokenizer) -> None:
-        self.source = template or CHATML
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, ensure_ascii=False, indent=indent)
-        env.globals["raise_exception"] = _raise
-        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-        self._tmpl = env.from_string(self.source)
+        """`template`: the GGUF's (or the server's --chat-template); None: the built-in one that
+        `fallback_template` picks for the vocabulary, whose name `builtin` then holds."""
+        self.builtin = None if template else fallback_template(vocab)
+        self.source = template or BUILT_IN[self.builtin]
+        self._tmpl = _environment().from_string(self.source)
         self.vocab = vocab
         self.tokenizer = tokenizer
         specials = sorted(
@@ -376,6 +408,50 @@ class ChatTemplate:
         if pos < len(text):
             out.append((text[pos:], False))
         return out
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    """Where templates are rendered: Hugging Face's conventions (trimmed blocks, `tojson`, `raise_exception`,
+    `strftime_now`) in jinja2's sandbox, so a template cannot reach attributes or mutate what it is given."""
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env
+
+
+MAX_TEMPLATE_BYTES = 1 << 20
+
+
+class ChatTemplateError(ValueError):
+    """A --chat-template that cannot be used (not a built-in name, an unreadable file, not a template)."""
+
+
+def load_template_option(value: str) -> str:
+    """The template source `--chat-template VALUE` names: a BUILT_IN name, or a file holding a Jinja template
+    (UTF-8, at most 1 MiB). Raises ChatTemplateError saying what is wrong."""
+    if value in BUILT_IN:
+        return BUILT_IN[value]
+    path = Path(value)
+    try:
+        if not path.is_file():
+            raise ChatTemplateError(
+                f"--chat-template {value!r} is neither a built-in template ({', '.join(BUILT_IN)}) nor a file"
+            )
+        if path.stat().st_size > MAX_TEMPLATE_BYTES:
+            raise ChatTemplateError(f"--chat-template file {value!r} is over {MAX_TEMPLATE_BYTES} bytes")
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ChatTemplateError(f"--chat-template file {value!r} cannot be read: {e}") from None
+    if not source.strip():
+        raise ChatTemplateError(f"--chat-template file {value!r} is empty")
+    try:
+        _environment().from_string(source)
+    except TemplateError as e:
+        raise ChatTemplateError(
+            f"--chat-template file {value!r} is not a valid Jinja template: {e}"
+        ) from None
+    return source
 
 
 def _raise(msg: str):

@@ -81,6 +81,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "cells outside a sliding window) but reads the others more slowly; auto: on, except with --parallel 1 on "
         "a model without sliding-window layers",
     )
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="NAME|FILE",
+        help="how chats are rendered: chatml or gemma (built in), or a file holding a Jinja chat template; default: "
+        "the GGUF's template, else the built-in one whose turn markers are special tokens of the model's "
+        "vocabulary (gemma for Gemma's, otherwise chatml)",
+    )
     add_cache_arguments(p)
     p.add_argument(
         "--api-key",
@@ -160,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from ..engine.chat_template import ChatTemplateError
     from ..engine.errors import BackendError
     from ..httpkit import redact_text, url_secrets
     from ..models import ModelNotFoundError
@@ -203,16 +212,21 @@ def run(args: argparse.Namespace) -> int:
             tokenize_memo_mb=args.tokenize_memo_mb,
             flash_attn=args.flash_attn,
             grammar_overlap=args.grammar_overlap,
+            chat_template=args.chat_template,
         )
-    except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError) as e:
+    except (ModelNotFoundError, VocabularyError, BackendError, ResponseCacheError, ChatTemplateError) as e:
         print(f"error: {redact_text(str(e), url_secrets(args.cache_store))}", file=sys.stderr)
         return 2
     settle_serving_process()  # the model, vocabulary tables and grammar engine are loaded for good
+    template = args.chat_template or (
+        "the GGUF's" if state.backend.chat_template else f"built-in {state.chat.builtin} (none in the GGUF)"
+    )
     print(
         f"tokenseam: serving {state.model_id} on http://{args.host}:{args.port} "
         f"(ctx {args.ctx_size} x {args.parallel} sequences, flash attention "
         f"{'on' if state.engine.backend.flash_attn else 'off'}, grammars compiled "
-        f"{'beside' if state.grammar_overlap else 'before'} the prompt; API keys {'on' if keys else 'off'}, hosts "
+        f"{'beside' if state.grammar_overlap else 'before'} the prompt, chat template {template}; API keys "
+        f"{'on' if keys else 'off'}, hosts "
         f"{', '.join(hosts) if hosts else 'any'}, CORS {', '.join(args.cors_origin) if args.cors_origin else 'off'})",
         file=sys.stderr,
         flush=True,

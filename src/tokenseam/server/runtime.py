@@ -6,6 +6,7 @@ import gc
 from pathlib import Path
 
 from ..engine import BackendConfig, Engine, LlamaCppBackend
+from ..engine.chat_template import load_template_option
 from ..models import ALIASES, DEFAULT_MODEL, resolve_model
 from .app import create_app
 from .state import ServerState, overlap_compiles
@@ -35,6 +36,7 @@ def build_server(
     tokenize_memo_mb: int = 16,
     flash_attn: str = "auto",
     grammar_overlap: str = "auto",
+    chat_template: str | None = None,
 ):
     """Load a model and build the app. The response cache is off unless `cache_mode` says otherwise
     (`tokenseam serve` turns it on: deterministic requests, SQLite store). `api_keys`, `allowed_hosts` and
@@ -46,8 +48,10 @@ def build_server(
     whole); `flash_attn`
     llama.cpp's flash attention ("auto", "on", "off": see LlamaCppBackend.flash_attention_for);
     `grammar_overlap` whether a request's grammar compiles while its prompt is read ("on", "off", or "auto":
-    see `overlap_compiles`)."""
+    see `overlap_compiles`); `chat_template` a built-in template's name or a template file to render chats with
+    instead of the GGUF's (ChatTemplateError if it cannot be used)."""
     overlap_compiles(grammar_overlap, threads)  # a bad setting fails before the model loads
+    template = load_template_option(chat_template) if chat_template is not None else None
     path = resolve_model(model)
     backend = LlamaCppBackend(
         path,
@@ -76,6 +80,7 @@ def build_server(
         turn_memory_mb=turn_memory_mb,
         tokenize_memo_mb=tokenize_memo_mb,
         grammar_overlap=grammar_overlap,
+        chat_template=template,
     )
     state.warm_up()
     if cache_mode != "off":

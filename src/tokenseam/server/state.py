@@ -81,7 +81,9 @@ class ServerState:
         turn_memory_mb: int = 64,
         tokenize_memo_mb: int = 16,
         grammar_overlap: str = "auto",
+        chat_template: str | None = None,
     ) -> None:
+        """`chat_template`: a template source to render chats with instead of the GGUF's (--chat-template)."""
         self.engine = engine
         self.reasoning_end = reasoning_end
         self.max_memory_bytes = max_memory_mb * 1024 * 1024 if max_memory_mb else None
@@ -111,7 +113,7 @@ class ServerState:
         self.relay = EventRelay()
         self.metrics.registry.register(EngineCollector(engine))
         self.metrics.registry.register(GrammarCollector(self))
-        self.chat = ChatTemplate(engine.backend.chat_template, self.vocab, self.tokenizer)
+        self.chat = ChatTemplate(chat_template or engine.backend.chat_template, self.vocab, self.tokenizer)
         _whole_mb("turn_memory_mb", turn_memory_mb)
         from ..engine.turn_memory import TurnMemory
 
