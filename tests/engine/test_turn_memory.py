@@ -15,15 +15,28 @@ def answer(ids, removed=(), lead=b""):
 
 
 def test_an_answer_stops_at_the_end_of_turn_and_matches_whole_ids():
-    a = answer([1, 2, 3, 4, 0, 1])
+    a = answer([1, 2, 3, 4, 0, 0])
     assert list(a.ids) == [1, 2, 3, 4] and a.data == b"Hello world"
     assert a.matched(b"xxHello world<e>", 2) == 4
     assert a.matched(b"xxHello wor", 2) == 3  # " w" + "orld" is cut: up to " w"
     assert a.matched(b"xxHelp", 2) == 1
     assert a.matched(b"xxBye", 2) == 0
-    assert answer([0, 1]) is None  # nothing before the end of turn
+    assert answer([0]) is None and list(answer([1, 0]).ids) == [1]  # the end of turn is left out
     assert answer([1, 2], removed=(9,), lead=b"X") is None  # the ids must start with healing's bytes
     assert answer([1, 2], removed=(9,), lead=b"He").lead == b"He"
+
+
+def test_a_special_id_inside_an_answer_is_kept_with_no_bytes():
+    """The client's text does not show a special id the model generated mid-answer; the ids come back with it
+    when the text around it does, and not at the end of a shorter match (it goes with what follows it)."""
+    a = answer([1, 0, 2, 3, 4, 0])
+    assert list(a.ids) == [1, 0, 2, 3, 4] and a.data == b"Hello world" and list(a.ends) == [2, 2, 5, 7, 11]
+    assert a.matched(b"xxHello world", 2) == 5
+    assert a.matched(b"xxHe", 2) == 1  # "He" and then the special: the special is left to what follows
+    assert a.matched(b"xxHelp", 2) == 1
+    assert a.matched(b"xxHello", 2) == 3
+    assert answer([0, 1, 2]) is not None and list(answer([0, 1, 2]).ids) == [0, 1, 2]
+    assert answer([0, 0]) is None
 
 
 def test_tenants_and_prompts_key_apart():

@@ -476,3 +476,27 @@ def test_gemmas_own_turns_keep_an_answer_and_its_end_token(gemma3_server):
     r2 = chat(gemma3_server.url, m2, max_tokens=2)
     assert r2["prefix_cache"]["answers_reused"] == 1
     assert cached(r2) >= context(r1)
+
+
+def test_a_special_token_inside_an_answer_comes_back_with_it(gemma3_server):
+    """A base model can generate a special token mid-answer (Gemma's `<start_of_turn>`, not an end token); the
+    client's text does not show it. The answer's ids still come back whole, that token included, so the next
+    turn reuses the whole previous context."""
+    st = gemma3_server.state
+    st.turns.clear()
+    start = 105
+    assert st.vocab.is_special[start] and start not in st.backend.eog_ids
+    m1 = [{"role": "user", "content": "Greet me."}]
+    r1 = chat(gemma3_server.url, m1, char_ids(st, "Hello there") + [start] + char_ids(st, " friend") + [106])
+    got = r1["choices"][0]["message"]["content"]
+    assert got == "Hello there friend"
+    m2 = m1 + [{"role": "assistant", "content": got}, {"role": "user", "content": "Again."}]
+    r2 = chat(gemma3_server.url, m2, max_tokens=2)
+    assert r2["prefix_cache"]["answers_reused"] == 1 and r2["prefix_cache"]["answers_cut"] == 0
+    assert cached(r2) >= context(r1)
+    # the client shortened the answer to where the special token was: it is not put back at the cut
+    m3 = m1 + [{"role": "assistant", "content": "Hello there"}, {"role": "user", "content": "Again."}]
+    enc = st.chat.encode_prompt(m3, memory=st.turns)
+    tail = enc.ids[len(st.chat.encode(m1)) :]
+    assert start not in tail[: tail.index(106)]  # the answer's ids, up to the template's end of turn
+    assert enc.spliced[0].cut

@@ -63,6 +63,11 @@ class Answer:
                 lo = mid + 1
             else:
                 hi = mid
+        # short of the whole answer, ids of no bytes of their own at the end (a special id the client's text
+        # does not show, the start of a character the next id completes) go with the ids after them
+        if lo < len(self.ends):
+            while lo and self.ends[lo - 1] == (self.ends[lo - 2] if lo > 1 else 0):
+                lo -= 1
         return lo
 
 
@@ -132,16 +137,19 @@ class TurnMemory:
 def make_answer(
     ids: list[int], token_bytes: list[bytes], is_special, removed=(), lead: bytes = b""
 ) -> Answer | None:
-    """An `Answer` from generated ids, up to the first special id (the end of turn, which the template writes
-    as its own text). With healing, the ids' bytes start with the removed ids' bytes `lead`; None if not."""
+    """An `Answer` from generated ids, without the special ids it ends with (the end of turn, which the template
+    writes as its own text). A special id inside the answer (a base model's `<start_of_turn>` mid-answer) is
+    kept with no bytes: the client's text does not show it, and the ids around it come back with it. With
+    healing, the ids' bytes start with the removed ids' bytes `lead`; None if not."""
+    last = len(ids)
+    while last and is_special[ids[last - 1]]:
+        last -= 1
     out = array("i")
     ends = array("i")
     parts = []
     n = 0
-    for t in ids:
-        if is_special[t]:
-            break
-        b = token_bytes[t]
+    for t in ids[:last]:
+        b = b"" if is_special[t] else token_bytes[t]
         out.append(t)
         n += len(b)
         ends.append(n)
