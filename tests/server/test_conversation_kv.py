@@ -500,3 +500,22 @@ def test_a_special_token_inside_an_answer_comes_back_with_it(gemma3_server):
     tail = enc.ids[len(st.chat.encode(m1)) :]
     assert start not in tail[: tail.index(106)]  # the answer's ids, up to the template's end of turn
     assert enc.spliced[0].cut
+
+
+def test_an_answer_with_tag_tokens_comes_back_whole(gemma3_server):
+    """Gemma's vocabulary has tag tokens (`<b>`, `</b>`, `<td>`) that are not control tokens: the tokenizer
+    takes them whole with or without special parsing, so a message holding them needs no guarding, and an answer
+    holding them comes back as generated."""
+    st = gemma3_server.state
+    st.turns.clear()
+    bold, unbold = (st.tokenizer.encode(t, add_special=False) for t in ("<b>", "</b>"))
+    assert len(bold) == 1 and len(unbold) == 1 and not st.vocab.is_special[bold[0]]
+    assert st.tokenizer.encode("<b>", add_special=False, parse_special=True) == bold
+    m1 = [{"role": "user", "content": "Say hi in <b>bold</b>."}]
+    r1 = chat(gemma3_server.url, m1, char_ids(st, "Hi ") + bold + char_ids(st, "there") + unbold + [106])
+    got = r1["choices"][0]["message"]["content"]
+    assert got == "Hi <b>there</b>"
+    m2 = m1 + [{"role": "assistant", "content": got}, {"role": "user", "content": "Again."}]
+    r2 = chat(gemma3_server.url, m2, max_tokens=2)
+    assert r2["prefix_cache"]["answers_reused"] == 1 and r2["prefix_cache"]["answers_cut"] == 0
+    assert cached(r2) >= context(r1)

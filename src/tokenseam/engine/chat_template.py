@@ -97,21 +97,34 @@ class ChatTemplate:
         self._tmpl = _environment().from_string(self.source)
         self.vocab = vocab
         self.tokenizer = tokenizer
-        specials = sorted(
-            {vocab.token_text[i] for i in range(vocab.size) if vocab.is_special[i] and vocab.token_text[i]}
-            | {
-                vocab.token_text[i]
-                for i in range(vocab.size)
-                if vocab.token_text[i].startswith("<")
-                and vocab.token_text[i].endswith(">")
-                and len(vocab.token_text[i]) > 2
-                and vocab.kind == "llama"
-                and not vocab.token_text[i].startswith("<0x")
-            },
-            key=len,
-            reverse=True,
-        )
-        self._special_re = re.compile("|".join(re.escape(s) for s in specials)) if specials else None
+        control = {
+            vocab.token_text[i] for i in range(vocab.size) if vocab.is_special[i] and vocab.token_text[i]
+        }
+        # A SentencePiece vocabulary's tag-like tokens that are not control tokens (Gemma's `<b>`, `<td>`): the
+        # tokenizer takes them whole wherever they occur, so nothing merges across them, but message text that
+        # holds them tokenizes the same with or without special parsing (nothing to guard).
+        tags = {
+            t
+            for t in vocab.token_text
+            if vocab.kind == "llama"
+            and len(t) > 2
+            and t[0] == "<"
+            and t[-1] == ">"
+            and not t.startswith("<0x")
+        }
+
+        def alternation(texts: set[str]) -> re.Pattern | None:
+            return (
+                re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True)))
+                if texts
+                else None
+            )
+
+        # Text that becomes a control token only when special tokens are parsed: a message holding it is
+        # tokenized as plain text (no prompt injection of `<|im_end|>`).
+        self._control_re = alternation(control)
+        # Text the tokenizer always takes as one token (control tokens, as the template writes them, and tags).
+        self._special_re = alternation(control | tags)
         bos = vocab.token_text[vocab.bos_token_id] if vocab.bos_token_id is not None else ""
         eos_id = min(vocab.eos_token_ids) if vocab.eos_token_ids else None
         self._vars = {"bos_token": bos, "eos_token": vocab.token_text[eos_id] if eos_id is not None else ""}
@@ -394,7 +407,7 @@ class ChatTemplate:
         return ids
 
     def _has_special(self, text: str) -> bool:
-        return bool(self._special_re and self._special_re.search(text))
+        return bool(self._control_re and self._control_re.search(text))
 
     def _split_special(self, text: str) -> list[tuple[str, bool]]:
         if not self._special_re:
