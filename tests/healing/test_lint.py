@@ -107,8 +107,10 @@ def test_cli_chat_template(capsys):
     assert main(["lint-prompt", "--text", "Hello there", "--chat-template", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["boundaries"] and data["boundaries"][-1]["where"] == "end of generation prompt"
-    assert main(["lint-prompt", "--text", "Hi", "--chat-template", "--model", "gemma3"]) == 2
-    assert "no chat template" in capsys.readouterr().err
+    # Gemma's GGUF has no template: the seams are those of the built-in Gemma turns the server renders
+    assert main(["lint-prompt", "--text", "Hi", "--chat-template", "--model", "gemma3", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert any("<start_of_turn>model" in b["context"] for b in data["boundaries"]), data["boundaries"]
 
 
 @pytest.mark.parametrize(

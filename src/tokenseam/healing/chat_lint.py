@@ -37,14 +37,20 @@ _META_SKIP = frozenset(
 )
 
 
-def load_chat_template(model_path: str | Path) -> str:
-    """The jinja2 chat template stored in a GGUF file (`tokenizer.chat_template`)."""
+def load_chat_template(model_path: str | Path, vocab: Vocabulary | None = None) -> str:
+    """The jinja2 chat template stored in a GGUF file (`tokenizer.chat_template`). A GGUF without one: with
+    the model's `vocab`, the built-in template the server renders it with (engine.chat_template's
+    `fallback_template`); without, HealingError."""
     try:
         meta = read_gguf_metadata(model_path, skip=_META_SKIP)
     except VocabularyError as e:
         raise HealingError(str(e)) from e
     tmpl = meta.get("tokenizer.chat_template")
     if not isinstance(tmpl, str) or not tmpl.strip():
+        if vocab is not None:
+            from ..chat_formats import BUILT_IN, fallback_template
+
+            return BUILT_IN[fallback_template(vocab)]
         raise HealingError(
             f"{Path(model_path).name} has no chat template (GGUF key tokenizer.chat_template is "
             "missing): lint the prompt without --chat-template"

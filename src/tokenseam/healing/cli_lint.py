@@ -140,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
         if args.chat_template:
             from .chat_lint import lint_chat_prompt, load_chat_template
 
-            report = lint_chat_prompt(tok, vocab, load_chat_template(path), text, model=name)
+            # (a GGUF without a template: the built-in one the server renders it with)
+            report = lint_chat_prompt(tok, vocab, load_chat_template(path, vocab), text, model=name)
         else:
             from .lint import lint_prompt
 
