@@ -89,6 +89,10 @@ def test_a_template_option_that_cannot_be_used_is_refused_by_name(tmp_path):
     broken.write_text("{% for m in messages %}{{ m['content'] }")
     binary = tmp_path / "binary.jinja"
     binary.write_bytes(b"\xff\xfe{{ x }}")
+    include = tmp_path / "include.jinja"
+    include.write_text("{% include '/etc/passwd' %}")
+    unknown = tmp_path / "unknown.jinja"
+    unknown.write_text("{{ messages | nosuchfilter }}")
     cases = [
         ("Chatml", "neither a built-in template"),
         (str(tmp_path / "missing.jinja"), "neither a built-in template"),
@@ -97,6 +101,8 @@ def test_a_template_option_that_cannot_be_used_is_refused_by_name(tmp_path):
         (str(empty), "empty"),
         (str(broken), "not a valid Jinja template"),
         (str(binary), "cannot be read"),
+        (str(include), "cannot render a sample conversation"),  # no loader: nothing is read
+        (str(unknown), "not a valid Jinja template"),
     ]
     for value, why in cases:
         with pytest.raises(ChatTemplateError, match=why) as ei:

@@ -890,7 +890,7 @@ def _bench_model(model: str, convs: list[Conversation], args, console) -> dict:
         flags = ["--jinja"] + (["--swa-full"] if args.llama_swa_full else [])
         template_dir = tempfile.TemporaryDirectory(prefix="tokenseam-template-")
         if builtin is not None:
-            from ..engine.chat_template import BUILT_IN
+            from ..chat_formats import BUILT_IN
 
             template_file = Path(template_dir.name) / f"{builtin}.jinja"
             template_file.write_text(BUILT_IN[builtin], encoding="utf-8")

@@ -422,12 +422,25 @@ def load_template_option(value: str) -> str:
     if not source.strip():
         raise ChatTemplateError(f"--chat-template file {value!r} is empty")
     try:
-        _environment().from_string(source)
+        tmpl = _environment().from_string(source)
     except TemplateError as e:
         raise ChatTemplateError(
             f"--chat-template file {value!r} is not a valid Jinja template: {e}"
         ) from None
+    try:  # a template that cannot render a plain conversation (an include, a filter it lacks) is found now
+        tmpl.render(messages=_SAMPLE, add_generation_prompt=True, tools=None, bos_token="", eos_token="")
+    except (TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        raise ChatTemplateError(
+            f"--chat-template file {value!r} cannot render a sample conversation: {type(e).__name__}: {e}"
+        ) from None
     return source
+
+
+_SAMPLE = [
+    {"role": "user", "content": "Hello."},
+    {"role": "assistant", "content": "Hi."},
+    {"role": "user", "content": "Bye."},
+]
 
 
 def _raise(msg: str):

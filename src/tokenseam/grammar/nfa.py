@@ -549,7 +549,7 @@ class _Builder:
                         edges += (s, a, a, t)
                         s = t
                         continue
-                elif (it is LAYOUT or it is LAYOUT_NO_INDENT) and not esc:  # (a key's, around its colon)
+                elif (it is LAYOUT or it is LAYOUT_NO_INDENT) and not esc:  # (around a colon, comma or brace)
                     s = self.layout(it is LAYOUT, s, end if k == last else None)
                     continue
                 t = self._emit(it, s, esc, end if k == last else None)

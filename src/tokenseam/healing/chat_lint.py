@@ -39,8 +39,8 @@ _META_SKIP = frozenset(
 
 def load_chat_template(model_path: str | Path, vocab: Vocabulary | None = None) -> str:
     """The jinja2 chat template stored in a GGUF file (`tokenizer.chat_template`). A GGUF without one: with
-    the model's `vocab`, the built-in template the server renders it with (engine.chat_template's
-    `fallback_template`); without, HealingError."""
+    the model's `vocab`, the built-in template the server renders it with (chat_formats.fallback_template);
+    without, HealingError."""
     try:
         meta = read_gguf_metadata(model_path, skip=_META_SKIP)
     except VocabularyError as e:
