@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from tokenseam.chat_formats import BUILT_IN, CHATML, GEMMA_TURNS, fallback_template
 from tokenseam.engine.chat_template import (
-    BUILT_IN,
-    CHATML,
-    GEMMA_TURNS,
     MAX_TEMPLATE_BYTES,
     ChatTemplate,
     ChatTemplateError,
-    fallback_template,
     load_template_option,
 )
 from tokenseam.engine.errors import InvalidRequestError

@@ -8,7 +8,8 @@ import time
 import httpx
 import pytest
 
-from tokenseam.engine.chat_template import CHATML, ChatTemplate
+from tokenseam.chat_formats import CHATML
+from tokenseam.engine.chat_template import ChatTemplate
 from tokenseam.engine.turn_memory import make_answer
 
 from .sse import stream_events
@@ -469,12 +470,22 @@ def test_gemmas_own_turns_keep_an_answer_and_its_end_token(gemma3_server):
     assert r1["choices"][0]["message"]["content"] == text and r1["choices"][0]["finish_reason"] == "stop"
     m2 = m1 + [{"role": "assistant", "content": text}, {"role": "user", "content": "Once more."}]
     enc = st.chat.encode_prompt(m2, memory=st.turns)
-    at = len(st.chat.encode(m1)) + len(text)
-    assert enc.ids[at - len(text) : at + 1] == char_ids(st, text) + [
-        eot
-    ]  # the answer as generated, and its end
+    at = len(st.chat.encode(m1))
+    # the answer as generated, and its end token
+    assert enc.ids[at : at + len(text) + 1] == char_ids(st, text) + [eot]
     r2 = chat(gemma3_server.url, m2, max_tokens=2)
     assert r2["prefix_cache"]["answers_reused"] == 1
+    assert cached(r2) >= context(r1)
+
+
+def sent_back_whole(server, m1: list[dict], force: list[int], want: str) -> None:
+    """The answer `force` makes to `m1` reads `want`; sent back as the client got it, it comes back whole and
+    the next turn reuses everything the first one held."""
+    r1 = chat(server.url, m1, force)
+    assert r1["choices"][0]["message"]["content"] == want
+    m2 = m1 + [{"role": "assistant", "content": want}, {"role": "user", "content": "Again."}]
+    r2 = chat(server.url, m2, max_tokens=2)
+    assert r2["prefix_cache"]["answers_reused"] == 1 and r2["prefix_cache"]["answers_cut"] == 0
     assert cached(r2) >= context(r1)
 
 
@@ -487,13 +498,8 @@ def test_a_special_token_inside_an_answer_comes_back_with_it(gemma3_server):
     start = 105
     assert st.vocab.is_special[start] and start not in st.backend.eog_ids
     m1 = [{"role": "user", "content": "Greet me."}]
-    r1 = chat(gemma3_server.url, m1, char_ids(st, "Hello there") + [start] + char_ids(st, " friend") + [106])
-    got = r1["choices"][0]["message"]["content"]
-    assert got == "Hello there friend"
-    m2 = m1 + [{"role": "assistant", "content": got}, {"role": "user", "content": "Again."}]
-    r2 = chat(gemma3_server.url, m2, max_tokens=2)
-    assert r2["prefix_cache"]["answers_reused"] == 1 and r2["prefix_cache"]["answers_cut"] == 0
-    assert cached(r2) >= context(r1)
+    force = char_ids(st, "Hello there") + [start] + char_ids(st, " friend") + [106]
+    sent_back_whole(gemma3_server, m1, force, "Hello there friend")
     # the client shortened the answer to where the special token was: it is not put back at the cut
     m3 = m1 + [{"role": "assistant", "content": "Hello there"}, {"role": "user", "content": "Again."}]
     enc = st.chat.encode_prompt(m3, memory=st.turns)
@@ -512,10 +518,5 @@ def test_an_answer_with_tag_tokens_comes_back_whole(gemma3_server):
     assert len(bold) == 1 and len(unbold) == 1 and not st.vocab.is_special[bold[0]]
     assert st.tokenizer.encode("<b>", add_special=False, parse_special=True) == bold
     m1 = [{"role": "user", "content": "Say hi in <b>bold</b>."}]
-    r1 = chat(gemma3_server.url, m1, char_ids(st, "Hi ") + bold + char_ids(st, "there") + unbold + [106])
-    got = r1["choices"][0]["message"]["content"]
-    assert got == "Hi <b>there</b>"
-    m2 = m1 + [{"role": "assistant", "content": got}, {"role": "user", "content": "Again."}]
-    r2 = chat(gemma3_server.url, m2, max_tokens=2)
-    assert r2["prefix_cache"]["answers_reused"] == 1 and r2["prefix_cache"]["answers_cut"] == 0
-    assert cached(r2) >= context(r1)
+    force = char_ids(st, "Hi ") + bold + char_ids(st, "there") + unbold + [106]
+    sent_back_whole(gemma3_server, m1, force, "Hi <b>there</b>")

@@ -888,14 +888,13 @@ def _bench_model(model: str, convs: list[Conversation], args, console) -> dict:
         state.backend.close()
     if args.llama_server:
         flags = ["--jinja"] + (["--swa-full"] if args.llama_swa_full else [])
-        template_dir = tempfile.TemporaryDirectory(prefix="tokenseam-template-")
-        if builtin is not None:
-            from ..chat_formats import BUILT_IN
+        with tempfile.TemporaryDirectory(prefix="tokenseam-template-") as tmp:
+            if builtin is not None:
+                from ..chat_formats import BUILT_IN
 
-            template_file = Path(template_dir.name) / f"{builtin}.jinja"
-            template_file.write_text(BUILT_IN[builtin], encoding="utf-8")
-            flags += ["--chat-template-file", str(template_file)]
-        with template_dir:
+                template_file = Path(tmp) / f"{builtin}.jinja"
+                template_file.write_text(BUILT_IN[builtin], encoding="utf-8")
+                flags += ["--chat-template-file", str(template_file)]
             _play_llama_servers(args, m, flags, path, model, convs, count_tokens, console)
         ours = m["servers"]["tokenseam"]["summary"]
         m["ttft_ratio_vs"] = {

@@ -13,7 +13,7 @@ from pathlib import Path
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..chat_formats import BUILT_IN, CHATML, GEMMA_TURNS, fallback_template  # noqa: F401 (re-exported)
+from ..chat_formats import BUILT_IN, fallback_template
 from ..toolcalls import ToolFormatError, native_tools, render_messages
 from ..vocab import Tokenizer, Vocabulary
 from .errors import InvalidRequestError
