@@ -119,6 +119,47 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class TokenseamServe(ServerProcess):
+    """`tokenseam serve` in its own process, as it is deployed: the benchmark's client shares no interpreter (and
+    no GIL) with it, and two servers under test share nothing but the cores. The response cache is off (rounds
+    repeat prompts, and a hit is not a decode); `options` are further `serve` flags."""
+
+    name = "tokenseam serve"
+
+    def __init__(self, model: str | Path, options: list[str]) -> None:
+        import sys
+
+        port = free_port()
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "tokenseam.cli",
+                "serve",
+                "--model",
+                str(model),
+                "--port",
+                str(port),
+                "--cache",
+                "off",
+                "--log-level",
+                "warning",
+                *options,
+            ],
+            port,
+        )
+
+    def flash_attention(self) -> bool:
+        """Whether the server runs llama.cpp's flash attention, from its startup line."""
+        import re
+
+        self._log.seek(0)
+        found = re.search(rb"flash attention (on|off)", self._log.read())
+        if found is None:
+            raise RuntimeError(f"{self.name} printed no startup line:\n{self.log_tail()}")
+        return found.group(1) == b"on"
+
+
 class LlamaServer(ServerProcess):
     """llama-server (the anchor binary, never a dependency). Where tokenseam's llama.cpp build carries AMX kernels
     and so loads weights without extra buffer types (engine.backend.model_params), the anchor runs with

@@ -1,6 +1,8 @@
 """`tokenseam bench prefix-cache`: prefix KV reuse on a RAG workload, TTFT cold vs cached, interleaved prefixes.
 
-Runs tokenseam's real server on each model; llama-server (`--llama-server PATH`) is the optional anchor.
+The RAG shares come from tokenseam's server in this process (its cache is cleared between heads); the timed
+workloads run against `tokenseam serve` processes, as deployed, beside the optional anchor llama-server
+(`--llama-server PATH`), each in its own process.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 import httpx
 
 from ..argtypes import int_in_range
-from .common import LlamaServer, machine, median, stream_ttft, write_json
+from .common import LlamaServer, TokenseamServe, machine, median, stream_ttft, write_json
 
 QUESTIONS = [
     "What is the main topic?",
@@ -139,22 +141,19 @@ SETTLE_SECONDS = 0.2
 
 class _Target:
     """One server under the cached-TTFT workloads: `send(client, prompt ids, max tokens)` -> (seconds to the
-    first event, cached tokens); `clear()` empties its caches, where it can."""
+    first event, cached tokens)."""
 
-    def __init__(self, name: str, send, clear=None) -> None:
-        self.name, self.send, self.clear = name, send, clear
+    def __init__(self, name: str, send) -> None:
+        self.name, self.send = name, send
 
 
-def _tokenseam_target(name: str, url: str, state) -> _Target:
+def _tokenseam_target(name: str, url: str) -> _Target:
     async def send(c: httpx.AsyncClient, prompt: list[int] | str, n: int) -> tuple[float, int]:
         body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "token_healing": False}
         t, usage = await _ttft(c, url + "/v1/completions", body)
         return t, usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
 
-    def clear() -> None:
-        assert state.engine.clear_cache()
-
-    return _Target(name, send, clear)
+    return _Target(name, send)
 
 
 def _llama_target(name: str, base: str) -> _Target:
@@ -176,7 +175,7 @@ def _llama_target(name: str, base: str) -> _Target:
                     cached = llama_reused(json.loads(line[6:]), cached)
         return first or float("nan"), cached
 
-    return _Target(name, send)  # no cache-clear route: a document it has not seen is the cold request
+    return _Target(name, send)
 
 
 def llama_reused(event: dict, before: int) -> int:
@@ -207,16 +206,14 @@ def _turns(targets: list[_Target], k: int) -> list[_Target]:
 
 
 async def _long_prefix(tok, targets: list[_Target], n_tokens: int, form: str = "ids") -> dict[str, dict]:
-    """Per server: one cold request (caches cleared, or a document it has not seen), then ten with the same
-    document and other questions, the servers taking turns request by request. `form`: see _form."""
+    """Per server: one cold request (a document no server has seen), then ten with the same document and other
+    questions, the servers taking turns request by request. `form`: see _form."""
     ids = _doc_ids(tok, n_tokens, seed=n_tokens)  # each length its own document: no length warms another
     qs = _questions(tok)
     cold: dict[str, float] = {}
     warm: dict[str, list[tuple[float, int]]] = {t.name: [] for t in targets}
     async with httpx.AsyncClient(timeout=1800) as c:
         for t in targets:
-            if t.clear is not None:
-                t.clear()
             cold[t.name] = (await _timed(c, t, _form(tok, ids + qs[0], form), 1))[0]
         for k, q in enumerate(qs[1:]):
             for t in _turns(targets, k):
@@ -239,9 +236,6 @@ async def _interleaved(args, tok, targets: list[_Target]) -> dict[str, dict]:
     """Per server and round: 8 concurrent requests, one per prefix (about 315 tokens each) with a new
     question; round 0 fills the caches and is not scored. The servers take turns round by round."""
     heads = _heads(tok)
-    for t in targets:
-        if t.clear is not None:
-            t.clear()
     got: dict[str, list[tuple[float, int, int]]] = {t.name: [] for t in targets}
     async with httpx.AsyncClient(timeout=1800) as c:
         for rnd in range(args.rounds):
@@ -270,29 +264,76 @@ async def _interleaved(args, tok, targets: list[_Target]) -> dict[str, dict]:
 def _bench_model(model: str, args: argparse.Namespace) -> dict:
     from contextlib import ExitStack
 
+    from ..models import resolve_model
+    from ..vocab.tokenizer import Tokenizer
+
+    m = _rag_shares(model, args)
+    path = resolve_model(model)
+    tok = Tokenizer.from_gguf(path)
+    serve = ["--ctx-size", str(_ctx(args)), "--threads", str(args.threads)]
+    serve += ["--prefix-cache-tokens", str(max(16384, 2 * _ctx(args)))]
+    try:
+        with ExitStack() as stack:
+            # Every server runs at once, each in its own process (only the one answering uses the cores), so the
+            # cached-TTFT requests can take turns between them. The one-slot server is llama-server -np 1's
+            # like, and flash attention "auto" may differ there.
+            servers = {
+                name: stack.enter_context(TokenseamServe(path, [*serve, "--parallel", str(par)]))
+                for name, par in _SLOTS.items()
+            }
+            targets = [_tokenseam_target(name, ts.url) for name, ts in servers.items()]
+            if args.llama_server:
+                for np_ in (1, 8):
+                    ls = stack.enter_context(
+                        LlamaServer(args.llama_server, path, np_, args.threads, _ctx(args))
+                    )
+                    targets.append(_llama_target(f"np{np_}", ls.url))
+            long = {
+                str(n): asyncio.run(_long_prefix(tok, targets, n, args.prompt_form)) for n in _lengths(args)
+            }
+            inter = asyncio.run(_interleaved(args, tok, targets))
+            m["flash_attn"] = {name: ts.flash_attention() for name, ts in servers.items()}
+    finally:
+        tok.close()
+    m["long_prefix"] = {n: per["tokenseam"] for n, per in long.items()}
+    m["interleaved_8"] = inter["tokenseam"]
+    m["one_slot"] = {
+        "long_prefix": {n: per["tokenseam-p1"] for n, per in long.items()},
+        "interleaved_8": inter["tokenseam-p1"],
+    }
+    if args.llama_server:
+        m["llama_server"] = {
+            t.name: {
+                "long_prefix": {n: per[t.name] for n, per in long.items()},
+                "interleaved_share": inter[t.name]["share"],
+                "interleaved_ttft_median_s": inter[t.name]["ttft_median_s"],
+            }
+            for t in targets[2:]
+        }
+    return m
+
+
+def _rag_shares(model: str, args: argparse.Namespace) -> dict:
+    """The RAG workload on an 8-slot server in this process, whose cache is emptied before each head: per head,
+    50 chunks after it, and the share of the head's tokens served from the cache, with the head tokenized as
+    plain text and as stable ids. Nothing here is timed."""
     from ..healing.cases import RAG_CHUNKS, RAG_FIXED_PROMPTS
     from ..healing.stable import join_stable, stable_prefix
     from ..httpkit import BackgroundServer
     from ..server.runtime import build_server
 
-    def server(parallel: int):
-        return build_server(
-            model,
-            n_ctx=_ctx(args),
-            parallel=parallel,
-            threads=args.threads,
-            prefix_cache_tokens=max(16384, 2 * _ctx(args)),
-        )
-
-    app, state = server(8)
+    app, state = build_server(
+        model,
+        n_ctx=_ctx(args),
+        parallel=8,
+        threads=args.threads,
+        prefix_cache_tokens=max(16384, 2 * _ctx(args)),
+    )
     bg = BackgroundServer(app).start()
-    one = None  # the same server with one slot: llama-server -np 1's like, and flash attention "auto" may differ
     url = bg.url + "/v1/completions"
     tok, vocab = state.tokenizer, state.vocab
-    m: dict = {}
 
     async def rag(stable: bool) -> dict:
-        """Each head followed by 50 chunks; the share of the head's stable tokens served from the cache."""
         shares = []
         async with httpx.AsyncClient(timeout=600) as c:
             for head in RAG_FIXED_PROMPTS:
@@ -315,50 +356,11 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
         return {"mean_share": sum(shares) / len(shares), "min_share": min(shares), "requests": len(shares)}
 
     try:
-        m["rag_plain"] = asyncio.run(rag(stable=False))
-        m["rag_stable_keys"] = asyncio.run(rag(stable=True))
-        with ExitStack() as stack:
-            # every server runs at once (only the one answering uses the cores), so the cached-TTFT
-            # requests can take turns between them
-            app1, state1 = server(1)
-            one = (BackgroundServer(app1).start(), state1)
-            targets = [
-                _tokenseam_target("tokenseam", bg.url, state),
-                _tokenseam_target("tokenseam-p1", one[0].url, state1),
-            ]
-            if args.llama_server:
-                for np_ in (1, 8):
-                    ls = stack.enter_context(
-                        LlamaServer(args.llama_server, state.backend.path, np_, args.threads, _ctx(args))
-                    )
-                    targets.append(_llama_target(f"np{np_}", ls.url))
-            long = {
-                str(n): asyncio.run(_long_prefix(tok, targets, n, args.prompt_form)) for n in _lengths(args)
-            }
-            inter = asyncio.run(_interleaved(args, tok, targets))
-        m["flash_attn"] = {"tokenseam": state.backend.flash_attn, "tokenseam-p1": one[1].backend.flash_attn}
+        return {"rag_plain": asyncio.run(rag(stable=False)), "rag_stable_keys": asyncio.run(rag(stable=True))}
     finally:
-        for b, st in ((bg, state), one or (None, None)):
-            if st is not None:
-                b.stop()
-                st.engine.shutdown()
-                st.backend.close()
-    m["long_prefix"] = {n: per["tokenseam"] for n, per in long.items()}
-    m["interleaved_8"] = inter["tokenseam"]
-    m["one_slot"] = {
-        "long_prefix": {n: per["tokenseam-p1"] for n, per in long.items()},
-        "interleaved_8": inter["tokenseam-p1"],
-    }
-    if args.llama_server:
-        m["llama_server"] = {
-            t.name: {
-                "long_prefix": {n: per[t.name] for n, per in long.items()},
-                "interleaved_share": inter[t.name]["share"],
-                "interleaved_ttft_median_s": inter[t.name]["ttft_median_s"],
-            }
-            for t in targets[2:]
-        }
-    return m
+        bg.stop()
+        state.engine.shutdown()
+        state.backend.close()
 
 
 def _questions(tok) -> list[list[int]]:
@@ -378,6 +380,7 @@ def _heads(tok) -> list[list[int]]:
 
 
 _NAMES = {"8 slots": "tokenseam", "1 slot": "tokenseam-p1"}
+_SLOTS = {"tokenseam": 8, "tokenseam-p1": 1}  # tokenseam's two servers under the timed workloads
 
 
 def _ratios(mine: dict, get, theirs_s: float) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from .common import LlamaServer, ServerProcess, free_port, machine, median, write_json
+from .common import LlamaServer, TokenseamServe, machine, median, write_json
 
 # Prompts after which SmolLM2 keeps going (greedy) for 256+ tokens, so llama-cpp-python, which cannot ignore
 # EOS without a Python logits processor, decodes as many tokens as the servers (which get ignore_eos).
@@ -206,40 +206,14 @@ class _LlamaCppPython:
         self.llm.close()
 
 
-class TokenseamServer(ServerProcess):
-    """`tokenseam serve` in its own process, as it is deployed (the client here shares no GIL with it).
-
-    The response cache is off: rounds repeat prompts, and a cache hit is not a decode."""
-
-    name = "tokenseam serve"
+class TokenseamServer(TokenseamServe):
+    """The decode-speed workloads against a `tokenseam serve` process (common.TokenseamServe)."""
 
     def __init__(self, path: Path, args) -> None:
-        import sys
-
-        port = free_port()
         self.args = args
         super().__init__(
-            [
-                sys.executable,
-                "-m",
-                "tokenseam.cli",
-                "serve",
-                "--model",
-                str(path),
-                "--port",
-                str(port),
-                "--ctx-size",
-                "1024",
-                "--parallel",
-                str(max(args.streams, 1)),
-                "--threads",
-                str(args.threads),
-                "--cache",
-                "off",
-                "--log-level",
-                "warning",
-            ],
-            port,
+            path,
+            ["--ctx-size", "1024", "--parallel", str(max(args.streams, 1)), "--threads", str(args.threads)],
         )
 
     def _body(self, i: int, schema: dict | None) -> dict:
