@@ -379,6 +379,7 @@ def test_a_small_run_on_smollm2(tmp_path):
     assert {"machine", "config", "target", "metric", "workload", "models"} <= set(res)
     assert [w["kind"] for w in res["workload"]] == ["chat", "tools"]
     m = res["models"]["smollm2"]
+    assert m["chat_template"] == "gguf"  # read off the `tokenseam serve` process's startup line
     assert set(m["servers"]) == {"tokenseam", "llama-server-np1"}
     ls = m["servers"]["llama-server-np1"]
     assert "exited with code 3" in ls["error"] and "no model here" in ls["error"]
@@ -415,3 +416,30 @@ def test_a_small_run_on_smollm2(tmp_path):
     assert set(summary["turns"]) == {"1", "2", "3"} and summary["overall"]["n"] == 4
     assert 0 <= summary["overall"]["reuse_min"] <= summary["overall"]["reuse_median"] <= 1
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_a_serve_process_is_read_off_its_startup_line():
+    import tempfile
+
+    from tokenseam.bench.common import TokenseamServe
+
+    def process(log: bytes) -> TokenseamServe:
+        ts = object.__new__(TokenseamServe)  # its log only: no process started
+        ts._log = tempfile.TemporaryFile()
+        ts._log.write(log)
+        return ts
+
+    line = (
+        b"tokenseam: serving gemma3 on http://127.0.0.1:1 (ctx 2048 x 8 sequences, flash attention on, grammars "
+        b"compiled beside the prompt, chat template built-in gemma (none in the GGUF); API keys off)\n"
+    )
+    ts = process(b"loading\n" + line)
+    assert ts.flash_attention() is True and ts.chat_template() == "gemma"
+    ts = process(
+        line.replace(b"on, grammars", b"off, grammars").replace(
+            b"built-in gemma (none in the GGUF)", b"the GGUF's"
+        )
+    )
+    assert ts.flash_attention() is False and ts.chat_template() is None
+    with pytest.raises(RuntimeError, match="printed no startup line"):
+        process(b"error: the model file is missing\n").flash_attention()

@@ -149,15 +149,24 @@ class TokenseamServe(ServerProcess):
             port,
         )
 
+    def startup_line(self) -> str:
+        """The line the server prints once its model is loaded (what it serves and how)."""
+        self._log.seek(0)
+        for line in self._log.read().decode(errors="replace").splitlines():
+            if line.startswith("tokenseam: serving "):
+                return line
+        raise RuntimeError(f"{self.name} printed no startup line:\n{self.log_tail()}")
+
     def flash_attention(self) -> bool:
         """Whether the server runs llama.cpp's flash attention, from its startup line."""
+        return "flash attention on" in self.startup_line()
+
+    def chat_template(self) -> str | None:
+        """The built-in chat template the server renders (its GGUF has none), or None for the GGUF's own."""
         import re
 
-        self._log.seek(0)
-        found = re.search(rb"flash attention (on|off)", self._log.read())
-        if found is None:
-            raise RuntimeError(f"{self.name} printed no startup line:\n{self.log_tail()}")
-        return found.group(1) == b"on"
+        found = re.search(r"chat template built-in (\w+)", self.startup_line())
+        return found.group(1) if found else None
 
 
 class LlamaServer(ServerProcess):

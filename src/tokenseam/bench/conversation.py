@@ -4,9 +4,9 @@ A stateless chat client sends the whole history every turn (the model's earlier 
 back), streamed, sampled at `--temperature` with one seed per conversation. On turn k >= 2 the reused
 fraction is `cached_tokens` of turn k over the previous turn's prompt + completion tokens; TTFT is the time to
 the first streamed chunk that carries content (or a tool call). Four kinds of conversation: plain chat, code,
-Korean text with emoji, and tool calls with their results. tokenseam's server runs in process; llama-server
-(`--llama-server PATH`, `--jinja`, `cache_prompt: true`) is the anchor, on the same conversations in the same
-run.
+Korean text with emoji, and tool calls with their results. tokenseam runs as `tokenseam serve` in its own
+process, as deployed; llama-server (`--llama-server PATH`, `--jinja`, `cache_prompt: true`) is the anchor, on
+the same conversations in the same run.
 """
 
 from __future__ import annotations
@@ -850,42 +850,32 @@ def _play(server: Server, convs: list[Conversation], args, count_tokens, console
 
 
 def _bench_model(model: str, convs: list[Conversation], args, console) -> dict:
-    from ..httpkit import BackgroundServer
-    from ..server.runtime import build_server
-    from ..vocab import Tokenizer
+    import httpx
 
-    app, state = build_server(
-        model,
-        n_ctx=args.ctx,
-        parallel=args.parallel,
-        threads=args.threads,
-        prefix_cache_tokens=max(16384, 4 * args.ctx),
-    )
-    path = state.backend.path
+    from ..models import resolve_model
+    from ..vocab import Tokenizer
+    from .common import TokenseamServe
+
+    path = resolve_model(model)
     tok = Tokenizer.from_gguf(path)
 
     def count_tokens(text: str) -> int:
         return len(tok.encode(text))
 
-    # Without a template in the GGUF, tokenseam renders the built-in one its vocabulary marks, and llama-server is
-    # given the same one (--chat-template-file): both render the same turns.
-    builtin = state.chat.builtin
-    m: dict[str, Any] = {
-        "gguf": Path(path).name,
-        "chat_template": "gguf"
-        if builtin is None
-        else f"none in the GGUF: built-in {builtin} on both servers",
-        "servers": {},
-    }
-    bg = BackgroundServer(app).start()
-    try:
-        ts = Server("tokenseam", bg.url + "/v1/chat/completions", state.model_id, {"prefix_cache": True})
-        m["servers"]["tokenseam"] = _play(ts, convs, args, count_tokens, console)
+    serve = ["--ctx-size", str(args.ctx), "--parallel", str(args.parallel), "--threads", str(args.threads)]
+    serve += ["--prefix-cache-tokens", str(max(16384, 4 * args.ctx))]
+    m: dict[str, Any] = {"gguf": Path(path).name, "servers": {}}
+    with TokenseamServe(path, serve) as ts:
+        # Without a template in the GGUF, tokenseam renders the built-in one its vocabulary marks, and
+        # llama-server is given the same one (--chat-template-file): both render the same turns.
+        builtin = ts.chat_template()
+        m["chat_template"] = (
+            "gguf" if builtin is None else f"none in the GGUF: built-in {builtin} on both servers"
+        )
+        served = httpx.get(ts.url + "/v1/models", timeout=30).json()["data"][0]["id"]
+        server = Server("tokenseam", ts.url + "/v1/chat/completions", served, {"prefix_cache": True})
+        m["servers"]["tokenseam"] = _play(server, convs, args, count_tokens, console)
         m["servers"]["tokenseam"]["config"] = {"parallel": args.parallel, "ctx": args.ctx}
-    finally:
-        bg.stop()
-        state.engine.shutdown()
-        state.backend.close()
     if args.llama_server:
         flags = ["--jinja"] + (["--swa-full"] if args.llama_swa_full else [])
         with tempfile.TemporaryDirectory(prefix="tokenseam-template-") as tmp:
