@@ -123,3 +123,20 @@ def test_serve_refuses_a_bad_chat_template_before_loading_the_model(tmp_path, ca
     assert run(args) == 2
     err = capsys.readouterr().err
     assert "--chat-template" in err and "neither a built-in template" in err
+
+
+def test_the_token_a_template_closes_an_answer_with(gemma, model_paths, smollm2_vocab, gemma3_vocab):
+    """What a chat answer's last position holds in the next turn's prompt: the template's turn-closing special
+    token, or None when the template writes none there (then the id generated is kept)."""
+    assert gemma.turn_end_id == 106 and gemma3_vocab.token_text[106] == "<end_of_turn>"
+    smollm2 = Tokenizer.from_gguf(model_paths["smollm2"])
+    chatml = ChatTemplate(CHATML, smollm2_vocab, smollm2)
+    assert smollm2_vocab.token_text[chatml.turn_end_id] == "<|im_end|>"
+    gemma_tok = Tokenizer.from_gguf(model_paths["gemma3"])
+    # ChatML on Gemma: `<|im_end|>` is plain text there, several tokens
+    assert ChatTemplate(CHATML, gemma3_vocab, gemma_tok).turn_end_id is None
+    plain = "{% for m in messages %}{{ m.content }}\n{% endfor %}"
+    assert ChatTemplate(plain, smollm2_vocab, smollm2).turn_end_id is None
+    # a template that refuses the probe conversation has none either (it still serves what it accepts)
+    strict = "{% if messages|length > 1 %}{{ raise_exception('one message only') }}{% endif %}{{ messages[0].content }}"
+    assert ChatTemplate(strict, smollm2_vocab, smollm2).turn_end_id is None

@@ -478,6 +478,25 @@ def test_gemmas_own_turns_keep_an_answer_and_its_end_token(gemma3_server):
     assert cached(r2) >= context(r1)
 
 
+def test_an_answer_ended_by_another_end_token_still_comes_back_whole(gemma3_server):
+    """Gemma's turns close an answer with `<end_of_turn>`, but the model may end one with `<eos>`, which the
+    client never sees. Once the answer went out, the server decodes the template's `<end_of_turn>` at that
+    position instead of the `<eos>`, so the next turn's prompt, which holds `<end_of_turn>` there, is reused
+    whole."""
+    st = gemma3_server.state
+    st.turns.clear()
+    eos = 1
+    assert st.vocab.token_bytes[eos] == b"<eos>" and eos in st.backend.eog_ids and st.chat.turn_end_id == 106
+    text = "Hello there, friend"
+    m1 = [{"role": "user", "content": "Greet me in three words."}]
+    r1 = chat(gemma3_server.url, m1, char_ids(st, text) + [eos], max_tokens=40)
+    assert r1["choices"][0]["message"]["content"] == text and r1["choices"][0]["finish_reason"] == "stop"
+    m2 = m1 + [{"role": "assistant", "content": text}, {"role": "user", "content": "Once more."}]
+    r2 = chat(gemma3_server.url, m2, max_tokens=2)
+    assert r2["prefix_cache"]["answers_reused"] == 1
+    assert cached(r2) >= context(r1)
+
+
 def sent_back_whole(server, m1: list[dict], force: list[int], want: str) -> None:
     """The answer `force` makes to `m1` reads `want`; sent back as the client got it, it comes back whole and
     the next turn reuses everything the first one held."""

@@ -4,6 +4,7 @@ so that special-token text inside user messages stays plain text (no prompt inje
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -95,6 +96,28 @@ class ChatTemplate:
         self.is_thinking = "<think>" in self.source
         # Whether the template renders `tools` in tokenseam's call format itself (else: toolcalls' fallback).
         self.native_tools = native_tools(self.source)
+
+    @functools.cached_property
+    def turn_end_id(self) -> int | None:
+        """The special token the template writes right after an assistant message's text (ChatML's
+        `<|im_end|>`, Gemma's `<end_of_turn>`), or None when it writes no such token there (ChatML on a
+        vocabulary without `<|im_end|>`, a template that rejects the probe)."""
+        answer = "Quartz answer 7"
+        probe = [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "Ok"},
+        ]
+        try:
+            text = self.render(probe, add_generation_prompt=False)
+        except InvalidRequestError:
+            return None
+        at = text.find(answer)
+        found = self._control_re.match(text, at + len(answer)) if at >= 0 and self._control_re else None
+        if found is None:
+            return None
+        ids = self.tokenizer.encode(found.group(0), add_special=False, parse_special=True)
+        return ids[0] if len(ids) == 1 and self.vocab.is_special[ids[0]] else None
 
     def render(
         self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None, **extra

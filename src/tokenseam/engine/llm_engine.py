@@ -455,7 +455,7 @@ class Engine:
             if all(s.finished for s in st.seqs):
                 for s in st.seqs:
                     if self.prefix_cache.enabled and s.generated and s.n_past + 1 < self.backend.n_ctx:
-                        self._tails.append((s.seq_id, s.generated[-1], s.n_past))
+                        self._tails.append((s.seq_id, self._tail_token(st, s), s.n_past))
                     else:
                         self._release(s.seq_id)
                 self._running.remove(st)
@@ -492,6 +492,17 @@ class Engine:
             return False
         st.held = False
         return True
+
+    def _tail_token(self, st: RequestState, s: Sequence) -> int:
+        """The id decoded after a finished answer, at its last position: the one generated, or, for a chat answer
+        that ended with an end-of-generation id its template does not write (Gemma's `<eos>` where the template
+        closes the turn with `<end_of_turn>`), the template's own, which the next turn's prompt holds there. The
+        generated end id is never shown to the client, and its KV would be computed for nothing."""
+        tok = s.generated[-1]
+        end = st.request.turn_end
+        if end is not None and tok != end and tok in self.backend.eog_ids:
+            return end
+        return tok
 
     def _adopt_tail(self, prompt: list[int]) -> None:
         """A prompt that continues a finished request's path through its last token (the next turn, sent at

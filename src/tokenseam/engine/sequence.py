@@ -39,6 +39,10 @@ class GenerationRequest:
     # read meanwhile, all but its last token, which waits until the future is done; `constraint_factory` is
     # called then (a failed future fails the request alone). None: the factory is ready at admission.
     constraint_pending: Future | None = None
+    # A chat answer's end as its template writes it (`ChatTemplate.turn_end_id`): an answer that ends with another
+    # end-of-generation id has this one decoded in its place once it went out, so that the slot holds what the
+    # next turn's prompt holds. None: the id generated is kept.
+    turn_end: int | None = None
 
 
 @dataclass

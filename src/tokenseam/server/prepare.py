@@ -102,6 +102,7 @@ def prepare(
             raise bad(f"prompt token ids must be in 0..{state.vocab.size - 1}", "prompt")
     else:
         ids = state.tokenizer.encode(parsed.prompt_text or "", add_special=True, parse_special=False)
+    turn_end = state.chat.turn_end_id if parsed.messages is not None else None
     # the hook sees the body as sent: the canonical one has no `_`-prefixed fields
     # calls are parsed out of the answer in every mode but none (whose grammar keeps them out)
     tool_call = tools if tools is not None and tools.mode != "none" else None
@@ -110,6 +111,7 @@ def prepare(
         gen = GenerationRequest(
             prompt_ids=list(ids),
             params=parsed.params,
+            turn_end=turn_end,
             constraint_factory=hooked,
             prompt_logprobs=parsed.params.top_logprobs if parsed.echo and parsed.params.logprobs else None,
             explain_prefix=parsed.prefix_cache,
@@ -147,6 +149,7 @@ def prepare(
     gen = GenerationRequest(
         prompt_ids=list(ids),
         params=parsed.params,
+        turn_end=turn_end,
         constraint_factory=factory,
         constraint_pending=compiling,
         text_skip_bytes=len(removed),
