@@ -489,12 +489,7 @@ def test_an_answer_ended_by_another_end_token_still_comes_back_whole(gemma3_serv
     assert st.vocab.token_bytes[eos] == b"<eos>" and eos in st.backend.eog_ids and st.chat.turn_end_id == 106
     text = "Hello there, friend"
     m1 = [{"role": "user", "content": "Greet me in three words."}]
-    r1 = chat(gemma3_server.url, m1, char_ids(st, text) + [eos], max_tokens=40)
-    assert r1["choices"][0]["message"]["content"] == text and r1["choices"][0]["finish_reason"] == "stop"
-    m2 = m1 + [{"role": "assistant", "content": text}, {"role": "user", "content": "Once more."}]
-    r2 = chat(gemma3_server.url, m2, max_tokens=2)
-    assert r2["prefix_cache"]["answers_reused"] == 1
-    assert cached(r2) >= context(r1)
+    sent_back_whole(gemma3_server, m1, char_ids(st, text) + [eos], text)
 
 
 def sent_back_whole(server, m1: list[dict], force: list[int], want: str) -> None:
