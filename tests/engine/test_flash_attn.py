@@ -12,14 +12,20 @@ from tokenseam.engine.backend import BackendError
 @pytest.mark.parametrize(
     "setting,n_seq,n_swa,expected",
     [
-        ("auto", 8, 0, True),  # other slots' cells are masked: the kernel that skips them wins
-        ("auto", 1, 512, True),  # cells outside the sliding window are masked too
-        ("auto", 1, 0, False),  # one full-attention sequence: every cell is read
+        ("auto", 8, 0, False),  # full attention: every cell of the sequence's own stream is read
+        ("auto", 1, 0, False),
+        (
+            "auto",
+            1,
+            512,
+            True,
+        ),  # cells outside the sliding window are masked: the kernel that skips them wins
+        ("auto", 8, 512, True),
         ("on", 1, 0, True),
         ("off", 8, 512, False),
     ],
 )
-def test_auto_turns_flash_attention_off_only_for_one_full_attention_slot(setting, n_seq, n_swa, expected):
+def test_auto_turns_flash_attention_on_only_for_sliding_window_layers(setting, n_seq, n_swa, expected):
     assert LlamaCppBackend.flash_attention_for(setting, n_seq, n_swa) is expected
 
 
@@ -31,7 +37,7 @@ def test_a_bad_setting_is_refused_before_the_model_loads(setting):
 
 @pytest.mark.model
 @pytest.mark.parametrize(
-    "model,n_seq,expected", [("smollm2", 1, False), ("smollm2", 2, True), ("gemma3", 1, True)]
+    "model,n_seq,expected", [("smollm2", 1, False), ("smollm2", 2, False), ("gemma3", 1, True)]
 )
 def test_auto_reads_the_models_attention(model_paths, model, n_seq, expected):
     be = LlamaCppBackend(

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tokenseam.engine import BackendConfig, LlamaCppBackend
+from tokenseam.engine.backend import BackendError
 from tokenseam.engine.prefix_cache import HostKV, KVRestoreError, PrefixCache
 
 pytestmark = pytest.mark.model
@@ -57,3 +58,68 @@ def test_a_restore_llama_cpp_refuses_is_reported(backend):
     kv.blobs[backend.n_seq_total] = bytearray(b"\x00garbage" * 4)
     with pytest.raises(KVRestoreError):
         kv.seq_cp(backend.n_seq_total, 0, 0, 16)
+
+
+def _cold(be, ids):
+    be.clear()
+    out = _last_logits(be, 0, ids, [80])
+    be.clear()
+    return out
+
+
+def test_a_copy_between_sequences_decodes_like_a_cold_prefill(backend):
+    """Each sequence has a KV stream of its own: seq_cp copies the rows, and a save right after the copy (no
+    decode between) already holds them."""
+    ids = backend.tokenizer.encode("A slow river bends past the mill, and the mill wheel turns. " * 12)[:96]
+    assert len(ids) == 96
+    cold = _cold(backend, ids)
+    _last_logits(backend, 0, ids, [])
+    backend.seq_cp(0, 1, 0, 80)
+    assert backend.seq_len(1) == 80 and backend.seq_len(0) == len(ids)  # the source keeps all of its KV
+    blob = backend.save_prefix(1, 80)
+    assert np.array_equal(cold, _warm(backend, ids, 80))
+    backend.clear()
+    backend.load_prefix(1, blob, 80)
+    assert backend.seq_len(1) == 80
+    assert np.array_equal(cold, _warm(backend, ids, 80))
+    with pytest.raises(BackendError, match="from position 0"):
+        backend.seq_cp(0, 1, 8, 80)
+
+
+def test_a_saved_prefix_shorter_than_its_sequence_is_cut_to_length(backend):
+    ids = backend.tokenizer.encode("Seven lamps were lit along the harbour wall at dusk. " * 12)[:96]
+    assert len(ids) == 96
+    cold = _cold(backend, ids)
+    _last_logits(backend, 0, ids, [])
+    blob = backend.save_prefix(0, 80)  # through the scratch sequence, which is left empty
+    assert backend.seq_len(0) == len(ids) and backend.seq_len(backend.scratch_seq) == 0
+    whole = backend.save_prefix(0, len(ids))  # the sequence's own bytes
+    assert len(blob) < len(whole)
+    backend.clear()
+    backend.load_prefix(1, blob, 80)
+    assert backend.seq_len(1) == 80
+    assert np.array_equal(cold, _warm(backend, ids, 80))
+
+
+def test_a_decode_answers_items_in_their_order_whatever_their_sequences(backend):
+    """The batch is written in order of sequence id (so llama.cpp computes neighbouring streams together);
+    the results still come back in the order the items were given."""
+    a = backend.tokenizer.encode("Paris is the capital of France, and Rome is the capital of")[:12]
+    b = backend.tokenizer.encode("def add(x, y):\n    return x + y\n\nprint(add(2,")[:12]
+    assert len(a) == len(b) == 12
+    solo = {}
+    for name, ids in (("a", a), ("b", b)):
+        backend.clear()
+        solo[name] = np.array(backend.decode([(0, ids, 0, True)])[0])
+    backend.clear()
+    assert backend.decode([(1, a, 0, True), (0, b, 0, False)])[1] is None
+    backend.clear()
+    ra, rb = backend.decode([(1, a, 0, True), (0, b, 0, True)])
+    ra, rb = np.array(ra), np.array(rb)
+    backend.clear()
+
+    def cos(x, y):
+        return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
+
+    assert cos(ra, solo["a"]) > 0.999 and cos(rb, solo["b"]) > 0.999
+    assert cos(ra, solo["a"]) > cos(ra, solo["b"]) and cos(rb, solo["b"]) > cos(rb, solo["a"])

@@ -302,12 +302,19 @@ class _RawBatch:
     def once(self, n_seq: int) -> dict:
         import llama_cpp
 
+        from ..engine.backend import LlamaCppBackend
+
         args, vocab, n_vocab = self.args, self.vocab, self.n_vocab
         cp = llama_cpp.llama_context_default_params()
         cp.n_ctx = 1024 * n_seq
         cp.n_batch = cp.n_ubatch = 512
         cp.n_seq_max = n_seq
-        cp.kv_unified = True
+        # the engine's KV layout: a stream per sequence, flash attention as its "auto" picks it
+        cp.kv_unified = False
+        fa = LlamaCppBackend.flash_attention_for("auto", n_seq, llama_cpp.llama_model_n_swa(self.model))
+        cp.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if fa else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         cp.n_threads = cp.n_threads_batch = args.threads
         ctx = llama_cpp.llama_init_from_model(self.model, cp)
         batch = llama_cpp.llama_batch_init(512, 0, n_seq)

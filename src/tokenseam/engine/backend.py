@@ -54,26 +54,27 @@ class BackendConfig:
 
 
 class LlamaCppBackend:
-    """One llama.cpp model + context holding `n_seq` sequences in a unified KV cache."""
+    """One llama.cpp model + context holding `n_seq` sequences (+ a scratch one), each in a KV stream of its own."""
 
     FLASH_ATTN = ("auto", "on", "off")
 
     @staticmethod
     def flash_attention_for(setting: str, n_seq: int, n_swa: int) -> bool:
-        """Whether to use llama.cpp's flash attention. Its CPU kernel skips masked KV cells, but costs two to three
-        times as much per cell it does read. In a unified cache with several sequences, the other sequences'
-        cells are masked, and so are the cells outside a sliding window: there it wins (SmolLM2, 7 slots holding
-        300 tokens each: one token decoded in 18 ms with it, 30 without; Gemma-3 at 8,000 cached tokens, 9 tokens
-        in 102 ms against 124). With one sequence and full attention, every cell is read: there it loses
-        (SmolLM2, 9 tokens after 8,000 cached: 250 ms without it, 765 with it; after 1,450: 104 against 179).
-        "auto" turns it off only in that case: one slot, no sliding-window layers."""
+        """Whether to use llama.cpp's flash attention. Each sequence has a KV stream of its own, so a decode reads
+        only its own cells. Flash attention's CPU kernel skips the cells a token may not see but costs more per
+        cell it reads: it wins where most cells are masked, in a model's sliding-window layers (Gemma-3, 15
+        tokens after 8,000 cached: 68 ms with it, 89 without), and loses where every cell is read, under full
+        attention (SmolLM2, 15 tokens after 1,450 cached with 7 other slots full: 69 ms without it, 117 with
+        it; an 8-stream step at 1,450 tokens each: 67 against 69 ms). "auto" turns it on for a model with
+        sliding-window layers only. (`n_seq` no longer matters: it did when all sequences shared one stream,
+        where every other sequence's cells were masked.)"""
         if setting not in LlamaCppBackend.FLASH_ATTN:
             raise BackendError(
                 f"flash_attn must be one of {', '.join(LlamaCppBackend.FLASH_ATTN)}, not {setting!r}"
             )
         if setting != "auto":
             return setting == "on"
-        return n_seq > 1 or n_swa > 0
+        return n_swa > 0
 
     def __init__(self, model_path: str | Path, config: BackendConfig = BackendConfig()) -> None:
         # a bad setting fails before the model loads
@@ -105,14 +106,16 @@ class LlamaCppBackend:
         self.n_seq_total = config.n_seq + 1
         self.kv_bytes_per_token = _kv_bytes_per_token(meta)
         cparams = llama_cpp.llama_context_default_params()
-        # A unified KV cache lets any sequence use up to n_ctx positions, and seq_cp shares cells between
-        # sequences instead of copying them (n > 1 choices). Size it so that every live sequence can reach its
-        # full window at once; cached prefixes live in host memory, not here (see PrefixCache / HostKV).
-        cparams.n_ctx = config.n_ctx * config.n_seq
+        # Each sequence gets a KV stream of its own, of n_ctx cells: a decode then reads only its own
+        # sequence's cells (in one unified stream it visits every held cell, masked, and flash attention is the
+        # only way to skip them; see flash_attention_for). The price: a copy between sequences moves data
+        # (seq_cp), where a unified stream shares cells. Cached prefixes live in host memory, not here (see
+        # PrefixCache / HostKV).
+        cparams.n_ctx = config.n_ctx * self.n_seq_total
         cparams.n_batch = config.n_batch
         cparams.n_ubatch = config.n_batch
         cparams.n_seq_max = self.n_seq_total
-        cparams.kv_unified = True
+        cparams.kv_unified = False
         threads = config.n_threads or os.cpu_count() or 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
@@ -132,7 +135,10 @@ class LlamaCppBackend:
         if not self._ctx:
             raise BackendError("llama.cpp could not create a context (n_ctx too large for memory?)")
         self.n_ctx = config.n_ctx  # per sequence
-        self.n_cells = llama_cpp.llama_n_ctx(self._ctx)
+        if llama_cpp.llama_n_ctx_seq(self._ctx) < config.n_ctx:
+            raise BackendError(
+                f"llama.cpp gave each sequence {llama_cpp.llama_n_ctx_seq(self._ctx)} KV cells, not {config.n_ctx}"
+            )
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self.tokenizer = Tokenizer(self._model, owns_model=False, path=str(self.path))
         self.n_vocab = self.tokenizer.n_vocab
@@ -164,31 +170,33 @@ class LlamaCppBackend:
         """
         import time
 
+        n_all = sum(len(tokens) for _, tokens, _, _ in items)
+        if n_all == 0:
+            return []
+        if n_all > self.config.n_batch:
+            raise BackendError(f"batch of {n_all} tokens exceeds n_batch={self.config.n_batch}")
         b = self._batch
         n = 0
-        out_idx: list[int] = []
+        out_idx = [-1] * len(items)
         all_rows: dict[int, range] = {}
-        for seq_id, tokens, pos0, want in items:
+        # in order of sequence id: llama.cpp puts sequences of separate streams in one micro-batch only when
+        # their ids follow each other in the batch (0, 1, 2, ...); otherwise each run is computed on its own
+        for k in sorted(range(len(items)), key=lambda k: items[k][0]):
+            seq_id, tokens, pos0, want = items[k]
             first = n
-            for k, t in enumerate(tokens):
+            for j, t in enumerate(tokens):
                 b.token[n] = t
-                b.pos[n] = pos0 + k
+                b.pos[n] = pos0 + j
                 b.n_seq_id[n] = 1
                 b.seq_id[n][0] = seq_id
                 b.logits[n] = 1 if want == "all" else 0
                 n += 1
             if want == "all":
-                all_rows[len(out_idx)] = range(first, n)
-                out_idx.append(n - 1)
+                all_rows[k] = range(first, n)
+                out_idx[k] = n - 1
             elif want:
                 b.logits[n - 1] = 1
-                out_idx.append(n - 1)
-            else:
-                out_idx.append(-1)
-        if n == 0:
-            return []
-        if n > self.config.n_batch:
-            raise BackendError(f"batch of {n} tokens exceeds n_batch={self.config.n_batch}")
+                out_idx[k] = n - 1
         b.n_tokens = n
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, b)
@@ -219,8 +227,18 @@ class LlamaCppBackend:
         llama_cpp.llama_memory_seq_rm(self._mem, seq_id, p0, p1)
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
-        """Make dst share src's KV for positions [p0, p1) (no copy in a unified cache)."""
-        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+        """Replace dst's KV with src's positions [0, p1) (p1 = -1: all of them). The sequences live in streams
+        of their own, so the rows are copied, through host memory: llama.cpp copies between streams only whole
+        streams, and only at the next decode, which a save of dst before that decode would not see."""
+        if p0 > 0:
+            raise BackendError("a sequence is copied from position 0")
+        if src == dst:
+            return
+        data = self.seq_save(src)
+        self.seq_rm(dst)
+        self.seq_restore(dst, data)
+        if p1 >= 0:
+            self.seq_rm(dst, p1, -1)
 
     def seq_len(self, seq_id: int) -> int:
         return llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id) + 1
@@ -246,10 +264,12 @@ class LlamaCppBackend:
             raise BackendError("could not restore sequence state (no contiguous free KV cells)")
 
     def save_prefix(self, seq_id: int, n: int) -> bytearray:
-        """Positions [0, n) of a sequence as state bytes (shared into the scratch sequence, saved, dropped)."""
-        self.seq_rm(self.scratch_seq)
-        self.seq_cp(seq_id, self.scratch_seq, 0, n)
+        """Positions [0, n) of a sequence as state bytes: the sequence's own bytes when it holds no more, else
+        those of a copy in the scratch sequence, trimmed to n."""
+        if self.seq_len(seq_id) <= n:
+            return self.seq_save(seq_id)
         try:
+            self.seq_cp(seq_id, self.scratch_seq, 0, n)
             return self.seq_save(self.scratch_seq)
         finally:
             self.seq_rm(self.scratch_seq)

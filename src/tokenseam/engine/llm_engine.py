@@ -50,8 +50,9 @@ class Engine:
 
     A prompt's longest known prefix is reused and only the rest is decoded (`cached_tokens`). Known prefixes
     live in two tiers: the KV cells still on the device (running sequences, and free slots that keep their last
-    request's KV, bounded by `resident_tokens`), shared into the request's sequence with no copy; and the radix
-    prefix cache in host memory, restored from there. A path is copied to host memory only when its cells are
+    request's KV, bounded by `resident_tokens`), taken as they are by a prompt that continues a free slot's path
+    and copied into the request's sequence otherwise; and the radix prefix cache in host memory, restored from
+    there. A path is copied to host memory only when its cells are
     about to be dropped (a slot evicted or taken for another prompt), never between a prompt and its first token
     when a free slot can take it.
     """
@@ -77,9 +78,9 @@ class Engine:
         # sends the answer back followed by the end of turn, matches through that token.
         self._tails: list[tuple[int, int, int]] = []
         # Free slots that still hold their last request's KV (slot -> its tokens, least recently used first):
-        # a prompt that continues one reuses its cells with nothing restored. Bounded by `resident_tokens`,
-        # since every held cell is visited by the other sequences' decodes; an evicted slot's path is copied to
-        # the host prefix cache.
+        # a prompt that continues one reuses its cells with nothing restored. Bounded by `resident_tokens`: past
+        # it, the least recently used slot's path is copied to the host prefix cache when another is released,
+        # rather than when a prompt needs the slot.
         self._resident: OrderedDict[int, list[int]] = OrderedDict()
         rt = backend.config.resident_tokens
         self.resident_tokens = backend.config.n_ctx if rt < 0 else rt

@@ -54,8 +54,8 @@ class HostKV:
 
     Copying a request's sequence to a cache sequence saves positions [0, p1) of it as a blob (the whole path:
     a leaf always holds its path from the root); copying a cache sequence into a request's sequence restores
-    the blob and trims it to p1. Cached prefixes thus take no KV cells, so they add nothing to the attention
-    of the requests being decoded (in a unified cache every held cell is visited by every decode).
+    the blob and trims it to p1. Cached prefixes thus take no KV cells: the device holds the running requests
+    and what free slots keep from their last ones.
     """
 
     def __init__(self, backend, first_cache_id: int) -> None:

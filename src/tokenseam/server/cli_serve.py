@@ -70,16 +70,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="TOKENS",
         help="KV that free slots keep from their last request, so a prompt that continues or shares it (a "
-        "conversation's next turn) reuses it with nothing restored (default: --ctx-size; 0: off). Held cells "
-        "are visited by every decode, so this trades decode speed for a faster hit",
+        "conversation's next turn) reuses it with nothing restored (default: --ctx-size; 0: off). Past it, the least recently "
+        "used free slot's path is copied to the host prefix cache when another slot is released",
     )
     p.add_argument(
         "--flash-attn",
         choices=("auto", "on", "off"),
         default="auto",
-        help="llama.cpp's flash attention. It skips the KV cells a token may not see (other slots' cells, "
-        "cells outside a sliding window) but reads the others more slowly; auto: on, except with --parallel 1 on "
-        "a model without sliding-window layers",
+        help="llama.cpp's flash attention. It skips the KV cells a token may not see (outside a sliding "
+        "window) but reads the others more slowly; auto: on for a model with sliding-window layers, off for one "
+        "without",
     )
     p.add_argument(
         "--chat-template",
