@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from tokenseam.engine import BackendConfig, Engine, GenerationRequest, LlamaCppBackend, SamplingParams
-from tokenseam.engine.llm_engine import PREFILL_GROUP_TOKENS, run_sync
+from tokenseam.engine.llm_engine import PREFILL_GROUP_TOKENS, TAIL_KEEP_RATIO, run_sync
 from tokenseam.engine.sequence import ChoiceEvent
 
 pytestmark = pytest.mark.model
@@ -83,22 +83,40 @@ def test_next_turn_reuses_the_answer_through_its_last_token(engine):
     )
 
 
-def test_a_prompt_that_parts_from_a_free_slot_gets_its_cells_in_a_slot_of_its_own(engine):
-    """Another question after the same document: the shared part is reused, and the slot that held the first
-    question keeps it (a third request with the first question again reuses it whole)."""
+def _cached(engine, ids):
+    return [e.cached_tokens for e in run_sync(engine, _req(ids), timeout=120) if hasattr(e, "cached_tokens")][
+        0
+    ]
+
+
+def test_a_prompt_that_parts_from_a_free_slot_gets_a_copy_when_the_tail_is_worth_keeping(engine):
+    """Another question after the same document, where the first question is a long part of the slot's path:
+    the shared part is copied into a slot of its own, and the slot that held the first question keeps it (a
+    third request with the first question again reuses it whole)."""
+    tok = engine.backend.tokenizer
+    assert engine.clear_cache()
+    doc = tok.encode("Document: the river runs through the old city and past the harbor. " * 8)
+    q1 = tok.encode("\nQuestion: where does the river run, which city does it pass, and what does it reach?")
+    q2 = tok.encode("\nAnother question: what?")
+    assert len(q1) >= engine.prefix_cache.block_size and len(q1) * TAIL_KEEP_RATIO >= len(doc + q1)
+    hits = engine.resident_hits
+    assert _cached(engine, doc + q1) == 0
+    assert _cached(engine, doc + q2) >= len(doc)
+    assert _cached(engine, doc + q1) == len(doc + q1) - 1  # all but the last token, decoded for its logits
+    assert engine.resident_hits == hits + 2
+
+
+def test_a_prompt_that_parts_from_a_free_slot_takes_it_when_the_tail_is_short(engine):
+    """A tail shorter than a block, or than 1/TAIL_KEEP_RATIO of the path, is not worth copying the whole path
+    for: the slot is taken and trimmed, and the first question is read again if it comes back."""
     tok = engine.backend.tokenizer
     assert engine.clear_cache()
     doc = tok.encode("Document: the river runs through the old city and past the harbor. " * 8)
     q1, q2 = tok.encode("\nQuestion: where?"), tok.encode("\nQuestion: what?")
-
-    def cached(ids):
-        return [
-            e.cached_tokens for e in run_sync(engine, _req(ids), timeout=120) if hasattr(e, "cached_tokens")
-        ][0]
-
-    assert cached(doc + q1) == 0
-    assert cached(doc + q2) >= len(doc)
-    assert cached(doc + q1) == len(doc + q1) - 1  # all but the last token, which is decoded for its logits
+    assert _cached(engine, doc + q1) == 0
+    assert _cached(engine, doc + q2) >= len(doc)
+    again = _cached(engine, doc + q1)
+    assert len(doc) <= again < len(doc + q1) - 1
 
 
 def test_an_answers_last_token_does_not_ride_in_a_step_that_reads_a_prompt(engine, monkeypatch):

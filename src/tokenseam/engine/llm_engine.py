@@ -43,6 +43,12 @@ TAIL_IDLE_SECONDS = 0.0
 # How long the engine sleeps when every running request holds its last prompt token for a constraint still
 # being made (the constraint's future wakes it sooner; this only bounds a missed wake-up).
 HELD_WAIT_SECONDS = 0.05
+# A free slot's path that a prompt parts from keeps its tail (the part the prompt does not share) only when the
+# tail is at least 1/TAIL_KEEP_RATIO of the path: keeping it copies the whole path (into another slot, or to
+# host memory), while dropping it costs a re-read of the tail's tokens, and only if they are asked for again.
+# A copied token costs far less than a read one (SmolLM2: 8,000 tokens through host memory in about 140 ms,
+# 0.02 ms a token; a prompt token read in a long batch 0.5-1.5 ms), so the ratio leans towards keeping.
+TAIL_KEEP_RATIO = 32
 
 
 class Engine:
@@ -298,20 +304,22 @@ class Engine:
             cached = 0 if not reusing or held == limit else min(self.prefix_cache.match(prompt)[0], limit)
             on_device = held > 0 and held >= cached
             held_toks = self._device_tokens(src) if on_device else None
-            # A free slot whose whole path the prompt continues is taken as it is; another source (a running
-            # sequence, or a free slot the prompt parts from) shares its cells into a slot of its own, so it
-            # keeps them; with no empty slot left, a diverging free slot is taken and trimmed.
+            # A free slot whose whole path the prompt continues is taken as it is, and so is one the prompt
+            # parts from when its tail is not worth a copy or no empty slot is left (it is trimmed); another
+            # source (a running sequence, or a free slot whose tail is kept) is copied into a slot of its own.
             home = -1
             if on_device and src in self._free:
-                if held == len(held_toks) or not self._has_empty_slot(st.request.params.n, src):
+                if not self._tail_worth_keeping(held, len(held_toks)) or not self._has_empty_slot(
+                    st.request.params.n, src
+                ):
                     home = src
             slots = self._take_slots(st.request.params.n, home)
             if on_device:
                 reuse = held
                 if home >= 0:
-                    # the part the prompt leaves goes to host memory first, if it is a block or more (the
-                    # host tree keeps no shorter branch, and the slot keeps the prefix)
-                    if len(held_toks) - reuse >= self.prefix_cache.block_size:
+                    # the part the prompt leaves goes to host memory first, if it is worth the copy (the slot
+                    # keeps the prefix)
+                    if self._tail_worth_keeping(reuse, len(held_toks)):
                         self.prefix_cache.insert(held_toks, home)
                     self.backend.seq_rm(home, reuse, -1)  # the slot holds this prefix: keep it, drop the rest
                 else:
@@ -564,6 +572,13 @@ class Engine:
                 if n > best_n:
                     best, best_n = slot, n
         return best, best_n
+
+    def _tail_worth_keeping(self, shared: int, total: int) -> bool:
+        """Whether a path of `total` tokens, `shared` of which a prompt continues, is worth copying whole so that
+        its other `total - shared` keep their KV: a block or more (the host tree keeps no shorter branch) and at
+        least 1/TAIL_KEEP_RATIO of the path."""
+        tail = total - shared
+        return tail >= self.prefix_cache.block_size and tail * TAIL_KEEP_RATIO >= total
 
     def _has_empty_slot(self, n: int, home: int) -> bool:
         """Whether n free slots other than `home` hold nothing (so `home` can keep its path)."""
