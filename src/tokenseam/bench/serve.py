@@ -311,7 +311,7 @@ class _RawBatch:
         cp.n_seq_max = n_seq
         # the engine's KV layout: a stream per sequence, flash attention as its "auto" picks it
         cp.kv_unified = False
-        fa = LlamaCppBackend.flash_attention_for("auto", n_seq, llama_cpp.llama_model_n_swa(self.model))
+        fa = LlamaCppBackend.flash_attention_for("auto", llama_cpp.llama_model_n_swa(self.model))
         cp.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if fa else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )

@@ -59,15 +59,14 @@ class LlamaCppBackend:
     FLASH_ATTN = ("auto", "on", "off")
 
     @staticmethod
-    def flash_attention_for(setting: str, n_seq: int, n_swa: int) -> bool:
+    def flash_attention_for(setting: str, n_swa: int) -> bool:
         """Whether to use llama.cpp's flash attention. Each sequence has a KV stream of its own, so a decode reads
         only its own cells. Flash attention's CPU kernel skips the cells a token may not see but costs more per
         cell it reads: it wins where most cells are masked, in a model's sliding-window layers (Gemma-3, 15
         tokens after 8,000 cached: 68 ms with it, 89 without), and loses where every cell is read, under full
         attention (SmolLM2, 15 tokens after 1,450 cached with 7 other slots full: 69 ms without it, 117 with
         it; an 8-stream step at 1,450 tokens each: 67 against 69 ms). "auto" turns it on for a model with
-        sliding-window layers only. (`n_seq` no longer matters: it did when all sequences shared one stream,
-        where every other sequence's cells were masked.)"""
+        sliding-window layers only."""
         if setting not in LlamaCppBackend.FLASH_ATTN:
             raise BackendError(
                 f"flash_attn must be one of {', '.join(LlamaCppBackend.FLASH_ATTN)}, not {setting!r}"
@@ -78,7 +77,7 @@ class LlamaCppBackend:
 
     def __init__(self, model_path: str | Path, config: BackendConfig = BackendConfig()) -> None:
         # a bad setting fails before the model loads
-        self.flash_attention_for(config.flash_attn, config.n_seq, 0)
+        self.flash_attention_for(config.flash_attn, 0)
         ensure_llama_backend()
         self.path = Path(model_path)
         self.config = config
@@ -121,7 +120,7 @@ class LlamaCppBackend:
         cparams.n_threads_batch = threads
         cparams.no_perf = False
         self.flash_attn = self.flash_attention_for(
-            config.flash_attn, config.n_seq, llama_cpp.llama_model_n_swa(self._model)
+            config.flash_attn, llama_cpp.llama_model_n_swa(self._model)
         )
         cparams.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED

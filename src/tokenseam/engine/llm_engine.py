@@ -58,9 +58,8 @@ class Engine:
     live in two tiers: the KV cells still on the device (running sequences, and free slots that keep their last
     request's KV, bounded by `resident_tokens`), taken as they are by a prompt that continues a free slot's path
     and copied into the request's sequence otherwise; and the radix prefix cache in host memory, restored from
-    there. A path is copied to host memory only when its cells are
-    about to be dropped (a slot evicted or taken for another prompt), never between a prompt and its first token
-    when a free slot can take it.
+    there. A path is copied to host memory only when its cells are about to be dropped (a slot evicted or taken
+    for another prompt), never between a prompt and its first token when a free slot can take it.
     """
 
     def __init__(self, backend: LlamaCppBackend, max_queue: int = 64) -> None:
