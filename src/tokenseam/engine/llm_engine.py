@@ -540,7 +540,7 @@ class Engine:
 
     def _evict(self, slot: int) -> None:
         """Drop a free slot's KV. Its path is copied to the host prefix cache first, unless another slot holds
-        all of it but less than a block (a prompt that parted from it late shares its cells) or the host
+        all of it but less than a block (a prompt that parted from it late has a copy of that prefix) or the host
         cache already has it."""
         toks = self._resident.pop(slot)
         kept = max(

@@ -70,8 +70,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="TOKENS",
         help="KV that free slots keep from their last request, so a prompt that continues or shares it (a "
-        "conversation's next turn) reuses it with nothing restored (default: --ctx-size; 0: off). Past it, the least recently "
-        "used free slot's path is copied to the host prefix cache when another slot is released",
+        "conversation's next turn) reuses it with nothing restored (default: --ctx-size; 0: off). Past it, the "
+        "least recently used free slot's path is copied to the host prefix cache when another slot is released",
     )
     p.add_argument(
         "--flash-attn",
