@@ -84,9 +84,8 @@ def test_next_turn_reuses_the_answer_through_its_last_token(engine):
 
 
 def _cached(engine, ids):
-    return [e.cached_tokens for e in run_sync(engine, _req(ids), timeout=120) if hasattr(e, "cached_tokens")][
-        0
-    ]
+    events = run_sync(engine, _req(ids), timeout=120)
+    return next(e.cached_tokens for e in events if hasattr(e, "cached_tokens"))
 
 
 def test_a_prompt_that_parts_from_a_free_slot_gets_a_copy_when_the_tail_is_worth_keeping(engine):
