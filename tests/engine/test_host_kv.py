@@ -86,6 +86,18 @@ def test_a_copy_between_sequences_decodes_like_a_cold_prefill(backend):
         backend.seq_cp(0, 1, 8, 80)
 
 
+def test_one_sequence_is_copied_into_several_at_once(backend):
+    """n > 1 choices: every other choice's sequence gets the prompt's KV from one save."""
+    ids = backend.tokenizer.encode("A slow river bends past the mill, and the mill wheel turns. " * 12)[:96]
+    cold = _cold(backend, ids)
+    _last_logits(backend, 0, ids, [])
+    backend.seq_cp(1, [1])  # a sequence copied onto itself is left alone
+    backend.seq_cp(0, [1, backend.scratch_seq], 0, 80)
+    assert [backend.seq_len(s) for s in (0, 1, backend.scratch_seq)] == [len(ids), 80, 80]
+    assert np.array_equal(cold, _warm(backend, ids, 80))
+    backend.clear()
+
+
 def test_a_saved_prefix_shorter_than_its_sequence_is_cut_to_length(backend):
     ids = backend.tokenizer.encode("Seven lamps were lit along the harbour wall at dusk. " * 12)[:96]
     assert len(ids) == 96

@@ -225,19 +225,22 @@ class LlamaCppBackend:
         """Drop positions [p0, p1) of a sequence (-1 = open end)."""
         llama_cpp.llama_memory_seq_rm(self._mem, seq_id, p0, p1)
 
-    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
-        """Replace dst's KV with src's positions [0, p1) (p1 = -1: all of them). The sequences live in streams
-        of their own, so the rows are copied, through host memory: llama.cpp copies between streams only whole
-        streams, and only at the next decode, which a save of dst before that decode would not see."""
+    def seq_cp(self, src: int, dst: int | list[int], p0: int = -1, p1: int = -1) -> None:
+        """Replace dst's KV (each of a list's) with src's positions [0, p1) (p1 = -1: all of them). The
+        sequences live in streams of their own, so the rows are copied, through host memory: llama.cpp copies
+        between streams only whole streams, and only at the next decode, which a save of dst before that
+        decode would not see."""
         if p0 > 0:
             raise BackendError("a sequence is copied from position 0")
-        if src == dst:
+        dsts = [d for d in (dst if isinstance(dst, list) else [dst]) if d != src]
+        if not dsts:
             return
         data = self.seq_save(src)
-        self.seq_rm(dst)
-        self.seq_restore(dst, data)
-        if p1 >= 0:
-            self.seq_rm(dst, p1, -1)
+        for d in dsts:
+            self.seq_rm(d)
+            self.seq_restore(d, data)
+            if p1 >= 0:
+                self.seq_rm(d, p1, -1)
 
     def seq_len(self, seq_id: int) -> int:
         return llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id) + 1
