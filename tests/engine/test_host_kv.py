@@ -32,9 +32,7 @@ def _last_logits(be, seq, ids, cuts):
 def test_restored_prefix_gives_the_same_logits_as_a_cold_prefill(backend):
     ids = backend.tokenizer.encode("The capital of France is Paris. The capital of Italy is Rome. " * 6)[:96]
     assert 81 < len(ids) <= 96
-    backend.clear()
-    cold = _last_logits(backend, 0, ids, [80])  # the same chunks as the cached run below
-    backend.clear()
+    cold = _cold(backend, ids)  # the same chunks as the cached run below
     _last_logits(backend, 0, ids, [])
     kv = HostKV(backend, backend.n_seq_total)
     cache = PrefixCache(kv, [backend.n_seq_total, backend.n_seq_total + 1], max_tokens=1024, block_size=16)

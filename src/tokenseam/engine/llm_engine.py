@@ -438,9 +438,8 @@ class Engine:
                 self._slot_tokens[st.seqs[0].seq_id].extend(toks)
                 if lg is None:
                     continue
-                if (
-                    len(st.seqs) > 1
-                ):  # the other choices start from the prompt's KV (one save, a restore each)
+                # the other choices start from the prompt's KV (one save, a restore each)
+                if len(st.seqs) > 1:
                     self.backend.seq_cp(st.seqs[0].seq_id, [sib.seq_id for sib in st.seqs[1:]])
                 for sib in st.seqs[1:]:
                     sib.n_past = st.prefill_pos
