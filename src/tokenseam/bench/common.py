@@ -22,6 +22,30 @@ def percentile(xs: list[float], q: float) -> float:
     return s[k]
 
 
+def ratio_interval(
+    mine: list[list[float]], theirs: list[list[float]], level: float = 0.9, reps: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """A `level` bootstrap interval for median(mine) / median(theirs), the samples given in paired blocks: block
+    k of each side ran at the same time (the same turn or round), so the machine's drift, which moves both, is
+    resampled with them. Blocks are drawn with replacement, `reps` times, with a fixed seed (the same samples
+    give the same interval)."""
+    import random
+
+    if len(mine) != len(theirs) or not mine:
+        raise ValueError("ratio_interval needs the same number (at least one) of blocks on each side")
+    rng = random.Random(seed)
+    n = len(mine)
+    ratios = []
+    for _ in range(reps):
+        ks = [rng.randrange(n) for _ in range(n)]
+        a = statistics.median([x for k in ks for x in mine[k]])
+        b = statistics.median([x for k in ks for x in theirs[k]])
+        ratios.append(a / b)
+    ratios.sort()
+    tail = (1 - level) / 2
+    return ratios[int(tail * (reps - 1))], ratios[int(round((1 - tail) * (reps - 1)))]
+
+
 def machine() -> dict:
     out = {
         "cpus": os.cpu_count(),

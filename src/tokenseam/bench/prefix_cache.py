@@ -15,7 +15,7 @@ import time
 import httpx
 
 from ..argtypes import int_in_range
-from .common import LlamaServer, TokenseamServe, machine, median, stream_ttft, write_json
+from .common import LlamaServer, TokenseamServe, machine, median, ratio_interval, stream_ttft, write_json
 
 QUESTIONS = [
     "What is the main topic?",
@@ -43,8 +43,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rounds",
         type=int_in_range("--rounds", 2, 100),
-        default=4,
+        default=6,
         help="rounds over the 8 interleaved prefixes (the first one fills the caches and is not scored)",
+    )
+    p.add_argument(
+        "--cached-requests",
+        type=int_in_range("--cached-requests", 2, 500),
+        default=20,
+        help="cached requests per prefix length and server, each with a question of its own (20): the "
+        "cached-TTFT medians and their intervals come from these",
     )
     p.add_argument(
         "--interleaved-tokens",
@@ -119,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         "machine": machine(),
         "config": {
             "rounds": args.rounds,
+            "cached_requests": args.cached_requests,
             "interleaved_tokens": args.interleaved_tokens,
             "prompt_form": args.prompt_form,
         },
@@ -205,11 +213,13 @@ def _turns(targets: list[_Target], k: int) -> list[_Target]:
     return targets[k % len(targets) :] + targets[: k % len(targets)]
 
 
-async def _long_prefix(tok, targets: list[_Target], n_tokens: int, form: str = "ids") -> dict[str, dict]:
-    """Per server: one cold request (a document no server has seen), then ten with the same document and other
-    questions, the servers taking turns request by request. `form`: see _form."""
+async def _long_prefix(
+    tok, targets: list[_Target], n_tokens: int, form: str = "ids", cached: int = 10
+) -> dict[str, dict]:
+    """Per server: one cold request (a document no server has seen), then `cached` ones with the same document
+    and other questions, the servers taking turns request by request. `form`: see _form."""
     ids = _doc_ids(tok, n_tokens, seed=n_tokens)  # each length its own document: no length warms another
-    qs = _questions(tok)
+    qs = _questions(tok, cached)
     cold: dict[str, float] = {}
     warm: dict[str, list[tuple[float, int]]] = {t.name: [] for t in targets}
     async with httpx.AsyncClient(timeout=1800) as c:
@@ -236,7 +246,7 @@ async def _interleaved(args, tok, targets: list[_Target]) -> dict[str, dict]:
     """Per server and round: 8 concurrent requests, one per prefix (about 315 tokens each) with a new
     question; round 0 fills the caches and is not scored. The servers take turns round by round."""
     heads = _heads(tok)
-    got: dict[str, list[tuple[float, int, int]]] = {t.name: [] for t in targets}
+    got: dict[str, list[list[tuple[float, int, int]]]] = {t.name: [] for t in targets}
     async with httpx.AsyncClient(timeout=1800) as c:
         for rnd in range(args.rounds):
             for t in _turns(targets, rnd):
@@ -249,15 +259,19 @@ async def _interleaved(args, tok, targets: list[_Target]) -> dict[str, dict]:
                 )
                 await asyncio.sleep(SETTLE_SECONDS)
                 if rnd:
-                    got[t.name] += [(x, cached, len(h)) for (x, cached), h in zip(outs, heads, strict=True)]
+                    got[t.name].append(
+                        [(x, cached, len(h)) for (x, cached), h in zip(outs, heads, strict=True)]
+                    )
     return {
         name: {
             "prefixes": len(heads),
             "prefix_tokens_each": [len(h) for h in heads],
-            "share": sum(min(cached, n) for _, cached, n in rows) / max(sum(n for _, _, n in rows), 1),
-            "ttft_median_s": median([x for x, _, _ in rows]),
+            "share": sum(min(cached, n) for r in rounds for _, cached, n in r)
+            / max(sum(n for r in rounds for _, _, n in r), 1),
+            "ttft_median_s": median([x for r in rounds for x, _, _ in r]),
+            "ttft_rounds_s": [[x for x, _, _ in r] for r in rounds],
         }
-        for name, rows in got.items()
+        for name, rounds in got.items()
     }
 
 
@@ -289,7 +303,8 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                     )
                     targets.append(_llama_target(f"np{np_}", ls.url))
             long = {
-                str(n): asyncio.run(_long_prefix(tok, targets, n, args.prompt_form)) for n in _lengths(args)
+                str(n): asyncio.run(_long_prefix(tok, targets, n, args.prompt_form, args.cached_requests))
+                for n in _lengths(args)
             }
             inter = asyncio.run(_interleaved(args, tok, targets))
             m["flash_attn"] = {name: ts.flash_attention() for name, ts in servers.items()}
@@ -307,10 +322,36 @@ def _bench_model(model: str, args: argparse.Namespace) -> dict:
                 "long_prefix": {n: per[t.name] for n, per in long.items()},
                 "interleaved_share": inter[t.name]["share"],
                 "interleaved_ttft_median_s": inter[t.name]["ttft_median_s"],
+                "vs_tokenseam": _versus(long, inter, t.name),
             }
             for t in targets[2:]
         }
     return m
+
+
+def _versus(long: dict[str, dict[str, dict]], inter: dict[str, dict], anchor: str) -> dict:
+    """Each tokenseam server's cached TTFT over the anchor's, per cell: the ratio of medians and its 90 %
+    bootstrap interval, the samples paired as they ran (request k of each server in one turn; one round of
+    the interleaved workload)."""
+
+    def cell(mine: list[list[float]], theirs: list[list[float]]) -> dict:
+        lo, hi = ratio_interval(mine, theirs)
+        ratio = median([x for b in mine for x in b]) / median([x for b in theirs for x in b])
+        return {"ratio": ratio, "interval_90": [lo, hi]}
+
+    out: dict = {}
+    for label, name in _NAMES.items():
+        out[label] = {
+            "long_prefix": {
+                n: cell(
+                    [[x] for x in per[name]["ttft_cached_all_s"]],
+                    [[x] for x in per[anchor]["ttft_cached_all_s"]],
+                )
+                for n, per in long.items()
+            },
+            "interleaved_8": cell(inter[name]["ttft_rounds_s"], inter[anchor]["ttft_rounds_s"]),
+        }
+    return out
 
 
 def _rag_shares(model: str, args: argparse.Namespace) -> dict:
@@ -363,9 +404,14 @@ def _rag_shares(model: str, args: argparse.Namespace) -> dict:
         state.backend.close()
 
 
-def _questions(tok) -> list[list[int]]:
-    """The long-prefix workload's suffixes: the first request is the cold one."""
-    return [tok.encode(f"\nQuestion: {q}\nAnswer:") for q in QUESTIONS]
+def _questions(tok, cached: int = 10) -> list[list[int]]:
+    """The long-prefix workload's suffixes, the cold request's and then `cached` others, each its own text:
+    QUESTIONS in turn, numbered once they come round again."""
+    out = [f"\nQuestion: {q}\nAnswer:" for q in QUESTIONS[: cached + 1]]
+    for k in range(len(out), cached + 1):
+        q = QUESTIONS[1 + (k - 1) % (len(QUESTIONS) - 1)]
+        out.append(f"\nQuestion {(k - 1) // (len(QUESTIONS) - 1)}: {q}\nAnswer:")
+    return [tok.encode(q) for q in out]
 
 
 def _interleaved_questions(tok, rnd: int) -> list[list[int]]:
@@ -383,15 +429,21 @@ _NAMES = {"8 slots": "tokenseam", "1 slot": "tokenseam-p1"}
 _SLOTS = {"tokenseam": 8, "tokenseam-p1": 1}  # tokenseam's two servers under the timed workloads
 
 
-def _ratios(mine: dict, get, theirs_s: float) -> str:
-    """tokenseam's figure (`get` of each of its servers' results) over an anchor's, per tokenseam server."""
-    return ", ".join(f"{label} {get(t) / theirs_s:.2f}x" for label, t in mine.items())
+def _ratios(cells: dict[str, dict]) -> str:
+    """tokenseam's cached TTFT over an anchor's, per tokenseam server: the ratio and its 90 % interval."""
+    return ", ".join(
+        f"{label} {c['ratio']:.2f}x ({c['interval_90'][0]:.2f}-{c['interval_90'][1]:.2f})"
+        for label, c in cells.items()
+    )
 
 
 def _report(console, res: dict) -> None:
     from rich.table import Table
 
-    table = Table(title="prefix KV cache (shares are of the fixed prefix's tokens; TTFT medians)")
+    table = Table(
+        title="prefix KV cache (shares are of the fixed prefix's tokens; TTFT medians; tokenseam / llama-server "
+        "with a 90 % bootstrap interval)"
+    )
     for col in ("model", "server", "RAG share, plain / stable keys", "TTFT cold → cached", "8 interleaved"):
         table.add_column(col)
     for model, m in res["models"].items():
@@ -412,9 +464,10 @@ def _report(console, res: dict) -> None:
                 f"{il['share']:.1%}, TTFT {il['ttft_median_s'] * 1000:.0f} ms",
             )
         for name, ls in m.get("llama_server", {}).items():
+            vs = ls["vs_tokenseam"]
             ttft = "; ".join(
                 f"{n}: {lp['ttft_cold_s'] * 1000:.0f} → {lp['ttft_cached_s'] * 1000:.0f} ms "
-                f"(tokenseam {_ratios(mine, lambda t, n=n: t['long_prefix'][n]['ttft_cached_s'], lp['ttft_cached_s'])})"
+                f"(tokenseam {_ratios({label: vs[label]['long_prefix'][n] for label in mine})})"
                 for n, lp in ls["long_prefix"].items()
             )
             table.add_row(
@@ -423,6 +476,6 @@ def _report(console, res: dict) -> None:
                 "–",
                 ttft,
                 f"{ls['interleaved_share']:.1%}, TTFT {ls['interleaved_ttft_median_s'] * 1000:.0f} ms "
-                f"(tokenseam {_ratios(mine, lambda t: t['interleaved_8']['ttft_median_s'], ls['interleaved_ttft_median_s'])})",
+                f"(tokenseam {_ratios({label: vs[label]['interleaved_8'] for label in mine})})",
             )
     console.print(table)
