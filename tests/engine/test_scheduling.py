@@ -4,7 +4,6 @@ answer's last token taken over by the next turn."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -119,34 +118,6 @@ def test_a_prompt_that_parts_from_a_free_slot_takes_it_when_the_tail_is_short(en
     assert len(doc) <= again < len(doc + q1) - 1
 
 
-def test_an_idle_engine_decodes_an_answers_last_token_only_after_a_pause(engine, monkeypatch):
-    """The decode that caches a finished answer's last token waits TAIL_IDLE_SECONDS after the step that ended
-    the answer, so it does not take the cores while the server writes the answer out."""
-    import tokenseam.engine.llm_engine as le
-
-    tok = engine.backend.tokenizer
-    assert engine.clear_cache()
-    monkeypatch.setattr(le, "TAIL_IDLE_SECONDS", 0.2)
-    calls: list[tuple[float, float, int]] = []  # (start, end, sequences) per decode
-    real = engine.backend.decode
-
-    def decode(items):
-        t0 = time.monotonic()
-        try:
-            return real(items)
-        finally:
-            calls.append((t0, time.monotonic(), len(items)))
-
-    monkeypatch.setattr(engine.backend, "decode", decode)
-    list(run_sync(engine, _req(tok.encode("One short answer, then nothing else to do."), n=2), timeout=120))
-    deadline = time.monotonic() + 30
-    while engine._tails and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not engine._tails and len(calls) == 3  # the prompt, the second token, then the tail on its own
-    (_, answered, _), (tail_start, _, n) = calls[1], calls[2]
-    assert n == 1 and tail_start - answered >= 0.2
-
-
 def test_a_prompt_sent_at_once_that_parts_from_a_finished_path_takes_its_slot(engine, monkeypatch):
     """Another question after the same document, sent before the first answer's last token was decoded: the
     prompt has no use for that token, so the slot is released without it and taken over (trimmed), not copied
@@ -172,6 +143,28 @@ def test_a_prompt_sent_at_once_that_parts_from_a_finished_path_takes_its_slot(en
     assert not copies and set(seen) == {slot}  # read in the first request's slot, nothing copied
     ((s, _, pos),) = engine._tails  # the second answer's last token waits now; the first's was dropped
     assert s == slot and pos >= len(doc + q2)
+
+
+def test_a_prompt_sent_at_once_leaves_a_finished_path_worth_keeping_to_its_decode(engine, monkeypatch):
+    """The same, where the first question is a long part of the path: that path keeps its slot and its last
+    token's decode, and the second prompt gets a copy of the document."""
+    import tokenseam.engine.llm_engine as le
+
+    tok = engine.backend.tokenizer
+    assert engine.clear_cache()
+    monkeypatch.setattr(le, "TAIL_IDLE_SECONDS", 60.0)
+    doc = tok.encode("Document: the river runs through the old city and past the harbor. " * 8)
+    q1 = tok.encode("\nQuestion: where does the river run, which city does it pass, and what does it reach?")
+    q2 = tok.encode("\nQuestion: what?")
+    assert _cached(engine, doc + q1) == 0
+    (slot, _, _), *more = engine._tails
+    assert not more
+    copies: list[tuple] = []
+    real_cp = engine.backend.seq_cp
+    monkeypatch.setattr(engine.backend, "seq_cp", lambda *a: copies.append(a) or real_cp(*a))
+    assert _cached(engine, doc + q2) >= len(doc)
+    assert [c[0] for c in copies] == [slot]  # copied from the first request's slot, which kept its path
+    assert _cached(engine, doc + q1) == len(doc + q1) - 1  # the first path was kept whole
 
 
 def test_an_answers_last_token_does_not_ride_in_a_step_that_reads_a_prompt(engine, monkeypatch):

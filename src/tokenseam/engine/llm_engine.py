@@ -37,11 +37,12 @@ PROMPT_LOGPROB_CHUNK = 64
 PREFILL_GROUP_TOKENS = 16
 PREFILL_MAX_PASSES = 8
 # How long finished requests' last tokens wait, with nothing else to do, for a step of generated tokens to ride
-# in, or for a next turn that continues the answer to take them over; then an idle engine decodes them, while
-# the client reads the answer and sends its next turn, so that turn finds them cached. Not at once: that decode
-# takes the cores while the server writes the answer out, and a one-token answer (SmolLM2, 96 cached tokens)
-# reached its client 6.6 ms after its prompt step instead of 3.5-4.1. A next turn sent sooner adopts the token.
-TAIL_IDLE_SECONDS = 0.01
+# in, or for a next turn that continues the answer to take them over. 0: an idle engine decodes them at once,
+# while the client reads the answer and sends its next turn, so that turn finds them cached. (That decode takes
+# the cores while the server writes the answer out: a one-token answer's own work was 3.5-4.1 ms with a pause
+# of 2-20 ms and 6.6 ms without. But a client that sends its next turn at once then finds the token still
+# undecoded, and reads it again: 6 to 10 of 60 SmolLM2 turns one token short of 99.5 % reused.)
+TAIL_IDLE_SECONDS = 0.0
 # How long the engine sleeps when every running request holds its last prompt token for a constraint still
 # being made (the constraint's future wakes it sooner; this only bounds a missed wake-up).
 HELD_WAIT_SECONDS = 0.05
@@ -517,16 +518,23 @@ class Engine:
         return tok
 
     def _adopt_tail(self, prompt: list[int]) -> None:
-        """A finished request's slot whose last token waits for its decode (`_tails`), when no other slot holds
-        more of the prompt's prefix: released now, as a free slot. A prompt that continues through that token
-        (the next turn, sent at once) decodes it as part of its prompt; one that parts before it (another
-        question after the same document, sent at once) has no use for it, and takes the slot or copies from it
-        as it would once the token was decoded. A tail no prompt shares waits for its decode."""
+        """A finished request's slot whose last token waits for its decode (`_tails`), released now as a free
+        slot when the prompt takes it over: a prompt that continues its path through that token (the next turn,
+        sent at once) decodes the token as part of its prompt; one whose longest match is that path and that
+        parts from it where the rest is not worth keeping (another question after the same document: see
+        `_tail_worth_keeping`) takes the slot and trims it, as it would once the token was decoded, rather than
+        copying the path from a busy slot. Any other tail waits for its decode."""
+        for i, (slot, tok, _) in enumerate(self._tails):
+            toks = self._slot_tokens[slot]
+            if len(prompt) > len(toks) and prompt[len(toks)] == tok and prompt[: len(toks)] == toks:
+                del self._tails[i]
+                self._release(slot)
+                return
         if not self._tails or len(prompt) < 2:
             return
-        src, _ = self._device_match(prompt, len(prompt) - 1)
+        src, held = self._device_match(prompt, len(prompt) - 1)
         for i, (slot, _, _) in enumerate(self._tails):
-            if slot == src:
+            if slot == src and not self._tail_worth_keeping(held, len(self._slot_tokens[slot]) + 1):
                 del self._tails[i]
                 self._release(slot)
                 return
