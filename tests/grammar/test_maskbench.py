@@ -23,6 +23,7 @@ def test_maskbench_sample(smollm2_vocab, tokenizers):
         r = run_file(engine, doc["schema"], tokenize_tests(tokenizers["smollm2"], doc), 30.0, times)
         r["file"] = path.name
         results.append(r)
+        assert engine.compiler.memory_stats()["cached_grammars"] == 0  # freed after the file, outside timing
     s = summarize("tokenseam", results, times, None)
     bad = [
         (r["file"], r["status"], r["error"])

@@ -138,6 +138,25 @@ def test_a_grammar_in_use_is_not_evicted(smollm2_vocab, tokenizers):
     assert c.compile_json_schema(SCHEMA) is not g
 
 
+def test_clear_cache_drops_every_cached_grammar_and_spares_those_in_use(smollm2_vocab, tokenizers):
+    c = GrammarCompiler(smollm2_vocab, cache_size=8)
+    a, b = _distinct_schema(1), _distinct_schema(2)
+    m = GrammarMatcher(c.compile_json_schema(a[0]))
+    c.compile_json_schema(b[0])
+    assert c.clear_cache() == 2 and c.memory_stats()["cached_grammars"] == 0
+    assert c.clear_cache() == 0
+    out = np.zeros(smollm2_vocab.mask_words, dtype=np.int32)
+    for t in tokenizers["smollm2"].encode(json.dumps(a[1])):  # the matcher still has its grammar
+        m.fill_next_token_bitmask(out)
+        assert out[t >> 5] >> (t & 31) & 1 and m.accept_token(t)
+    assert m.is_accepting()
+    assert c.compile_json_schema(a[0]) is not m.compiled  # built again, and cached again
+    assert c.memory_stats()["cached_grammars"] == 1
+    del m
+    gc.collect()
+    assert c.memory_stats()["live_grammars"] == 1
+
+
 def test_an_evicted_grammar_in_use_keeps_exact_masks(smollm2_vocab, tokenizers):
     """A grammar evicted as soon as it is compiled (the cache's one place holds a grammar in use) is still the
     caller's: a request on it gets the masks of a compiler that never evicted anything, while other grammars

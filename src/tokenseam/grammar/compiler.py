@@ -102,6 +102,14 @@ class GrammarCompiler:
         with self._lock:
             return {"cached_grammars": len(self._cache), **self.memory.stats()}
 
+    def clear_cache(self) -> int:
+        """Drop every cached grammar; how many were dropped. A grammar a matcher still uses stays alive for it
+        (and in `memory_stats` until it is freed); the next compile of its source builds it again."""
+        with self._lock:
+            n = len(self._cache)
+            self._cache.clear()
+            return n
+
     def _cached(self, key: tuple, build: Callable[[], tuple[Grammar, str, str]]) -> CompiledGrammar:
         full = key + (self.vocab.fingerprint,)
         with self._lock:
