@@ -142,34 +142,40 @@ def test_a_compile_under_the_default_budget_is_unaffected(compiler):
     )
 
 
-def test_checkpoint_yields_the_gil_once_per_yield_interval(monkeypatch):
-    # A clock the test drives: the count of yields follows from it, not from how fast this machine is.
+def test_checkpoint_reads_resident_memory_once_per_interval(monkeypatch):
+    # A clock the test drives: the count of reads follows from it, not from how fast this machine is.
     clock = [0.0]
-    calls = []
-    monkeypatch.setattr(budget, "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=calls.append))
-    b = budget.CompileBudget(seconds=60)
+    reads = []
+    monkeypatch.setattr(budget, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(budget, "resident_bytes", lambda: reads.append(clock[0]) or 1)
+    b = budget.CompileBudget(seconds=60, rss_limit=1 << 40)
     for _ in range(100):
-        clock[0] += budget.YIELD_SECONDS * 0.3
+        clock[0] += budget.RSS_CHECK_SECONDS * 0.3
         b.tick(budget.CHECK_EVERY)
-    assert calls == [0] * 25  # every fourth checkpoint is 1.2 intervals after the last yield
+    assert len(reads) == 25  # every fourth checkpoint is 1.2 intervals after the last read
+    reads.clear()
+    free = budget.CompileBudget(seconds=60)  # no cap: memory is never read
+    for _ in range(100):
+        clock[0] += budget.RSS_CHECK_SECONDS
+        free.tick(budget.CHECK_EVERY)
+    assert reads == []
 
 
-def test_a_long_compile_yields_with_sleep_zero(small_budget, monkeypatch):
-    # A clock the test drives, half a yield interval per look: the compile reaches its time budget after about
-    # 400 checkpoints on any machine, long before its size budget (a fast machine reached that first on the
-    # wall clock).
+def test_a_long_compile_never_sleeps(small_budget, monkeypatch):
+    # A clock the test drives: the compile reaches its time budget after about 400 checkpoints on any machine,
+    # long before its size budget (a fast machine reached that first on the wall clock). The interpreter's
+    # switch interval, not the compile, hands the GIL to the server's other threads.
     clock = [0.0]
     calls = []
 
     def monotonic() -> float:
-        clock[0] += budget.YIELD_SECONDS / 2
+        clock[0] += budget.RSS_CHECK_SECONDS / 2
         return clock[0]
 
     monkeypatch.setattr(budget, "time", types.SimpleNamespace(monotonic=monotonic, sleep=calls.append))
     with pytest.raises(GrammarError, match="time budget"):
         small_budget.compile_json_schema(allof_tree())
-    # The compile runs for the whole budget (seconds), far longer than one yield interval.
-    assert calls and set(calls) == {0}
+    assert calls == []
 
 
 def test_outside_a_compile_the_budget_counts_nothing_and_never_sleeps(monkeypatch):
@@ -180,7 +186,7 @@ def test_outside_a_compile_the_budget_counts_nothing_and_never_sleeps(monkeypatc
     for _ in range(3):
         b.tick(10 * budget.CHECK_EVERY)
         b.spend(10 * budget.CHECK_EVERY)
-        time.sleep(2 * budget.YIELD_SECONDS)
+        time.sleep(2 * budget.RSS_CHECK_SECONDS)
     assert calls == [] and b.size_used == 0 and b.work == 0
 
 

@@ -7,14 +7,18 @@ merged schemas, IR nodes, automaton states and edges), `release(n)` when such da
 steps of work that keep nothing. Every CHECK_EVERY units the budget compares the clock with its deadline and
 the size counter with its limit, and raises GrammarError naming the limit, the stage and where in the grammar
 it was (a JSON pointer, a rule name).
-The same checkpoint sleeps for 0 s every few milliseconds, which releases the GIL: a long compile in a worker
-thread then cannot starve the event loop and engine threads of the same process.
+With a memory cap (`rss_limit`), the same checkpoint reads the process's resident memory, at most every
+RSS_CHECK_SECONDS. A long compile in a worker thread needs nothing here to let the event loop and engine
+threads of the process run: the interpreter hands the GIL to a waiting thread after its switch interval (5 ms
+by default, 0.5 ms in `tokenseam serve`). The checkpoint also slept for 0 s every 10 ms once, which gave a
+thread waking every millisecond beside 40 large compiles no earlier turn (the same lateness, p50 0.7 ms and
+p99 2-3 ms at a 0.5 ms interval) and cost each compile about 1 % (and the core, on a busy machine).
 
 The budget in force is kept in a context variable: the stages deep inside (code point automata, the NFA
 builder) find it there without it being passed through every call. `compile_budget()` opens one, or joins
 the one already open (a front end called by GrammarCompiler shares the compiler's budget). Outside any
 compile, `current()` is a budget that does nothing, so the helpers still work when called on their own and
-request-time work (the automaton's lazy states) neither counts nor sleeps.
+request-time work (the automaton's lazy states) neither counts nor checks.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ COMPILE_SECONDS = 20.0
 # states) peaks at 2,650,000 units; the next largest at 360,000.
 COMPILE_SIZE = 6_000_000
 CHECK_EVERY = 2048  # units between two looks at the clock (a unit is well under a microsecond of work)
-YIELD_SECONDS = 0.01  # release the GIL at least this often (a yield costs 0.05-1 ms on a busy machine)
+RSS_CHECK_SECONDS = 0.01  # under a memory cap, resident memory is read at most this often (a read of /proc)
 
 _CURRENT: contextvars.ContextVar[CompileBudget | None] = contextvars.ContextVar(
     "tokenseam_compile_budget", default=None
@@ -61,7 +65,7 @@ class CompileBudget:
         "stage",
         "where",
         "_next",
-        "_yielded",
+        "_rss_read",
         "_peak",
     )
 
@@ -81,7 +85,7 @@ class CompileBudget:
         self.stage = "compiling"
         self.where = ""
         self._next = CHECK_EVERY
-        self._yielded = now
+        self._rss_read = now
 
     def spend(self, n: int = 1) -> None:
         """Record n units of data the compile keeps (they count against the size limit and as work)."""
@@ -120,14 +124,13 @@ class CompileBudget:
         now = time.monotonic()
         if now > self.deadline:
             raise GrammarError(self._message(f"time budget ({self.seconds:g} s)"))
-        if now - self._yielded >= YIELD_SECONDS:
-            if self.rss_limit is not None and resident_bytes() > self.rss_limit:
+        if self.rss_limit is not None and now - self._rss_read >= RSS_CHECK_SECONDS:
+            self._rss_read = now
+            if resident_bytes() > self.rss_limit:
                 raise GrammarResourceError(
                     f"the server reached its memory cap ({self.rss_limit // (1 << 20)} MB) while {self.stage}; "
                     "retry later or simplify the grammar"
                 )
-            time.sleep(0)  # lets the server's other threads take the GIL
-            self._yielded = time.monotonic()
 
     def _message(self, limit: str) -> str:
         at = f" at {self.where}" if self.where else ""
@@ -138,7 +141,7 @@ class CompileBudget:
 
 
 class _Unbounded(CompileBudget):
-    """What `current()` gives outside any compile: it counts nothing, never stops and never sleeps. Code that
+    """What `current()` gives outside any compile: it counts nothing, never stops and never checks. Code that
     also runs at request time (the automaton's states built lazily, as masks reach them) reports to it."""
 
     __slots__ = ()
