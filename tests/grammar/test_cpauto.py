@@ -52,6 +52,35 @@ def test_not_words_is_the_complement_of_the_word_set(seed):
         assert not cpauto.is_empty(fast)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_not_words_numbers_its_trie_as_the_words_are_inserted(seed):
+    # The trie comes from a kernel (cpkernels.word_trie); its states must be the reference trie's, numbered in
+    # the same order, so that the byte NFA built from it does not change. Many words sharing prefixes fill the
+    # kernel's table past its first probes.
+    rnd = random.Random(seed)
+    alphabet = ALPHABET + "cdxyz\ud800\udfff"
+    words = ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 9))) for _ in range(rnd.randint(1, 300))]
+    words += rnd.sample(words, min(5, len(words)))
+    a = cpauto.not_words(words)
+    ref = literal_set(words)
+    assert a.sink == ref.size
+    assert a.ends == ref.finals
+    assert a.children == [{c: t for c, _, t in sorted(ref.edges[s], key=lambda e: e[2])} for s in range(ref.size)]
+    assert a.finals == set(range(a.sink + 1)) - ref.finals
+    assert a.universal_states == set(range(a.sink + 1))
+
+
+def test_not_words_refuses_a_trie_past_the_state_cap(monkeypatch):
+    from tokenseam.grammar.errors import GrammarError
+
+    monkeypatch.setattr(cpauto, "MAX_NFA_STATES", 50)
+    assert cpauto.not_words(["a" * 48]).sink == 49
+    with pytest.raises(GrammarError, match="too large"):
+        cpauto.not_words(["a" * 49])
+    with pytest.raises(GrammarError, match="too large"):
+        cpauto.not_words(["x" * 30, "y" * 30])
+
+
 @pytest.mark.parametrize(
     "words",
     [[], [""], ["a"], ["\x00", "\x00b"], ["ab", "ac", "b"], ["\ud7ff\ue000", "\U0010ffff"], ["\ud800x"]],

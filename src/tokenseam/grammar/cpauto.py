@@ -609,30 +609,60 @@ def _complement_plan(
 
 
 class WordsComplement(CPNFA):
-    """`not_words`: every string except the words, as the complement of their trie. The trie is kept
-    (`children`, `ends`; state `sink` after leaving it) and the rows are made when first read: the byte NFA
-    builder lowers such an automaton from its trie (nfa._Builder.embed_words), and most are never read
+    """`not_words`: every string except the words, as the complement of their trie. The trie is kept as arrays
+    (`parent`, `code`, `ends`; state `sink` after leaving it) and the rest is made when first read: the byte NFA
+    builder lowers such an automaton from those arrays (nfa._Builder.embed_words), and most are never read
     otherwise. States: the trie's, then the sink; every one but the words' ends accepts, and every one is alive
     after any text."""
 
-    def __init__(
-        self, children: list[dict[int, int]], ends: set[int], parent: list[int], code: list[int]
-    ) -> None:
+    def __init__(self, parent: np.ndarray, code: np.ndarray, word_end: np.ndarray) -> None:
         super().__init__()
-        self.children = children
-        # The same trie as arrays, for the byte NFA builder's kernel (cpkernels.word_rows): per state, the state
-        # it hangs from and the code point into it (-1 at the root).
+        # Per trie state: the state it hangs from (-1 at the root), the code point into it, and 1 where a word
+        # ends (the arrays cpkernels.word_rows reads).
         self.parent = parent
         self.code = code
-        self.ends = ends
-        self.sink = len(children)
+        self.word_end = word_end
+        self.ends: set[int] = set(np.flatnonzero(word_end).tolist())
+        self.sink = len(parent)
+        self._children: list[dict[int, int]] | None = None
         self._rows: list | None = None
         self._eps: list | None = None
         self._grouped: list | None = None
-        self.finals = set(range(self.sink + 1)) - ends
+        self._finals: set[int] | None = None
+        self._universal: set[int] | None = None
         self.start = 0
         self.live_start = True  # every state reaches the sink, which accepts: nothing to trim
-        self.universal_states = set(range(self.sink + 1))
+
+    @property
+    def children(self) -> list[dict[int, int]]:
+        """Per trie state, its children by code point, in the order they were made."""
+        if self._children is None:
+            children: list[dict[int, int]] = [{} for _ in range(self.sink)]
+            for t, (p, c) in enumerate(zip(self.parent.tolist(), self.code.tolist())):
+                if p >= 0:
+                    children[p][c] = t
+            self._children = children
+        return self._children
+
+    @property
+    def finals(self) -> set[int]:
+        if self._finals is None:
+            self._finals = set(range(self.sink + 1)) - self.ends
+        return self._finals
+
+    @finals.setter
+    def finals(self, states: set[int]) -> None:
+        self._finals = states
+
+    @property
+    def universal_states(self) -> set[int]:
+        if self._universal is None:
+            self._universal = set(range(self.sink + 1))
+        return self._universal
+
+    @universal_states.setter
+    def universal_states(self, states: set[int] | None) -> None:
+        self._universal = states
 
     # CPNFA's row attributes, made from the trie on first use (trim and the like may replace them).
     @property
@@ -693,30 +723,19 @@ class WordsComplement(CPNFA):
 
 def not_words(words: list[str]) -> WordsComplement:
     """A deterministic automaton accepting every string except exactly `words` (equal to the complement of the
-    trie of `words`); its rows are made when first read."""
+    trie of `words`, its states numbered as the words are inserted in order); its rows are made when first
+    read."""
     budget = current()
-    children: list[dict[int, int]] = [{}]
-    parent, code = [-1], [-1]
-    ends: set[int] = set()
-    for w in words:
-        s = 0
-        for ch in w:
-            c = ord(ch)
-            t = children[s].get(c)
-            if t is None:
-                t = len(children)
-                if t >= MAX_NFA_STATES - 1:
-                    raise GrammarError("pattern automaton too large")
-                children.append({})
-                children[s][c] = t
-                parent.append(s)
-                code.append(c)
-            s = t
-        ends.add(s)
+    text = "".join(words)
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.int32)
+    lens = np.fromiter(map(len, words), np.int32, len(words))
+    parent, code, word_end, n = cpkernels.word_trie(codes, lens)
+    if n >= MAX_NFA_STATES:
+        raise GrammarError("pattern automaton too large")
     # The trie's states and the sink (two budget units each, as CPNFA.add charges), their rows (about four
     # ranges each, two units per range) and the sets of states kept.
-    budget.spend(2 * (len(children) + 1) + 8 * len(children) + len(children))
-    return WordsComplement(children, ends, parent, code)
+    budget.spend(2 * (n + 1) + 8 * n + n)
+    return WordsComplement(parent, code, word_end)
 
 
 class Searcher:

@@ -366,6 +366,50 @@ def word_rows(parent, code, ends):
 
 
 @numba.njit(cache=True)
+def word_trie(codes, lens):
+    """The trie of words given as their code points end to end (`codes`) and their lengths, states numbered as
+    they are made, word by word: (per state the state it hangs from, -1 at the root; the code point into it;
+    1 where a word ends; the count of states). Children are found by (state, code point) in an open-addressing
+    table of twice the characters."""
+    cap = codes.shape[0] + 1
+    parent = np.empty(cap, np.int32)
+    code = np.empty(cap, np.int32)
+    ends = np.zeros(cap, np.uint8)
+    parent[0] = -1
+    code[0] = -1
+    size = 16
+    while size < 2 * cap:
+        size *= 2
+    slot_parent = np.full(size, -1, np.int32)
+    slot_code = np.empty(size, np.int32)
+    slot_child = np.empty(size, np.int32)
+    n = 1
+    k = 0
+    for w in range(lens.shape[0]):
+        s = 0
+        for _ in range(lens[w]):
+            c = codes[k]
+            k += 1
+            h = ((s * 1000003) ^ (c * 31)) & (size - 1)
+            while True:
+                if slot_parent[h] < 0:
+                    slot_parent[h] = s
+                    slot_code[h] = c
+                    slot_child[h] = n
+                    parent[n] = s
+                    code[n] = c
+                    s = n
+                    n += 1
+                    break
+                if slot_parent[h] == s and slot_code[h] == c:
+                    s = slot_child[h]
+                    break
+                h = (h + 1) & (size - 1)
+        ends[s] = 1
+    return parent[:n], code[:n], ends[:n], n
+
+
+@numba.njit(cache=True)
 def place_word_rows(edges, eps, first, sink, escapes, high, end):
     """word_rows' rows numbered in the NFA, in place: trie state q is state first + q, and the TO_* codes the
     states given."""
@@ -385,6 +429,7 @@ def warm_up() -> None:
         np.array([-1, 0, 1], np.int32), np.array([-1, 97, 98], np.int32), np.array([0, 0, 1], np.uint8)
     )
     place_word_rows(rows, eps, 0, 3, 4, 5, 6)
+    word_trie(np.array([97, 98], np.int32), np.array([2], np.int32))
     edges = np.array([[97, 97, 1]], np.int64)
     determinize_kernel(
         np.array([0, 1, 1], np.int64),

@@ -793,12 +793,7 @@ class _Builder:
         same rows; `kernel=False` keeps to the loop below, the reference."""
         written = None
         if kernel and esc:
-            word_end = np.zeros(a.sink, np.uint8)  # per trie state: a word ends there
-            if a.ends:
-                word_end[list(a.ends)] = 1
-            edges, eps, units = cpkernels.word_rows(
-                np.array(a.parent, np.int32), np.array(a.code, np.int32), word_end
-            )
+            edges, eps, units = cpkernels.word_rows(a.parent, a.code, a.word_end)
             if units >= 0:
                 written = edges, eps
         if written is None:
