@@ -59,13 +59,17 @@ def test_not_words_numbers_its_trie_as_the_words_are_inserted(seed):
     # kernel's table past its first probes.
     rnd = random.Random(seed)
     alphabet = ALPHABET + "cdxyz\ud800\udfff"
-    words = ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 9))) for _ in range(rnd.randint(1, 300))]
+    words = [
+        "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 9))) for _ in range(rnd.randint(1, 300))
+    ]
     words += rnd.sample(words, min(5, len(words)))
     a = cpauto.not_words(words)
     ref = literal_set(words)
     assert a.sink == ref.size
     assert a.ends == ref.finals
-    assert a.children == [{c: t for c, _, t in sorted(ref.edges[s], key=lambda e: e[2])} for s in range(ref.size)]
+    assert a.children == [
+        {c: t for c, _, t in sorted(ref.edges[s], key=lambda e: e[2])} for s in range(ref.size)
+    ]
     assert a.finals == set(range(a.sink + 1)) - ref.finals
     assert a.universal_states == set(range(a.sink + 1))
 

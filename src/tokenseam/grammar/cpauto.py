@@ -638,7 +638,7 @@ class WordsComplement(CPNFA):
         """Per trie state, its children by code point, in the order they were made."""
         if self._children is None:
             children: list[dict[int, int]] = [{} for _ in range(self.sink)]
-            for t, (p, c) in enumerate(zip(self.parent.tolist(), self.code.tolist())):
+            for t, (p, c) in enumerate(zip(self.parent.tolist(), self.code.tolist(), strict=True)):
                 if p >= 0:
                     children[p][c] = t
             self._children = children

@@ -8,7 +8,22 @@ import dataclasses
 
 from .budget import current
 from .errors import GrammarError
-from .ir import EMPTY, NOTHING, Alt, Auto, Chars, Escaped, Grammar, Members, Node, Ref, Repeat, Seq
+from .ir import (
+    EMPTY,
+    LAYOUT,
+    LAYOUT_NO_INDENT,
+    NOTHING,
+    Alt,
+    Auto,
+    Chars,
+    Escaped,
+    Grammar,
+    Members,
+    Node,
+    Ref,
+    Repeat,
+    Seq,
+)
 from .walk import run
 
 
@@ -32,7 +47,8 @@ def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], list[str]]:
         while stack:
             n = stack.pop()
             t = type(n)
-            if t is Chars:  # most nodes, and shared (one per character): nothing below them
+            if t is Chars or n is LAYOUT or n is LAYOUT_NO_INDENT:
+                # most nodes, and shared (one per character, one whitespace node): no reference below them
                 continue
             if id(n) in seen:
                 again.append(n)
