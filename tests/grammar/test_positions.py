@@ -689,6 +689,7 @@ def test_nfa_rows_flat_and_read_only():
     eps = [[2], [], [0, 1]]
     fe, fp = FlatRows(edges, 3), FlatRows(eps, 1)
     assert len(fe) == 3 and [list(r) for r in fe] == edges and [list(r) for r in fp] == eps
+    assert fe.lists() == edges and fp.lists() == eps  # every row at once, as the same lists
     assert fe.off.tolist() == [0, 2, 2, 3] and fp.data.tolist() == [2, 0, 1]
     assert fe[1] == () and fe[0] is fe[0]  # a row is made once
     with pytest.raises(IndexError):
@@ -743,6 +744,7 @@ def test_flat_rows_grouped_by_a_stable_counting_sort():
         want = items[order, 1:] if width > 2 else items[order, 1]
         assert rows.data.shape == want.shape and (rows.data == want).all()
         assert len(rows) == n
+        assert rows.lists() == [list(rows[q]) for q in range(n)]
         for q in range(min(n, 60)):
             mine = items[items[:, 0] == q]
             assert list(rows[q]) == (

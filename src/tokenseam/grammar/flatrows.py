@@ -10,14 +10,16 @@ import numpy as np
 
 class FlatRows(dict):
     """A list of rows kept flat once it is final: offsets plus one numpy array (`off`, `data`). Row q is made
-    into a tuple when first read and kept, so reading a row again is a plain dict lookup. Read-only.
+    into a tuple when first read and kept, so reading a row again is a plain dict lookup. Read-only. A compile
+    reads a few hundred rows of tens of thousands, so nothing is converted for the rows never read (the
+    offsets as a list cost more than every row read); `lists()` converts them all at once.
 
     A large grammar's NFA has tens of thousands of states, each with a list of edges and a list of epsilon
     edges. As Python lists and tuples they are objects the cyclic GC must traverse: the first collection
     after a compile took 10-30 ms, and every later full collection paid again. Flat, only the rows that
     Python-side state building reads become objects; the numba walk reads the arrays themselves."""
 
-    __slots__ = ("off", "data", "_off")
+    __slots__ = ("off", "data")
 
     def __init__(self, rows: list[list], width: int) -> None:
         super().__init__()
@@ -28,7 +30,6 @@ class FlatRows(dict):
         items = chain.from_iterable(chain.from_iterable(rows)) if width > 1 else chain.from_iterable(rows)
         data = np.fromiter(items, dtype=np.int32, count=width * m)
         self.data = data.reshape(m, width) if width > 1 else data
-        self._off = self.off.tolist()
 
     @classmethod
     def grouped(cls, items: np.ndarray, n: int) -> FlatRows:
@@ -41,22 +42,31 @@ class FlatRows(dict):
         dict.__init__(self)
         self.off = off
         self.data = data if items.shape[1] > 2 else data.reshape(-1)
-        self._off = off.tolist()
         return self
 
     def __missing__(self, q: int) -> tuple:
-        if not 0 <= q < len(self._off) - 1:
+        off = self.off
+        if not 0 <= q < len(off) - 1:
             raise IndexError(q)
-        part = self.data[self._off[q] : self._off[q + 1]].tolist()
+        part = self.data[off[q] : off[q + 1]].tolist()
         r = tuple(map(tuple, part)) if self.data.ndim == 2 else tuple(part)
         dict.__setitem__(self, q, r)
         return r
+
+    def lists(self) -> list[list]:
+        """Every row as a list (of tuples, or of ints for width 1), converted in bulk: for a pass over all of
+        them."""
+        off = self.off.tolist()
+        items = self.data.tolist()
+        if self.data.ndim == 2:
+            items = list(map(tuple, items))
+        return [items[off[q] : off[q + 1]] for q in range(len(off) - 1)]
 
     def __setitem__(self, q, row) -> None:
         raise TypeError("FlatRows is read-only")
 
     def __len__(self) -> int:
-        return len(self._off) - 1
+        return len(self.off) - 1
 
     def __iter__(self):
         return (self[q] for q in range(len(self)))

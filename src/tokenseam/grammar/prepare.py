@@ -42,7 +42,7 @@ def prepare_nfa(nfa: ByteNFA) -> PreparedNFA:
             nfa.freeze_rows()
             _check_left_recursion(nfa)
             if nfa.may_dead_end:
-                edges, eps = [list(r) for r in nfa.edges], [list(r) for r in nfa.eps]
+                edges, eps = nfa.edges.lists(), nfa.eps.lists()
                 _trim(nfa, edges, eps)
                 while _settle_sets(nfa):
                     _trim(nfa, edges, eps)
