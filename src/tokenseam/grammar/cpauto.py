@@ -616,22 +616,31 @@ class WordsComplement(CPNFA):
     after any text."""
 
     def __init__(self, parent: np.ndarray, code: np.ndarray, word_end: np.ndarray) -> None:
-        super().__init__()
+        # (CPNFA's attributes set here, without its __init__: most of them are properties of this class, made
+        # when first read, and an object has dozens of these automata.)
         # Per trie state: the state it hangs from (-1 at the root), the code point into it, and 1 where a word
         # ends (the arrays cpkernels.word_rows reads).
         self.parent = parent
         self.code = code
         self.word_end = word_end
-        self.ends: set[int] = set(np.flatnonzero(word_end).tolist())
         self.sink = len(parent)
+        self._ends: set[int] | None = None
         self._children: list[dict[int, int]] | None = None
         self._rows: list | None = None
         self._eps: list | None = None
         self._grouped: list | None = None
         self._finals: set[int] | None = None
         self._universal: set[int] | None = None
+        self.safe_budgets = None
         self.start = 0
         self.live_start = True  # every state reaches the sink, which accepts: nothing to trim
+
+    @property
+    def ends(self) -> set[int]:
+        """The trie states where a word ends."""
+        if self._ends is None:
+            self._ends = set(np.flatnonzero(self.word_end).tolist())
+        return self._ends
 
     @property
     def children(self) -> list[dict[int, int]]:
