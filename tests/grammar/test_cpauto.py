@@ -538,3 +538,19 @@ def test_few_states_with_many_edges_go_to_the_kernel(monkeypatch):
     assert calls == [1]
     cpauto.determinize(narrow)
     assert calls == [1]
+
+
+def test_shared_ascii_characters_lower_as_the_general_path_lowers_them(monkeypatch):
+    # The byte NFA writes a shared node of a printable ASCII character as one edge at once (ir.PLAIN_BYTE);
+    # without that table the general path lowers it. Same states and rows either way, inside a JSON string
+    # (quote and backslash escaped there) and outside, with the last character ending in the caller's state.
+    from tokenseam.grammar import nfa as nfa_mod
+    from tokenseam.grammar.ir import Escaped, Grammar, alt, lit, seq
+    from tokenseam.grammar.nfa import build_nfa
+
+    text = 'a"\\b~ 9'
+    g = Grammar({"root": alt(seq(lit(text), Escaped(lit(text)), lit("é")), Escaped(lit('x"')))}, "root")
+    fast = _frozen(build_nfa(g))
+    monkeypatch.setattr(nfa_mod, "PLAIN_BYTE", {})
+    monkeypatch.setattr(nfa_mod, "PLAIN_BYTE_IN_STRING", {})
+    assert _frozen(build_nfa(g)) == fast

@@ -176,6 +176,11 @@ def _alt_of(items: tuple[Node, ...]) -> Alt:
 
 
 _ONE_CHAR: dict[str, Chars] = {}  # shared nodes for single characters (literals are most of a big enum)
+# The shared nodes of printable ASCII characters by id, to their byte: the byte NFA writes each as one edge
+# (most of a literal key). The second leaves out the quote and the backslash, which inside a JSON string are
+# escaped. (The nodes are kept for the process, so their ids stay theirs.)
+PLAIN_BYTE: dict[int, int] = {}
+PLAIN_BYTE_IN_STRING: dict[int, int] = {}
 
 
 def _char(c: str) -> Chars:
@@ -185,6 +190,10 @@ def _char(c: str) -> Chars:
         node = Chars(((o, o),))
         if len(_ONE_CHAR) < 1 << 16:
             _ONE_CHAR[c] = node
+            if 0x20 <= o < 0x80:
+                PLAIN_BYTE[id(node)] = o
+                if o != 0x22 and o != 0x5C:
+                    PLAIN_BYTE_IN_STRING[id(node)] = o
     return node
 
 

@@ -23,6 +23,8 @@ from .ir import (
     EMPTY,
     LAYOUT,
     LAYOUT_NO_INDENT,
+    PLAIN_BYTE,
+    PLAIN_BYTE_IN_STRING,
     Alt,
     Auto,
     Chars,
@@ -540,7 +542,22 @@ class _Builder:
                 return end
             last = len(items) - 1
             edges = nfa.e
+            plain = PLAIN_BYTE_IN_STRING if esc else PLAIN_BYTE
             for k, it in enumerate(items):
+                a = plain.get(id(it))
+                if a is not None:
+                    # A shared node of a plain ASCII character (most of a literal key): one byte edge, and its
+                    # state made as add() makes it, without the call.
+                    if k == last and end is not None:
+                        t = end
+                    else:
+                        t = nfa.n
+                        if t >= nfa._next_check:
+                            nfa._check(t)
+                        nfa.n = t + 1
+                    edges += (s, a, a, t)
+                    s = t
+                    continue
                 if type(it) is Chars and len(it.ranges) == 1:
                     # A single plain ASCII character (most of a literal key): one byte edge, no call.
                     a, b = it.ranges[0]
