@@ -554,3 +554,21 @@ def test_shared_ascii_characters_lower_as_the_general_path_lowers_them(monkeypat
     monkeypatch.setattr(nfa_mod, "PLAIN_BYTE", {})
     monkeypatch.setattr(nfa_mod, "PLAIN_BYTE_IN_STRING", {})
     assert _frozen(build_nfa(g)) == fast
+
+
+def test_layout_rows_kernel_writes_the_rows_of_the_reference():
+    # The inner rows of each whitespace run (nfa._Builder.layout) are written at the freeze by a kernel from
+    # (a, e, indent) triples; nfa.layout_rows_into is the reference it must match, row for row.
+    from tokenseam.grammar import cpkernels
+    from tokenseam.grammar.nfa import layout_rows_into
+
+    rng = random.Random(3)
+    triples = [(rng.randrange(0, 10_000), rng.randrange(0, 10_000), rng.random() < 0.5) for _ in range(200)]
+    edges, eps = cpkernels.layout_rows(np.array([x for t in triples for x in t], np.int32))
+    want_edges: list[int] = []
+    want_eps: list[int] = []
+    for a, e, indent in triples:
+        layout_rows_into(want_edges, want_eps, a, e, indent)
+    assert edges.tolist() == want_edges and eps.tolist() == want_eps
+    empty = cpkernels.layout_rows(np.zeros(0, np.int32))
+    assert empty[0].size == 0 and empty[1].size == 0

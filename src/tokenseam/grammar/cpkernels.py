@@ -366,6 +366,36 @@ def word_rows(parent, code, ends):
 
 
 @numba.njit(cache=True)
+def layout_rows(lay):
+    """The rows of the layouts' inner states (nfa._Builder.layout), from (a, e, indent) triples: per layout,
+    as nfa.layout_rows_into appends them. Returns flat (edges as source, lo, hi, target; epsilon edges as
+    source, target)."""
+    m = lay.shape[0] // 3
+    edges = np.empty(4 * 5 * m, np.int32)
+    eps = np.empty(2 * 2 * m, np.int32)
+    ne = 0
+    np_ = 0
+    for i in range(m):
+        a = lay[3 * i]
+        e = lay[3 * i + 1]
+        indent = lay[3 * i + 2]
+        n = a + 2 if indent else e
+        ne = _edge(edges, ne, a, 0x09, 0x09, e)
+        ne = _edge(edges, ne, a, 0x20, 0x20, e)
+        ne = _edge(edges, ne, a + 1, 0x0A, 0x0A, n)
+        if indent:
+            ne = _edge(edges, ne, n, 0x09, 0x09, n)
+            ne = _edge(edges, ne, n, 0x20, 0x20, n)
+            eps[np_] = n
+            eps[np_ + 1] = e
+            np_ += 2
+        eps[np_] = a
+        eps[np_ + 1] = e
+        np_ += 2
+    return edges[:ne], eps[:np_]
+
+
+@numba.njit(cache=True)
 def word_trie(codes, lens):
     """The trie of words given as their code points end to end (`codes`) and their lengths, states numbered as
     they are made, word by word: (per state the state it hangs from, -1 at the root; the code point into it;
@@ -430,6 +460,7 @@ def warm_up() -> None:
     )
     place_word_rows(rows, eps, 0, 3, 4, 5, 6)
     word_trie(np.array([97, 98], np.int32), np.array([2], np.int32))
+    layout_rows(np.array([0, 3, 1, 4, 6, 0], np.int32))
     edges = np.array([[97, 97, 1]], np.int64)
     determinize_kernel(
         np.array([0, 1, 1], np.int64),

@@ -74,6 +74,8 @@ class ByteNFA:
         # Epsilon edges likewise: (source, target) pairs while built, then `eps`, each state's targets in order.
         self.ep: list[int] = []
         self.ep_chunks: list[np.ndarray] = []
+        # Layouts whose inner rows are written at the freeze: (a, e, indent) each (_Builder.layout).
+        self.lay: list[int] = []
         self.eps: FlatRows | None = None
         self.call: dict[int, tuple[int, int]] = {}
         self.rule_start: list[int] = []
@@ -145,6 +147,11 @@ class ByteNFA:
         """Edges and epsilon edges become per-state rows, flat and read-only (FlatRows), each state's in the
         order they were added: call once the NFA is complete (prepare.prepare_nfa)."""
         if self.edges is None:
+            if self.lay:
+                edges, eps = cpkernels.layout_rows(np.array(self.lay, np.int32))
+                self.e_chunks.append(edges)
+                self.ep_chunks.append(eps)
+                self.lay = []
             self.edges = _rows_of(self.e, self.e_chunks, 4, self.n)
             self.eps = _rows_of(self.ep, self.ep_chunks, 2, self.n)
             self.e, self.ep, self.e_chunks, self.ep_chunks = [], [], [], []
@@ -171,6 +178,18 @@ def _rows_of(flat: list[int], chunks: list[np.ndarray], width: int, n: int) -> F
         ]
     )
     return FlatRows.grouped(np.frombuffer(raw, dtype=np.int32).reshape(-1, width), n)
+
+
+def layout_rows_into(edges: list[int], ep: list[int], a: int, e: int, indent: bool) -> None:
+    """The rows of a layout's inner states a, r (and n) appended to flat edge and epsilon lists, in the order
+    cpkernels.layout_rows writes them: a's blanks into e, r's newline, n's blanks looping and n into e, a into
+    e."""
+    n = a + 2 if indent else e
+    edges += (a, 0x09, 0x09, e, a, 0x20, 0x20, e, a + 1, 0x0A, 0x0A, n)
+    if indent:
+        edges += (n, 0x09, 0x09, n, n, 0x20, 0x20, n)
+        ep += (n, e)
+    ep += (a, e)
 
 
 def _one_safe_char(node: Node) -> bool:
@@ -636,20 +655,20 @@ class _Builder:
         """ir.LAYOUT (or LAYOUT_NO_INDENT) from s: [ \\t]{0,2} | \\r?\\n[ \\t]*, the language of the general
         lowering without its walk of the tree, and with indentation one state fewer (the run loops on the state
         after the newline). States: after one blank a, after a carriage return r, after the newline n (the end
-        without indentation)."""
+        without indentation). The rows of a, r and n, which no other edge leaves, are written at the freeze
+        from (a, e, indent) (`ByteNFA.lay`, cpkernels.layout_rows): a third of a large schema's states are
+        these, and their edges as Python ints cost more than the rest of the layout."""
         nfa = self.nfa
         e = nfa.add() if end is None else end
         a = nfa.add_many(3 if indent else 2)  # a, r (and n), numbered as one add() each would be
         r = a + 1
         n = a + 2 if indent else e
-        edges, ep = nfa.e, nfa.ep
-        edges += (s, 0x09, 0x09, a, s, 0x20, 0x20, a, s, 0x0D, 0x0D, r, s, 0x0A, 0x0A, n)
-        edges += (a, 0x09, 0x09, e, a, 0x20, 0x20, e, r, 0x0A, 0x0A, n)
-        if indent:
-            edges += (n, 0x09, 0x09, n, n, 0x20, 0x20, n)
-            ep += (n, e)
-        ep += (s, e)
-        ep += (a, e)
+        nfa.e += (s, 0x09, 0x09, a, s, 0x20, 0x20, a, s, 0x0D, 0x0D, r, s, 0x0A, 0x0A, n)
+        nfa.ep += (s, e)
+        if self.rule_log is None:
+            nfa.lay += (a, e, indent)
+        else:  # a library body being recorded: library.record reads the edges it added from the lists
+            layout_rows_into(nfa.e, nfa.ep, a, e, indent)
         return e
 
     def _members(self, node: Members, s: int, esc: bool, end: int | None):
