@@ -19,7 +19,7 @@ class FlatRows(dict):
     after a compile took 10-30 ms, and every later full collection paid again. Flat, only the rows that
     Python-side state building reads become objects; the numba walk reads the arrays themselves."""
 
-    __slots__ = ("off", "data")
+    __slots__ = ("off", "data", "_at")
 
     def __init__(self, rows: list[list], width: int) -> None:
         super().__init__()
@@ -30,6 +30,7 @@ class FlatRows(dict):
         items = chain.from_iterable(chain.from_iterable(rows)) if width > 1 else chain.from_iterable(rows)
         data = np.fromiter(items, dtype=np.int32, count=width * m)
         self.data = data.reshape(m, width) if width > 1 else data
+        self._at = memoryview(self.off)  # the offsets read as Python ints, without a copy
 
     @classmethod
     def grouped(cls, items: np.ndarray, n: int) -> FlatRows:
@@ -42,13 +43,14 @@ class FlatRows(dict):
         dict.__init__(self)
         self.off = off
         self.data = data if items.shape[1] > 2 else data.reshape(-1)
+        self._at = memoryview(off)
         return self
 
     def __missing__(self, q: int) -> tuple:
-        off = self.off
-        if not 0 <= q < len(off) - 1:
+        at = self._at
+        if not 0 <= q < len(at) - 1:
             raise IndexError(q)
-        part = self.data[off[q] : off[q + 1]].tolist()
+        part = self.data[at[q] : at[q + 1]].tolist()
         r = tuple(map(tuple, part)) if self.data.ndim == 2 else tuple(part)
         dict.__setitem__(self, q, r)
         return r
