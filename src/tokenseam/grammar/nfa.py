@@ -578,7 +578,8 @@ class _Builder:
                     s = t
                     continue
                 if type(it) is Chars and len(it.ranges) == 1:
-                    # A single plain ASCII character (most of a literal key): one byte edge, no call.
+                    # A single plain ASCII character in a node of its own (not one of ir's shared ones): one byte
+                    # edge, no call.
                     a, b = it.ranges[0]
                     if a == b and 0x20 <= a < 0x80 and not (esc and (a == 0x22 or a == 0x5C)):
                         t = end if k == last and end is not None else nfa.add()
