@@ -577,16 +577,7 @@ class _Builder:
                     edges += (s, a, a, t)
                     s = t
                     continue
-                if type(it) is Chars and len(it.ranges) == 1:
-                    # A single plain ASCII character in a node of its own (not one of ir's shared ones): one byte
-                    # edge, no call.
-                    a, b = it.ranges[0]
-                    if a == b and 0x20 <= a < 0x80 and not (esc and (a == 0x22 or a == 0x5C)):
-                        t = end if k == last and end is not None else nfa.add()
-                        edges += (s, a, a, t)
-                        s = t
-                        continue
-                elif (it is LAYOUT or it is LAYOUT_NO_INDENT) and not esc:  # (around a colon, comma or brace)
+                if (it is LAYOUT or it is LAYOUT_NO_INDENT) and not esc:  # (around a colon, comma or brace)
                     s = self.layout(it is LAYOUT, s, end if k == last else None)
                     continue
                 t = self._emit(it, s, esc, end if k == last else None)
