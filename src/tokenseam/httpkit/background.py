@@ -20,8 +20,16 @@ class BackgroundServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
+        # Idle connections stay open 75 s, as `tokenseam gateway` keeps them: with uvicorn's 5 s, a client that
+        # sends on a kept connection just as the server closes it gets "connection reset" (a test's client
+        # without retries, once, after a 5 s pause between two requests).
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="auto", timeout_graceful_shutdown=1, backlog=1024
+            app,
+            log_level="warning",
+            lifespan="auto",
+            timeout_graceful_shutdown=1,
+            backlog=1024,
+            timeout_keep_alive=75,
         )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
