@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -197,6 +198,7 @@ def test_character_classes_are_read_once_per_dialect(compiler, monkeypatch):
     from tokenseam.grammar.budget import compile_budget
 
     monkeypatch.setattr(regex, "CLASSES", {})
+    regex._parsed.cache_clear()  # (a pattern parsed earlier in the process would not read its classes again)
 
     def ranges(pattern, dialect):
         with compile_budget(10, None, None):
@@ -226,3 +228,62 @@ def test_character_classes_are_read_once_per_dialect(compiler, monkeypatch):
     for k in range(5):
         ranges(f"[a-{chr(98 + k)}]", "ecma")
     assert len(regex.CLASSES) <= 2
+
+
+def test_a_parsed_pattern_is_kept_and_an_error_still_names_its_place(monkeypatch):
+    # Parsed patterns are kept for the process: the same text, search mode and dialect give the same node
+    # (the IR is immutable); a refused pattern is not kept, and each error names the place it was met.
+    from tokenseam.grammar import regex
+    from tokenseam.grammar.budget import compile_budget
+
+    regex._parsed.cache_clear()
+    with compile_budget(10, None, None):
+        a = regex.parse_regex("^[a-f0-9]{8}$", search=True, dialect="json-schema")
+        assert regex.parse_regex("^[a-f0-9]{8}$", search=True, dialect="json-schema", where="elsewhere") is a
+        assert regex.parse_regex("^[a-f0-9]{8}$", search=True, dialect="ecma") is not a
+        assert regex.parse_regex("^[a-f0-9]{8}$", dialect="json-schema") is not a
+        for where in ("pattern at #/properties/a", "pattern at #/properties/b"):
+            with pytest.raises(GrammarError, match=f"^{where}: missing .* at position 4"):
+                regex.parse_regex("ab(c", search=True, where=where, dialect="json-schema")
+        long = "x" * (regex.PARSED_MAX_LENGTH + 1)
+        assert regex.parse_regex(long) is not regex.parse_regex(long)
+        monkeypatch.setattr(regex, "_parsed", functools.lru_cache(maxsize=4)(regex._parsed.__wrapped__))
+        for k in range(10):
+            regex.parse_regex(f"a{{{k}}}")
+        assert regex._parsed.cache_info().currsize == 4
+
+
+def test_a_repeated_string_constraint_is_one_node(compiler):
+    # The same pattern, format or length bounds in several properties are lowered once (one IR node, its
+    # automata built once): the language is unchanged, warnings still name every place.
+    from tokenseam.grammar.budget import compile_budget
+    from tokenseam.grammar.json_schema import _Compiler, schema_to_grammar
+
+    hexid = {"type": "string", "pattern": "^[a-f0-9]{4}$"}
+    bounded = {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3}
+    dated = {"type": "string", "format": "date"}
+    props = {
+        "a": hexid,
+        "b": dict(hexid),
+        "c": bounded,
+        "d": dict(bounded),
+        "e": {"type": "string", "format": "made-up"},
+        "f": {"type": "string", "format": "made-up"},
+        "g": dated,
+    }
+    schema = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+    with compile_budget(10, None, None):
+        c = _Compiler(schema, False, False, False, 40)
+        for one in (hexid, bounded, dated):
+            assert c.compile(one, "#/x") is c.compile(dict(one), "#/y")
+        assert c.compile(hexid, "#/x") is not c.compile(bounded, "#/x")
+        assert c.compile({**hexid, "minLength": 4}, "#/x") is not c.compile(hexid, "#/x")
+    g = schema_to_grammar(schema)
+    assert [w for w in g.warnings if "made-up" in w] == [
+        f"format 'made-up' at /properties/{k} is not enforced (annotation only)" for k in "ef"
+    ]
+    cg = compiler.compile_json_schema(schema)
+    good = {"a": "00ff", "b": "abcd", "c": "xy", "d": "z", "e": "", "f": "q", "g": "2024-02-29"}
+    assert accepts_text(cg, json.dumps(good))
+    for k, bad in (("b", "00fg"), ("d", "wxyz"), ("b", "00f"), ("c", ""), ("g", "2023-02-29")):
+        assert not accepts_text(cg, json.dumps({**good, k: bad})), (k, bad)

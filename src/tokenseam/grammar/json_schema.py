@@ -137,6 +137,7 @@ class _Compiler(Combinators, Negation, NumberLowering, StringLowering, Container
         self.shared: set[str] = set()
         self.extra_rules = 0
         self.number_autos: dict[tuple, Node] = {}
+        self.string_autos: dict[tuple, Node] = {}
         self.merge_inputs: dict[str, str] = {}
         self.pattern_dfas: dict[str, dict] = {}
         self.pattern_overlaps: dict[tuple[str, str], bool] = {}

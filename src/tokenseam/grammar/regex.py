@@ -469,6 +469,26 @@ def parse_regex(
         raise GrammarError(f"{where}: regex must be a string, got {type(pattern).__name__}")
     if dialect not in DIALECTS:
         raise ValueError(f"unknown regex dialect {dialect!r}")
+    if len(pattern) <= PARSED_MAX_LENGTH:
+        try:
+            return _parsed(pattern, search, dialect, python_dollar)
+        except GrammarError:
+            pass  # not kept: parsed again below, for the error message naming `where`
+    return _parse(pattern, search, where, dialect, python_dollar)
+
+
+# Parsed patterns kept for the process (the IR is immutable, so one node serves every grammar that uses it):
+# schemas repeat the same patterns and formats in many properties, and across the schemas a server sees.
+PARSED_MAX_LENGTH = 2000
+PARSED_KEPT = 256
+
+
+@functools.lru_cache(maxsize=PARSED_KEPT)
+def _parsed(pattern: str, search: bool, dialect: str, python_dollar: bool) -> Node:
+    return _parse(pattern, search, "regex", dialect, python_dollar)
+
+
+def _parse(pattern: str, search: bool, where: str, dialect: str, python_dollar: bool) -> Node:
     parser = _Parser(pattern, where, dialect)
     raw = parser.parse()
     err = parser.err

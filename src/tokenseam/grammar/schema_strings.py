@@ -129,33 +129,59 @@ class StringLowering:
                 raise GrammarError(f"{key} at {ptr} must be a non-negative integer")
         if mx is not None and mx < mn:
             return NOTHING
-        regexes = []
+        fmt = s.get("format")
+        if fmt is not None and fmt not in FORMATS:
+            if fmt in STANDARD_FORMATS:
+                self.unsupported(f"format {fmt!r}", ptr)
+            else:
+                self.warnings.append(f"format {fmt!r} at {ptr} is not enforced (annotation only)")
+            fmt = None
         pats = s.get("pattern")
+        excluded = s.get("_not_strings")
+        not_patterns = s.get("_not_pattern", ())
+        if pats is None and fmt is None and not excluded and not not_patterns:
+            return self.string_node(mn, mx)
+        # The same constraints met again (a pattern or format repeated across a schema's properties) are the
+        # same node: its regexes parsed and automata built once, and the NFA builder copies its lowering.
+        try:
+            key = (
+                tuple(pats) if isinstance(pats, list) else pats,
+                fmt,
+                mn,
+                mx,
+                tuple(excluded) if excluded else None,
+                tuple(not_patterns),
+            )
+            node = self.string_autos.get(key)
+        except TypeError:  # (an unhashable value: parse_regex names it below)
+            key = node = None
+        if node is None:
+            node = self.constrained_string(pats, fmt, mn, mx, excluded, not_patterns, ptr)
+            if key is not None:
+                self.string_autos[key] = node
+        return node
+
+    def constrained_string(self, pats, fmt, mn, mx, excluded, not_patterns, ptr) -> Node:
+        """t_string with a pattern, a format FORMATS has, or excluded values."""
+        regexes = []
         if pats is not None:
             for p in pats if isinstance(pats, list) else [pats]:
                 regexes.append(
                     parse_regex(p, search=True, where=f"pattern at {ptr}/pattern", dialect="json-schema")
                 )
-        fmt = s.get("format")
         if fmt is not None:
-            if fmt in FORMATS:
-                regexes.append(
-                    parse_regex(FORMATS[fmt], where=f"format {fmt}", dialect="json-schema")
-                )  # ASCII \d
-            elif fmt in STANDARD_FORMATS:
-                self.unsupported(f"format {fmt!r}", ptr)
-            else:
-                self.warnings.append(f"format {fmt!r} at {ptr} is not enforced (annotation only)")
+            regexes.append(
+                parse_regex(FORMATS[fmt], where=f"format {fmt}", dialect="json-schema")
+            )  # ASCII \d
         q = lit('"')
-        excluded = s.get("_not_strings")
         if excluded:
             # Excluding values forces the json.dumps encoding (no escapes but the required ones), so an escape
             # cannot spell one.
             regexes.append(Auto(cpauto.not_words(excluded)))
-        for p in s.get("_not_pattern", ()):
+        for p in not_patterns:
             # `not {pattern: p}`: a string no reading of p matches (either validator would reject a match).
             regexes.append(Auto(self.pattern_dfa(p, ptr, "either", complement=True)))
-        if not regexes:
+        if not regexes:  # (`pattern: []`)
             return self.string_node(mn, mx)
         if len(regexes) == 1 and mn == 0 and mx is None:
             return seq(q, Escaped(regexes[0]), q)  # an Auto inside is escaped the same way
