@@ -572,3 +572,30 @@ def test_layout_rows_kernel_writes_the_rows_of_the_reference():
     assert edges.tolist() == want_edges and eps.tolist() == want_eps
     empty = cpkernels.layout_rows(np.zeros(0, np.int32))
     assert empty[0].size == 0 and empty[1].size == 0
+
+
+@pytest.mark.parametrize("chunk", [True, False])
+def test_fresh_target_template_makes_what_escapes_and_high_state_make(chunk):
+    # A not_words sink's escapes and multi-byte forms are copied from a template (CodePointEdges.into_fresh):
+    # the same states, rows and shared entries as escapes() then high_state() into a target nothing leads
+    # into yet, after other states exist; the edges as an array chunk or on the list.
+    from tokenseam.grammar.nfa import _SINK_SETS, ByteNFA
+    from tokenseam.grammar.utf8 import CodePointEdges
+
+    def made(use_template):
+        nfa = ByteNFA()
+        cpe = CodePointEdges(nfa)
+        nfa.add_many(40)
+        cpe.lower(((0x41, 0x5A), (0x2028, 0x2029)), 3, 7, True)  # other shared states, other targets
+        target = nfa.add()
+        if use_template:
+            got = cpe.into_fresh(*_SINK_SETS, target, chunk)
+        else:
+            got = cpe.escapes(_SINK_SETS[0], target), cpe.high_state(_SINK_SETS[1], target)
+        again = cpe.escapes(_SINK_SETS[0], target), cpe.high_state(_SINK_SETS[1], target)
+        cpe.lower(((0x100, 0x10FFFF),), 1, target, True)  # (reuses the target's tail states)
+        assert again == got
+        nfa.freeze_rows()
+        return got, nfa.n, _frozen(nfa), sorted(cpe.tails.items())
+
+    assert made(True) == made(False)

@@ -264,6 +264,8 @@ def _word_row(cs: tuple[int, ...], esc: bool) -> tuple[int, tuple]:
 
 
 _SETS: dict[tuple, tuple] = {}  # the code point sets in _word_row's steps, one object per content
+# The escaped and the multi-byte code points of a not_words sink: the sets of a trie state without children.
+_SINK_SETS = tuple(next(x for kind, x, _, _ in _word_row((), True)[1] if kind == k) for k in (1, 2))
 
 
 class _Builder:
@@ -870,10 +872,7 @@ class _Builder:
         """The rows cpkernels.word_rows wrote, numbered in the NFA: the sink's escapes and multi-byte forms made
         here, in the order the loop makes them at its first trie state (a state without children has the
         sink's sets: every key character has a set of its own)."""
-        cpe = self.code_points
-        items = _word_row((), True)[1]
-        escapes = cpe.escapes(next(x for kind, x, _, _ in items if kind == 1), sink)
-        high = cpe.high_state(next(x for kind, x, _, _ in items if kind == 2), sink)
+        escapes, high = self.code_points.into_fresh(*_SINK_SETS, sink, self.rule_log is None)
         cpkernels.place_word_rows(edges, eps, first, sink, escapes, high, e)
         if self.rule_log is None:
             self.nfa.e_chunks.append(edges)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .ir import covers_safe
 
 if TYPE_CHECKING:
@@ -176,6 +178,27 @@ class CodePointEdges:
             edges += (bs + q, c, c, e if t < 0 else bs + t)
         return bs
 
+    def into_fresh(self, specials: tuple[int, ...], high: tuple, e: int, chunk: bool) -> tuple[int, int]:
+        """escapes(specials, e), then high_state(high, e), for a target `e` that nothing leads into yet (no
+        shared state of e's exists): the same states, edges and shared entries, copied from a template made
+        once per pair of sets. With `chunk`, the edges go to the NFA as an array (`ByteNFA.e_chunks`: no other
+        edge ever leaves these states). The states after the backslash and the multi-byte forms' state."""
+        size, rows, esc_at, high_at, tails = _fresh_template(specials, high)
+        nfa = self.nfa
+        first = nfa.add_many(size)
+        edges = rows.copy()
+        edges[:, 0] += first
+        edges[:, 3] = np.where(rows[:, 3] < 0, e, rows[:, 3] + first)
+        if chunk:
+            nfa.e_chunks.append(edges.ravel())
+        else:
+            nfa.e += edges.ravel().tolist()
+        self.esc_cache[(specials, e)] = bs = first + esc_at
+        self.high_cache[(high, e)] = y = first + high_at
+        for depth, at in tails:
+            self.tails[(e, depth)] = first + at
+        return bs, y
+
     def lower_raw(self, lo: int, hi: int, s: int, e: int) -> None:
         nfa = self.nfa
         for sq in utf8_sequences(lo, hi):
@@ -205,3 +228,29 @@ class CodePointEdges:
             self.nfa.e += (t, 0x80, 0xBF, nxt)
             self.tails[key] = t
         return t
+
+
+_FRESH: dict[tuple, tuple] = {}
+
+
+def _fresh_template(specials: tuple[int, ...], high: tuple) -> tuple:
+    """CodePointEdges.into_fresh's template: escapes and high_state run on a scratch NFA whose target is state
+    0. Its states are numbered from 0 (the target is -1) in the order they were made; the byte edges as an
+    int32 array of (source, first byte, last byte, target) rows in the order written."""
+    hit = _FRESH.get((specials, high))
+    if hit is not None:
+        return hit
+    from .nfa import ByteNFA  # (nfa imports this module)
+
+    scratch = CodePointEdges(ByteNFA())
+    target = scratch.nfa.add()
+    bs = scratch.escapes(specials, target)
+    y = scratch.high_state(high, target)
+    rows = np.array(scratch.nfa.e, np.int32).reshape(-1, 4)
+    rows[:, 0] -= 1
+    rows[:, 3] -= 1  # the target, 0, becomes -1
+    tails = tuple((depth, t - 1) for (_, depth), t in scratch.tails.items())
+    hit = (scratch.nfa.n - 1, rows, bs - 1, y - 1, tails)
+    if len(_FRESH) < 64:
+        _FRESH[(specials, high)] = hit
+    return hit
