@@ -183,12 +183,11 @@ class CodePointEdges:
         shared state of e's exists): the same states, edges and shared entries, copied from a template made
         once per pair of sets. With `chunk`, the edges go to the NFA as an array (`ByteNFA.e_chunks`: no other
         edge ever leaves these states). The states after the backslash and the multi-byte forms' state."""
-        size, rows, esc_at, high_at, tails = _fresh_template(specials, high)
+        size, rows, into_e, esc_at, high_at, tails = _fresh_template(specials, high)
         nfa = self.nfa
         first = nfa.add_many(size)
-        edges = rows.copy()
-        edges[:, 0] += first
-        edges[:, 3] = np.where(rows[:, 3] < 0, e, rows[:, 3] + first)
+        edges = rows + np.array((first, 0, 0, first), np.int32)
+        edges[into_e, 3] = e
         if chunk:
             nfa.e_chunks.append(edges.ravel())
         else:
@@ -235,8 +234,8 @@ _FRESH: dict[tuple, tuple] = {}
 
 def _fresh_template(specials: tuple[int, ...], high: tuple) -> tuple:
     """CodePointEdges.into_fresh's template: escapes and high_state run on a scratch NFA whose target is state
-    0. Its states are numbered from 0 (the target is -1) in the order they were made; the byte edges as an
-    int32 array of (source, first byte, last byte, target) rows in the order written."""
+    0. Its states are numbered from 0 in the order they were made; the byte edges as an int32 array of
+    (source, first byte, last byte, target) rows in the order written, and the rows into the target."""
     hit = _FRESH.get((specials, high))
     if hit is not None:
         return hit
@@ -248,9 +247,10 @@ def _fresh_template(specials: tuple[int, ...], high: tuple) -> tuple:
     y = scratch.high_state(high, target)
     rows = np.array(scratch.nfa.e, np.int32).reshape(-1, 4)
     rows[:, 0] -= 1
-    rows[:, 3] -= 1  # the target, 0, becomes -1
+    rows[:, 3] -= 1
+    into_e = np.flatnonzero(rows[:, 3] < 0)  # (the target was state 0)
     tails = tuple((depth, t - 1) for (_, depth), t in scratch.tails.items())
-    hit = (scratch.nfa.n - 1, rows, bs - 1, y - 1, tails)
+    hit = (scratch.nfa.n - 1, rows, into_e, bs - 1, y - 1, tails)
     if len(_FRESH) < 64:
         _FRESH[(specials, high)] = hit
     return hit
