@@ -195,3 +195,59 @@ def test_first_mask_is_also_compared_on_the_files_both_engines_compile():
     assert row["p50_ms"] == 3.0 and row["anchor_p50_ms"] == 1.0 and row["p50_ratio"] == 3.0
     assert row["p99_ms"] < 4.0 and row["p99_ratio"] < 4.0  # the file llguidance refused is left out
     assert first_mask_on_shared_files({"tokenseam": per_file["tokenseam"]}) == []
+
+
+def test_first_mask_repeats_take_turns_and_keep_the_median(tmp_path, monkeypatch):
+    """With --first-mask-repeats 3, each file's first mask is taken twice more before its run, every engine
+    in turn (the order rotating with each repeat), each compile cold; the median of the three is kept."""
+    data = _mini_maskbench(tmp_path)
+    order = tmp_path / "order.log"
+
+    class Logged(bench.TokenseamEngine):
+        def compile(self, schema):
+            with order.open("a") as f:
+                f.write(f"{self.name}\n")
+            return super().compile(schema)
+
+        def forget(self, cold=False):
+            with order.open("a") as f:
+                f.write(f"forget-{'cold' if cold else 'warm'}\n")
+            super().forget(cold)
+
+    class LoggedAny(Logged):
+        name = "tokenseam-any"
+        property_order = "any"
+
+    monkeypatch.setitem(bench.ADAPTERS, "tokenseam", Logged)
+    monkeypatch.setitem(bench.ADAPTERS, "tokenseam-any", LoggedAny)
+    out = tmp_path / "r.json"
+    assert (
+        bench.run(_args(data=data, engines="tokenseam,tokenseam-any", out=out, **{"first-mask-repeats": 3}))
+        == 0
+    )
+    report = json.loads(out.read_text())
+    assert report["first_mask_repeats"] == 3
+    for rows in report["per_file"].values():
+        for r in rows:
+            runs = r["ttfm_runs_us"]
+            assert len(runs) == 3 and r["ttfm_us"] == pytest.approx(sorted(runs)[1], abs=0.1)
+    a, b = "tokenseam", "tokenseam-any"
+    first = [a, "forget-cold", b, "forget-cold", b, "forget-cold", a, "forget-cold"]
+    run = [a, a, a, "forget-warm", b, b, b, "forget-warm"]
+    assert order.read_text().split()[:16] == first + run
+    assert order.read_text().split()[16:20] == [b, "forget-cold", a, "forget-cold"]  # the next file
+
+
+def test_first_mask_repeats_beside_busy_streams(tmp_path):
+    out = tmp_path / "r.json"
+    args = _args(data=_mini_maskbench(tmp_path), engines="tokenseam", out=out, **{"busy-streams": 1})
+    args.first_mask_repeats = 2
+    assert bench.run(args) == 0
+    rows = json.loads(out.read_text())["per_file"]["tokenseam"]
+    assert [len(r["ttfm_runs_us"]) for r in rows] == [2, 2]
+
+
+@pytest.mark.parametrize("bad", ["0", "10", "x"])
+def test_bad_first_mask_repeats(bad):
+    with pytest.raises(SystemExit):
+        _args(**{"data": ".", "first-mask-repeats": bad})

@@ -488,6 +488,12 @@ def _parsed(pattern: str, search: bool, dialect: str, python_dollar: bool) -> No
     return _parse(pattern, search, "regex", dialect, python_dollar)
 
 
+def clear_caches() -> None:
+    """Forget the parsed patterns and character classes kept for the process (a benchmark's cold compile)."""
+    _parsed.cache_clear()
+    CLASSES.clear()
+
+
 def _parse(pattern: str, search: bool, where: str, dialect: str, python_dollar: bool) -> Node:
     parser = _Parser(pattern, where, dialect)
     raw = parser.parse()
