@@ -4,12 +4,13 @@ answer's last token taken over by the next turn."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from tokenseam.engine import BackendConfig, Engine, GenerationRequest, LlamaCppBackend, SamplingParams
 from tokenseam.engine.llm_engine import PREFILL_GROUP_TOKENS, TAIL_KEEP_RATIO, run_sync
-from tokenseam.engine.sequence import ChoiceEvent
+from tokenseam.engine.sequence import ChoiceEvent, TailHold
 
 pytestmark = pytest.mark.model
 
@@ -23,9 +24,9 @@ def engine(model_paths):
     be.close()
 
 
-def _req(ids, n=2):
+def _req(ids, n=2, hold=None):
     return GenerationRequest(
-        prompt_ids=ids, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
+        prompt_ids=ids, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True), tail_hold=hold
     )
 
 
@@ -83,8 +84,8 @@ def test_next_turn_reuses_the_answer_through_its_last_token(engine):
     )
 
 
-def _cached(engine, ids):
-    events = run_sync(engine, _req(ids), timeout=120)
+def _cached(engine, ids, hold=None):
+    events = run_sync(engine, _req(ids, hold=hold), timeout=120)
     return next(e.cached_tokens for e in events if hasattr(e, "cached_tokens"))
 
 
@@ -126,10 +127,10 @@ def test_a_prompt_sent_at_once_that_parts_from_a_finished_path_takes_its_slot(en
 
     tok = engine.backend.tokenizer
     assert engine.clear_cache()
-    monkeypatch.setattr(le, "TAIL_IDLE_SECONDS", 60.0)  # the first answer's last token is still waiting
+    monkeypatch.setattr(le, "TAIL_HOLD_SECONDS", 60.0)  # the first answer's last token is still waiting
     doc = tok.encode("Document: the river runs through the old city and past the harbor. " * 8)
     q1, q2 = tok.encode("\nQuestion: where?"), tok.encode("\nQuestion: what?")
-    assert _cached(engine, doc + q1) == 0
+    assert _cached(engine, doc + q1, TailHold()) == 0
     (slot, _, _), *more = engine._tails
     assert not more
     seen: list[int] = []
@@ -152,11 +153,11 @@ def test_a_prompt_sent_at_once_leaves_a_finished_path_worth_keeping_to_its_decod
 
     tok = engine.backend.tokenizer
     assert engine.clear_cache()
-    monkeypatch.setattr(le, "TAIL_IDLE_SECONDS", 60.0)
+    monkeypatch.setattr(le, "TAIL_HOLD_SECONDS", 60.0)
     doc = tok.encode("Document: the river runs through the old city and past the harbor. " * 8)
     q1 = tok.encode("\nQuestion: where does the river run, which city does it pass, and what does it reach?")
     q2 = tok.encode("\nQuestion: what?")
-    assert _cached(engine, doc + q1) == 0
+    assert _cached(engine, doc + q1, TailHold()) == 0
     (slot, _, _), *more = engine._tails
     assert not more
     copies: list[tuple] = []
@@ -175,7 +176,7 @@ def test_an_answers_last_token_does_not_ride_in_a_step_that_reads_a_prompt(engin
 
     tok = engine.backend.tokenizer
     assert engine.clear_cache()
-    monkeypatch.setattr(le, "TAIL_IDLE_SECONDS", 60.0)  # the tail waits for other work, not for idleness
+    monkeypatch.setattr(le, "TAIL_HOLD_SECONDS", 60.0)  # the tail waits for other work, not for idleness
     calls: list[list[tuple[int, int]]] = []
     real = engine.backend.decode
 
@@ -186,7 +187,7 @@ def test_an_answers_last_token_does_not_ride_in_a_step_that_reads_a_prompt(engin
     monkeypatch.setattr(engine.backend, "decode", decode)
     a = tok.encode("The first request, answered and done.")
     b = tok.encode("An unrelated second prompt about harbors and winter.")
-    list(run_sync(engine, _req(a, n=3), timeout=120))
+    list(run_sync(engine, _req(a, n=3, hold=TailHold()), timeout=120))
     tail_slot = next(s for s, *_ in engine._tails)
     start = len(calls)
     list(run_sync(engine, _req(b, n=3), timeout=120))
@@ -194,3 +195,46 @@ def test_an_answers_last_token_does_not_ride_in_a_step_that_reads_a_prompt(engin
     assert len(first) == 1 and first[0][0] != tail_slot and first[0][1] > 1  # b's prompt, alone
     assert any((tail_slot, 1) in c and len(c) > 1 for c in after)  # with b's generated tokens
     assert all(slot != tail_slot for slot, _, _ in engine._tails)
+
+
+def _wait(cond, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return cond()
+
+
+def test_a_held_answers_last_token_waits_for_its_release_or_the_time_limit(engine, monkeypatch):
+    """An idle engine decodes a finished answer's last token at once; with a TailHold, only once the holder
+    releases it (the server, when the answer is out) or TAIL_HOLD_SECONDS pass. A next turn then finds it."""
+    import tokenseam.engine.llm_engine as le
+
+    tok = engine.backend.tokenizer
+    ids = tok.encode("A question about the harbor and its boats, asked once.")
+    assert engine.clear_cache()
+    monkeypatch.setattr(le, "TAIL_HOLD_SECONDS", 60.0)
+    hold = TailHold()
+    events = list(run_sync(engine, _req(ids, n=3, hold=hold), timeout=120))
+    answer = [t for e in events if hasattr(e, "token_ids") for t in e.token_ids]
+    time.sleep(0.3)
+    assert len(engine._tails) == 1  # held
+    engine.release_tail(hold)
+    assert _wait(lambda: not engine._tails, 10)
+    assert _cached(engine, ids + answer + tok.encode(" And then?")) == len(ids + answer)  # the whole answer
+    # Still held when the next turn comes (a client quicker than the release): the token is decoded first.
+    hold = TailHold()
+    ids2 = tok.encode("Another question about the boats, asked quickly.")
+    events = list(run_sync(engine, _req(ids2, n=3, hold=hold), timeout=120))
+    answer2 = [t for e in events if hasattr(e, "token_ids") for t in e.token_ids]
+    assert len(engine._tails) == 1 and not hold.released
+    assert _cached(engine, ids2 + answer2 + tok.encode(" Why?")) == len(ids2 + answer2)
+    # Without a hold: at once. Held and never released: once the time limit passes.
+    for hold, limit in ((None, 60.0), (TailHold(), 0.3)):
+        monkeypatch.setattr(le, "TAIL_HOLD_SECONDS", limit)
+        t0 = time.monotonic()
+        list(run_sync(engine, _req(tok.encode(f"Another question {limit}"), n=2, hold=hold), timeout=120))
+        assert _wait(lambda: not engine._tails, 10)
+        waited = time.monotonic() - t0
+        assert (waited >= 0.3) if hold is not None else (waited < 30)

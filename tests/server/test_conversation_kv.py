@@ -534,3 +534,30 @@ def test_an_answer_with_tag_tokens_comes_back_whole(gemma3_server):
     m1 = [{"role": "user", "content": "Say hi in <b>bold</b>."}]
     force = char_ids(st, "Hi ") + bold + char_ids(st, "there") + unbold + [106]
     sent_back_whole(gemma3_server, m1, force, "Hi <b>there</b>")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answers_last_token_is_decoded_once_the_answer_is_out(smollm2_server, monkeypatch, stream):
+    """The server holds a finished answer's last token out of the engine's next step until the answer is
+    written out, then releases it: with the engine's time limit for a hold at a minute, the token is decoded
+    at once all the same, for a single answer, a batch and a chat answer."""
+    import tokenseam.engine.llm_engine as le
+
+    engine = smollm2_server.state.engine
+    monkeypatch.setattr(le, "TAIL_HOLD_SECONDS", 60.0)
+    url = smollm2_server.url
+    for path, body in (
+        ("/v1/completions", {"prompt": "The harbor at dawn", "max_tokens": 3}),
+        ("/v1/completions", {"prompt": ["One harbor", "Two harbors"], "max_tokens": 2}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "Name a boat."}], "max_tokens": 3},
+        ),
+    ):
+        body = {**body, "temperature": 0, "stream": stream}
+        r = httpx.post(url + path, json=body, timeout=120)
+        assert r.status_code == 200
+        end = time.monotonic() + 10
+        while engine._tails and time.monotonic() < end:
+            time.sleep(0.01)
+        assert not engine._tails, path

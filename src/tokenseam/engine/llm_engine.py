@@ -26,6 +26,7 @@ from .sequence import (
     RequestDone,
     RequestState,
     Sequence,
+    TailHold,
 )
 
 log = logging.getLogger("tokenseam.engine")
@@ -36,13 +37,12 @@ PROMPT_LOGPROB_CHUNK = 64
 # may be passed over (see Engine._step).
 PREFILL_GROUP_TOKENS = 16
 PREFILL_MAX_PASSES = 8
-# How long finished requests' last tokens wait, with nothing else to do, for a step of generated tokens to ride
-# in, or for a next turn that continues the answer to take them over. 0: an idle engine decodes them at once,
-# while the client reads the answer and sends its next turn, so that turn finds them cached. (That decode takes
-# the cores while the server writes the answer out: a one-token answer's own work was 3.5-4.1 ms with a pause
-# of 2-20 ms and 6.6 ms without. But a client that sends its next turn at once then finds the token still
-# undecoded, and reads it again: 6 to 10 of 60 SmolLM2 turns one token short of 99.5 % reused.)
-TAIL_IDLE_SECONDS = 0.0
+# A finished answer's last token is decoded for the cache (the next turn's match) in a step of generated tokens
+# when there is one; an idle engine decodes it at once, unless the request holds it (`TailHold`): then it waits
+# until its holder releases it (the server, once the answer is written out) or TAIL_HOLD_SECONDS pass. That
+# decode takes the cores: before the answer is out, it slows the writing of it. A fixed pause instead would
+# make a client that sends its next turn at once find the token undecoded and read it again.
+TAIL_HOLD_SECONDS = 0.05
 # How long the engine sleeps when every running request holds its last prompt token for a constraint still
 # being made (the constraint's future wakes it sooner; this only bounds a missed wake-up).
 HELD_WAIT_SECONDS = 0.05
@@ -85,6 +85,8 @@ class Engine:
         # (slot, token, position): the cache then holds the whole output, so a conversation's next turn, which
         # sends the answer back followed by the end of turn, matches through that token.
         self._tails: list[tuple[int, int, int]] = []
+        # slot -> (its request's TailHold, when the hold ends): read only for the slots in _tails
+        self._tail_holds: dict[int, tuple[TailHold, float]] = {}
         # Free slots that still hold their last request's KV (slot -> its tokens, least recently used first):
         # a prompt that continues one reuses its cells with nothing restored. Bounded by `resident_tokens`: past
         # it, the least recently used slot's path is copied to the host prefix cache when another is released,
@@ -202,7 +204,6 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._cv:
-                deadline = None
                 while (
                     not self._stop
                     and not self._waiting
@@ -214,10 +215,10 @@ class Engine:
                         self._cv.wait()
                         continue
                     now = time.monotonic()
-                    deadline = deadline or now + TAIL_IDLE_SECONDS
-                    if now >= deadline:
+                    ready = self._tails_ready_at(now)
+                    if now >= ready:
                         break
-                    self._cv.wait(deadline - now)
+                    self._cv.wait(ready - now)
                 if self._stop:
                     break
                 cancels, self._cancel = self._cancel, set()
@@ -226,10 +227,15 @@ class Engine:
             self._apply_cancels(cancels)
             if clears:
                 self._do_clears(clears)
-            self._admit()
-            if not self._running and not self._tails:
-                continue
             try:
+                if self._tails and self._next_turn_waits():
+                    # A next turn came before its answer's last token was decoded (the server released the
+                    # token once the answer was out, and the client was quicker than this thread): that token
+                    # first, so the turn finds it cached rather than reading it again.
+                    self._step()
+                self._admit()
+                if not self._running and not self._tails:
+                    continue
                 if not self._step():
                     # Nothing could be decoded: every running request holds its last prompt token for a
                     # constraint still being made. Wait for one (its future wakes us) or for new work.
@@ -256,6 +262,39 @@ class Engine:
                     self._free.add(slot)
                 self._tails = []
             self.last_progress = time.monotonic()
+
+    def _next_turn_waits(self) -> bool:
+        """Whether a waiting prompt continues a finished answer whose last token waits for its decode, in a step
+        that can take that token (no running prompt being read)."""
+        if any(st.prefilling for st in self._running):
+            return False
+        with self._cv:
+            prompts = [st.prompt for st in self._waiting]
+        for p in prompts:
+            for slot, tok, _ in self._tails:
+                toks = self._slot_tokens[slot]
+                n = len(toks)
+                if len(p) > n and p[n] == tok and p[:n] == toks:
+                    return True
+        return False
+
+    def _tails_ready_at(self, now: float) -> float:
+        """When an idle engine decodes the finished answers' last tokens: at once, unless every one is held
+        (then when the first hold ends). Called under the lock."""
+        ready = float("inf")
+        for slot, _, _ in self._tails:
+            held = self._tail_holds.get(slot)
+            if held is None or held[0].released:
+                return now
+            ready = min(ready, held[1])
+        return ready
+
+    def release_tail(self, hold: TailHold) -> None:
+        """The holder of a request's last tokens is done (its answer is out): an idle engine decodes them now.
+        Any thread."""
+        with self._cv:
+            hold.released = True
+            self._cv.notify()
 
     def _apply_cancels(self, ids: set[int]) -> None:
         if not ids:
@@ -466,9 +505,14 @@ class Engine:
         for st in list(self._running):
             events = out.get(st.id)
             if all(s.finished for s in st.seqs):
+                hold = st.request.tail_hold
                 for s in st.seqs:
                     if self.prefix_cache.enabled and s.generated and s.n_past + 1 < self.backend.n_ctx:
                         self._tails.append((s.seq_id, self._tail_token(st, s), s.n_past))
+                        if hold is None:
+                            self._tail_holds.pop(s.seq_id, None)
+                        else:
+                            self._tail_holds[s.seq_id] = (hold, time.monotonic() + TAIL_HOLD_SECONDS)
                     else:
                         self._release(s.seq_id)
                 self._running.remove(st)

@@ -43,6 +43,18 @@ class GenerationRequest:
     # end-of-generation id has this one decoded in its place once it went out, so that the slot holds what the
     # next turn's prompt holds. None: the id generated is kept.
     turn_end: int | None = None
+    # Hold the finished answer's last tokens out of an idle engine's next step until `Engine.release_tail`
+    # (the server releases them once the answer is written out) or llm_engine.TAIL_HOLD_SECONDS pass.
+    tail_hold: TailHold | None = None
+
+
+class TailHold:
+    """A request's hold on the decode of its answer's last tokens (GenerationRequest.tail_hold)."""
+
+    __slots__ = ("released",)
+
+    def __init__(self) -> None:
+        self.released = False
 
 
 @dataclass

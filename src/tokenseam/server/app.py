@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..engine.sequence import RequestState
+from ..engine.sequence import RequestState, TailHold
 from ..httpkit import CatchErrors, Guard, HTTPError, read_json_body, redact_text, sse_response
 from ..wire import ROUTE_COMPLETIONS, sse
 from .errors import APIError, known_error
@@ -300,6 +300,9 @@ async def _start(
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     relay = state.relay
+    # The answer's last token is decoded for the cache once the answer is out, not while it is written: the
+    # response releases it (_release_tail) after its last write.
+    prep.gen.tail_hold = TailHold()
 
     def emit(events: list) -> None:
         relay.send(loop, queue, events)
@@ -379,7 +382,10 @@ async def _collect_body(
     subs = _sub_bodies(kind, body)
     if subs is None:
         started = await _start(state, kind, body, sent, tenant=_tenant(request), request=request)
-        return await _drain(request, state, kind, t0, *started)
+        try:
+            return await _drain(request, state, kind, t0, *started)
+        finally:
+            _release_tails(state, [started[0]], later=True)
     # A batch: one sub-request per prompt, run together; prompt i's choices are indices i*n .. i*n+n-1.
     started = await _start_batch(state, kind, body, subs, sent, _tenant(request))
     tasks = [asyncio.create_task(_drain(request, state, kind, t0, *s)) for s in started]
@@ -388,12 +394,25 @@ async def _collect_body(
     finally:
         for t in tasks:
             t.cancel()  # one failed: the others stop too (their engine requests are cancelled)
+        _release_tails(state, [h for h, _, _ in started], later=True)
     merged = dict(parts[0])
     merged["choices"] = [c for p in parts for c in p["choices"]]
     merged["usage"] = _sum_usage([p["usage"] for p in parts])
     if "prefix_cache" in merged:  # one report per prompt of the batch
         merged["prefix_cache"] = [p.get("prefix_cache") for p in parts]
     return merged
+
+
+def _release_tails(state: ServerState, handles: list[RequestState], later: bool = False) -> None:
+    """Let the engine decode these requests' last tokens (GenerationRequest.tail_hold): called once their
+    answer is written out. `later`: once the current task has run on to its next wait (a body about to be
+    written in this step of the task)."""
+    for h in handles:
+        if h.request.tail_hold is not None:
+            if later:
+                asyncio.get_running_loop().call_soon(state.engine.release_tail, h.request.tail_hold)
+            else:
+                state.engine.release_tail(h.request.tail_hold)
 
 
 async def _start_batch(
@@ -464,27 +483,30 @@ async def _stream_body(
             yield chunk
         return
     handle, queue, f = await _start(state, kind, body, sent, tenant=_tenant(request), request=request)
-    first = True
-    for chunk in f.opening_chunks():
-        yield chunk
-    async for evs in request_events(request, state.engine, handle, queue):
-        if first:
-            state.metrics.ttft.labels(kind.route).observe(time.perf_counter() - t0)
-            first = False
-        chunks = f.stream_chunks(evs)
-        if chunks:
-            yield b"".join(chunks)
-    if f.done is not None:
-        if f.done.error:
-            yield sse(
-                APIError(
-                    503, f"generation failed: {f.done.error}", "server_error", code="generation_failed"
-                ).body()
-            )
-            return
-        _finished(state, kind.route, f, t0)
-        for chunk in f.closing_chunks():
+    try:
+        first = True
+        for chunk in f.opening_chunks():
             yield chunk
+        async for evs in request_events(request, state.engine, handle, queue):
+            if first:
+                state.metrics.ttft.labels(kind.route).observe(time.perf_counter() - t0)
+                first = False
+            chunks = f.stream_chunks(evs)
+            if chunks:
+                yield b"".join(chunks)
+        if f.done is not None:
+            if f.done.error:
+                yield sse(
+                    APIError(
+                        503, f"generation failed: {f.done.error}", "server_error", code="generation_failed"
+                    ).body()
+                )
+                return
+            _finished(state, kind.route, f, t0)
+            for chunk in f.closing_chunks():
+                yield chunk
+    finally:  # (resumed after the last chunk was written, or closed)
+        _release_tails(state, [handle])
 
 
 async def _stream_batch(
@@ -500,6 +522,20 @@ async def _stream_batch(
     usage chunk for all of them and one [DONE]. Every sub-request is submitted before the first byte, so a
     bad prompt is a 400 and nothing else runs."""
     started = await _start_batch(state, kind, body, subs, sent, _tenant(request))
+    try:
+        async for chunk in _merged_stream(request, state, kind, started, t0):
+            yield chunk
+    finally:
+        _release_tails(state, [h for h, _, _ in started])
+
+
+async def _merged_stream(
+    request: Request,
+    state: ServerState,
+    kind: type[Formatter],
+    started: list[tuple[RequestState, asyncio.Queue, Formatter]],
+    t0: float,
+) -> AsyncIterator[bytes]:
     merged: asyncio.Queue = asyncio.Queue()
 
     async def pump(handle: RequestState, queue: asyncio.Queue, f: Formatter) -> None:
