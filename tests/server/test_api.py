@@ -121,6 +121,7 @@ BAD = [
     ("/v1/completions", b'{"prompt": "x", "stop": 5}', 400, None),
     ("/v1/completions", b'{"prompt": 12}', 400, None),
     ("/v1/completions", b'{"prompt": [999999999]}', 400, None),
+    ("/v1/completions", b'{"prompt": [5, -1, 7]}', 400, None),
     ("/v1/completions", b'{"prompt": "x", "model": "gpt-9"}', 404, "model_not_found"),
     ("/v1/completions", b'{"prompt": "x", "max_tokens": 100000}', 400, "context_length_exceeded"),
     ("/v1/chat/completions", b'{"messages": []}', 400, None),

@@ -117,7 +117,9 @@ class Engine:
         n_prompt = len(request.prompt_ids)
         if n_prompt == 0:
             raise InvalidRequestError("the prompt is empty (it tokenizes to no tokens)", "prompt")
-        if any(not 0 <= t < self.backend.n_vocab for t in request.prompt_ids):
+        if (
+            min(request.prompt_ids) < 0 or max(request.prompt_ids) >= self.backend.n_vocab
+        ):  # (two passes in C)
             raise InvalidRequestError("the prompt contains token ids outside the vocabulary", "prompt")
         n_ctx = self.backend.n_ctx
         if n_prompt >= n_ctx:
