@@ -668,7 +668,7 @@ def _run_interleaved(engines: list[str], vocab, docs, args, tokenizer):
     workers = [_EngineWorker(name, vocab, docs, args.timeout, tokenizer) for name in engines]
     wall = dict.fromkeys(engines, 0.0)
     try:
-        repeats = getattr(args, "first_mask_repeats", 1)
+        repeats = args.first_mask_repeats
         for k in range(len(docs)):
             for r in range(repeats - 1):  # each repeat through every engine, as the files are
                 for j in range(len(workers)):

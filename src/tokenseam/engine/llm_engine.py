@@ -117,9 +117,8 @@ class Engine:
         n_prompt = len(request.prompt_ids)
         if n_prompt == 0:
             raise InvalidRequestError("the prompt is empty (it tokenizes to no tokens)", "prompt")
-        if (
-            min(request.prompt_ids) < 0 or max(request.prompt_ids) >= self.backend.n_vocab
-        ):  # (two passes in C)
+        ids = request.prompt_ids
+        if min(ids) < 0 or max(ids) >= self.backend.n_vocab:  # (two passes in C)
             raise InvalidRequestError("the prompt contains token ids outside the vocabulary", "prompt")
         n_ctx = self.backend.n_ctx
         if n_prompt >= n_ctx:

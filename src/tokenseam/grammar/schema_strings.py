@@ -142,7 +142,7 @@ class StringLowering:
         if pats is None and fmt is None and not excluded and not not_patterns:
             return self.string_node(mn, mx)
         # The same constraints met again (a pattern or format repeated across a schema's properties) are the
-        # same node: its regexes parsed and automata built once, and the NFA builder copies its lowering.
+        # same node, its regexes parsed and its automata built once.
         try:
             key = (
                 tuple(pats) if isinstance(pats, list) else pats,

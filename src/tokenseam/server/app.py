@@ -301,7 +301,7 @@ async def _start(
     queue: asyncio.Queue = asyncio.Queue()
     relay = state.relay
     # The answer's last token is decoded for the cache once the answer is out, not while it is written: the
-    # response releases it (_release_tail) after its last write.
+    # response releases it (_release_tails) after its last write.
     prep.gen.tail_hold = TailHold()
 
     def emit(events: list) -> None:
