@@ -599,3 +599,46 @@ def test_fresh_target_template_makes_what_escapes_and_high_state_make(chunk):
         return got, nfa.n, _frozen(nfa), sorted(cpe.tails.items())
 
     assert made(True) == made(False)
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_high_state_into_a_fresh_target_copies_what_it_would_write(monkeypatch, kept):
+    # The multi-byte forms into a target no shared tail state leads into yet are copied from a template; into
+    # a target that has them, written edge by edge; with no template kept (FRESH_KEPT reached), edge by edge
+    # too. The same states, rows and shared entries as writing every one, in each case.
+    from tokenseam.grammar import utf8
+    from tokenseam.grammar.nfa import _SINK_SETS, ByteNFA
+    from tokenseam.grammar.utf8 import CodePointEdges
+
+    sets = [
+        ((0x80, 0x7FF),),
+        ((0x100, 0xD7FF), (0xE000, 0x10FFFF)),
+        ((0x10000, 0x10FFFF),),
+        ((0x3B1, 0x3C9),),
+    ]
+
+    def made(reference):
+        nfa = ByteNFA()
+        cpe = CodePointEdges(nfa)
+        nfa.add_many(5)
+        targets = [nfa.add() for _ in range(3)]
+        got = []
+        for k, high in enumerate(sets * 2):
+            e = targets[k % 3]
+            if reference:
+                got.append(cpe.high_cache.get((high, e)) or cpe._lower_high(high, e))
+            else:
+                got.append(cpe.high_state(high, e))
+        sink = nfa.add()
+        if reference:
+            got.append((cpe.escapes(_SINK_SETS[0], sink), cpe._lower_high(_SINK_SETS[1], sink)))
+        else:
+            got.append(cpe.into_fresh(*_SINK_SETS, sink, False))
+        nfa.freeze_rows()
+        return got, _frozen(nfa), sorted(cpe.tails.items()), sorted(cpe.high_cache.items())
+
+    monkeypatch.setattr(utf8, "_FRESH", {})
+    if not kept:
+        monkeypatch.setattr(utf8, "FRESH_KEPT", 0)
+    assert made(False) == made(True)
+    assert bool(utf8._FRESH) == kept

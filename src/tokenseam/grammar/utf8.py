@@ -159,9 +159,15 @@ class CodePointEdges:
         hk = (high, e)
         y = self.high_cache.get(hk)
         if y is None:
-            y = self.high_cache[hk] = self.nfa.add()
-            for lo, hi in high:
-                self.lower_raw(lo, hi, y, e)
+            if (e, 1) not in self.tails and _fresh_template((), high) is not None:
+                return self.into_fresh((), high, e, False)[1]  # no shared tail into e yet: a template's copy
+            y = self._lower_high(high, e)
+        return y
+
+    def _lower_high(self, high: tuple, e: int) -> int:
+        y = self.high_cache[(high, e)] = self.nfa.add()
+        for lo, hi in high:
+            self.lower_raw(lo, hi, y, e)
         return y
 
     def escapes(self, specials: tuple[int, ...], e: int) -> int:
@@ -179,11 +185,15 @@ class CodePointEdges:
         return bs
 
     def into_fresh(self, specials: tuple[int, ...], high: tuple, e: int, chunk: bool) -> tuple[int, int]:
-        """escapes(specials, e), then high_state(high, e), for a target `e` that nothing leads into yet (no
-        shared state of e's exists): the same states, edges and shared entries, copied from a template made
-        once per pair of sets. With `chunk`, the edges go to the NFA as an array (`ByteNFA.e_chunks`: no other
-        edge ever leaves these states). The states after the backslash and the multi-byte forms' state."""
-        size, rows, into_e, esc_at, high_at, tails = _fresh_template(specials, high)
+        """escapes(specials, e) (none if `specials` is empty), then high_state(high, e), for a target `e` that
+        nothing leads into yet (no shared state of e's exists): the same states, edges and shared entries,
+        copied from a template made once per pair of sets. With `chunk`, the edges go to the NFA as an array
+        (`ByteNFA.e_chunks`: no other edge ever leaves these states). The states after the backslash (-1 if
+        none) and the multi-byte forms' state."""
+        template = _fresh_template(specials, high)
+        if template is None:  # (none kept for these sets: written edge by edge, as they would be)
+            return self.escapes(specials, e) if specials else -1, self._lower_high(high, e)
+        size, rows, into_e, esc_at, high_at, tails = template
         nfa = self.nfa
         first = nfa.add_many(size)
         edges = rows + np.array((first, 0, 0, first), np.int32)
@@ -192,7 +202,9 @@ class CodePointEdges:
             nfa.e_chunks.append(edges.ravel())
         else:
             nfa.e += edges.ravel().tolist()
-        self.esc_cache[(specials, e)] = bs = first + esc_at
+        bs = -1
+        if specials:
+            self.esc_cache[(specials, e)] = bs = first + esc_at
         self.high_cache[(high, e)] = y = first + high_at
         for depth, at in tails:
             self.tails[(e, depth)] = first + at
@@ -229,28 +241,29 @@ class CodePointEdges:
         return t
 
 
+# Templates kept (a few dozen edges each); once full, a set without one is lowered edge by edge.
+FRESH_KEPT = 1024
 _FRESH: dict[tuple, tuple] = {}
 
 
-def _fresh_template(specials: tuple[int, ...], high: tuple) -> tuple:
+def _fresh_template(specials: tuple[int, ...], high: tuple) -> tuple | None:
     """CodePointEdges.into_fresh's template: escapes and high_state run on a scratch NFA whose target is state
     0. Its states are numbered from 0 in the order they were made; the byte edges as an int32 array of
-    (source, first byte, last byte, target) rows in the order written, and the rows into the target."""
+    (source, first byte, last byte, target) rows in the order written, and the rows into the target. None
+    when FRESH_KEPT templates are kept and this one is not among them."""
     hit = _FRESH.get((specials, high))
-    if hit is not None:
+    if hit is not None or len(_FRESH) >= FRESH_KEPT:
         return hit
     from .nfa import ByteNFA  # (nfa imports this module)
 
     scratch = CodePointEdges(ByteNFA())
     target = scratch.nfa.add()
-    bs = scratch.escapes(specials, target)
-    y = scratch.high_state(high, target)
+    bs = scratch.escapes(specials, target) if specials else 0
+    y = scratch._lower_high(high, target)
     rows = np.array(scratch.nfa.e, np.int32).reshape(-1, 4)
     rows[:, 0] -= 1
     rows[:, 3] -= 1
     into_e = np.flatnonzero(rows[:, 3] < 0)  # (the target was state 0)
     tails = tuple((depth, t - 1) for (_, depth), t in scratch.tails.items())
-    hit = (scratch.nfa.n - 1, rows, into_e, bs - 1, y - 1, tails)
-    if len(_FRESH) < 64:
-        _FRESH[(specials, high)] = hit
+    hit = _FRESH[(specials, high)] = (scratch.nfa.n - 1, rows, into_e, bs - 1, y - 1, tails)
     return hit
