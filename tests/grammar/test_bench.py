@@ -141,18 +141,32 @@ def test_no_engine_installed_fails_the_run(tmp_path, monkeypatch, capsys):
     assert "none of the requested engines is installed" in capsys.readouterr().err
 
 
-def test_engines_run_interleaved_and_a_crash_stays_in_its_engine(tmp_path, monkeypatch):
-    """Each file goes through every engine before the next file; an engine whose process dies on the second
-    file is reported as crashed, and the others finish every file."""
-    data = _mini_maskbench(tmp_path)
-    (data / "mini_2.json").write_text((data / "mini_0.json").read_text())
-    order = tmp_path / "order.log"
+def _logged_engine(order: Path, forgets: bool = False) -> type:
+    """A tokenseam engine that appends each compile (its engine's name) to `order`, and with `forgets` each
+    cache clearing (forget-cold / forget-warm)."""
 
     class Logged(bench.TokenseamEngine):
         def compile(self, schema):
             with order.open("a") as f:
                 f.write(f"{self.name}\n")
             return super().compile(schema)
+
+        def forget(self, cold=False):
+            if forgets:
+                with order.open("a") as f:
+                    f.write(f"forget-{'cold' if cold else 'warm'}\n")
+            super().forget(cold)
+
+    return Logged
+
+
+def test_engines_run_interleaved_and_a_crash_stays_in_its_engine(tmp_path, monkeypatch):
+    """Each file goes through every engine before the next file; an engine whose process dies on the second
+    file is reported as crashed, and the others finish every file."""
+    data = _mini_maskbench(tmp_path)
+    (data / "mini_2.json").write_text((data / "mini_0.json").read_text())
+    order = tmp_path / "order.log"
+    Logged = _logged_engine(order)
 
     class Dies(Logged):
         name = "xgrammar"
@@ -202,17 +216,7 @@ def test_first_mask_repeats_take_turns_and_keep_the_median(tmp_path, monkeypatch
     in turn (the order rotating with each repeat), each compile cold; the median of the three is kept."""
     data = _mini_maskbench(tmp_path)
     order = tmp_path / "order.log"
-
-    class Logged(bench.TokenseamEngine):
-        def compile(self, schema):
-            with order.open("a") as f:
-                f.write(f"{self.name}\n")
-            return super().compile(schema)
-
-        def forget(self, cold=False):
-            with order.open("a") as f:
-                f.write(f"forget-{'cold' if cold else 'warm'}\n")
-            super().forget(cold)
+    Logged = _logged_engine(order, forgets=True)
 
     class LoggedAny(Logged):
         name = "tokenseam-any"

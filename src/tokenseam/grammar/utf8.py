@@ -159,8 +159,8 @@ class CodePointEdges:
         hk = (high, e)
         y = self.high_cache.get(hk)
         if y is None:
-            if (e, 1) not in self.tails and _fresh_template((), high) is not None:
-                return self.into_fresh((), high, e, False)[1]  # no shared tail into e yet: a template's copy
+            if (e, 1) not in self.tails:  # no shared tail into e yet: a template's copy (or edge by edge)
+                return self.into_fresh((), high, e, False)[1]
             y = self._lower_high(high, e)
         return y
 
