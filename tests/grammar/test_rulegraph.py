@@ -7,8 +7,9 @@ import pytest
 
 from tokenseam.grammar import GrammarError
 from tokenseam.grammar.budget import compile_budget
-from tokenseam.grammar.ir import Alt, Grammar, Members, Ref, Repeat, Seq, lit
-from tokenseam.grammar.rulegraph import productive, rule_refs
+from tokenseam.grammar.ir import NOTHING, Alt, Grammar, Members, Ref, Repeat, Seq, lit
+from tokenseam.grammar.nfa import build_nfa
+from tokenseam.grammar.rulegraph import productive, prune_unproductive, rule_refs
 
 
 def _refs(rules: dict, start: str = "root"):
@@ -133,3 +134,56 @@ def test_productive_by_recursion_then_walk_answers_alike(monkeypatch, fast_depth
         before = current().work
         productive(Grammar(rules, "root"))
         assert current().work - before == spent
+
+
+def test_rules_holding_an_empty_alternative_are_named():
+    nothing_in: set[str] = set()
+    with compile_budget(10, None, None):
+        rule_refs(
+            Grammar(
+                {
+                    "root": Seq((Ref("a"), Ref("b"))),
+                    "a": Alt((lit("x"), Seq((lit("y"), NOTHING)))),
+                    # an empty Alt of its own, as the extra member
+                    "b": Members(((lit("v"), False),), Alt(()), lit(",")),
+                    "c": Repeat(Alt((lit("p"), lit("q"))), 0, 2),
+                },
+                "root",
+            ),
+            nothing_in,
+        )
+    assert nothing_in == {"a", "b"}
+
+
+def _prune_nfa(g: Grammar, *, skip: bool) -> tuple[Grammar, tuple]:
+    with compile_budget(10, None, None):
+        nothing_in: set[str] = set()
+        refs, _ = rule_refs(g, nothing_in)
+        ok = productive(g, refs)
+        pruned = prune_unproductive(g, ok, refs, nothing_in) if skip else prune_unproductive(g, ok)
+        nfa = build_nfa(pruned)
+    return pruned, (nfa.n, tuple(nfa.e), tuple(nfa.ep), sorted(nfa.call.items()))
+
+
+def test_pruning_keeps_the_rules_it_would_not_change_as_they_are():
+    kept = Members(((lit("k"), True), (lit("m"), False)), Ref("tail"), lit(","))
+    g = Grammar(
+        {
+            "root": Alt((Seq((lit("a"), Ref("uses_bad"))), Ref("clean"), Ref("dead_branch"))),
+            "uses_bad": Alt((Seq((lit("b"), Ref("bad"))), lit("c"))),
+            "bad": Seq((lit("x"), Ref("bad"))),  # derives no string
+            "clean": Seq((lit("{"), kept, lit("}"))),
+            "tail": lit("t"),
+            # no unproductive reference, but a branch that can never finish: still rewritten
+            "dead_branch": Alt((lit("d"), Seq((lit("e"), NOTHING)))),
+        },
+        "root",
+    )
+    fast, nfa_fast = _prune_nfa(g, skip=True)
+    full, nfa_full = _prune_nfa(g, skip=False)
+    assert "bad" not in fast.rules and list(fast.rules) == list(full.rules)
+    assert fast.rules["clean"] is g.rules["clean"] and fast.rules["tail"] is g.rules["tail"]
+    assert full.rules["clean"] is not g.rules["clean"]  # the walk rebuilds object nodes
+    assert fast.rules["uses_bad"] == lit("c") == full.rules["uses_bad"]
+    assert fast.rules["dead_branch"] == lit("d") == full.rules["dead_branch"]
+    assert nfa_fast == nfa_full

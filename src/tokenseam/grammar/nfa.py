@@ -955,11 +955,12 @@ def build_nfa(g: Grammar) -> ByteNFA:
 
 
 def _build_nfa(g: Grammar) -> ByteNFA:
-    graph = rule_refs(g)  # (one walk of each rule for its references: both analyses read it)
+    with_nothing: set[str] = set()
+    graph = rule_refs(g, with_nothing)  # (one walk of each rule for its references: the analyses read it)
     ok = productive(g, graph[0])
     partial = not all(ok.values())
     if partial and ok.get(g.start, False):
-        g = prune_unproductive(g, ok)
+        g = prune_unproductive(g, ok, graph[0], with_nothing)
         graph = None  # another grammar: the builder walks it afresh
     builder = _Builder(g, graph)
     if partial and not ok.get(g.start, False):

@@ -27,10 +27,11 @@ from .ir import (
 from .walk import run
 
 
-def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], list[str]]:
+def rule_refs(g: Grammar, with_nothing: set[str] | None = None) -> tuple[dict[str, set[str]], list[str]]:
     """The rules each rule refers to, and the rules referred to more than once in all, in the order a walk of
     the rules first meets them. A reference counts once per occurrence in the rules written out as trees: one
-    under a subtree shared by two parents counts twice.
+    under a subtree shared by two parents counts twice. `with_nothing`, if given, gets the rules whose body
+    holds an empty alternative (NOTHING), which prune_unproductive rewrites even where no reference changes.
 
     Each rule is walked as the graph it is (a node shared within the rule once), not as the tree it stands
     for, which can be far larger; a node met again within its rule is a shared subtree, and the references
@@ -58,7 +59,10 @@ def rule_refs(g: Grammar) -> tuple[dict[str, set[str]], list[str]]:
             if not walked & 255:
                 b.tick(256)
             if t is Seq or t is Alt:  # (the common parts dispatched here, without a call)
-                stack.extend(n.items)
+                if n.items:
+                    stack.extend(n.items)
+                elif t is Alt and with_nothing is not None:
+                    with_nothing.add(name)
             elif t is Ref:
                 acc.add(n.name)
                 met[n.name] = n.name in met
@@ -264,10 +268,21 @@ def productive(g: Grammar, refs: dict[str, set[str]] | None = None) -> dict[str,
     return ok
 
 
-def prune_unproductive(g: Grammar, ok: dict[str, bool]) -> Grammar:
+def prune_unproductive(
+    g: Grammar,
+    ok: dict[str, bool],
+    refs: dict[str, set[str]] | None = None,
+    with_nothing: set[str] | None = None,
+) -> Grammar:
     """The same language without the rules that derive nothing: references to them become the empty
     language, which removes the sequences holding them and the alternatives they are. Every path left in
-    the automaton can then finish, so it needs no trimming pass."""
+    the automaton can then finish, so it needs no trimming pass.
+
+    `refs` and `with_nothing`, from rule_refs(g, with_nothing): a kept rule that refers only to productive
+    rules and holds no empty alternative would come out of the walk with nothing removed (only rebuilt), so
+    it is kept as it is, unwalked, and a dropped rule is not walked either. Most grammars with an
+    unproductive rule have one, named by a few rules, and walking every rule took a third or more of their
+    byte automaton's build."""
     memo: dict[int, Node] = {}
     current_rule = [""]
     b = current()
@@ -341,9 +356,16 @@ def prune_unproductive(g: Grammar, ok: dict[str, bool]) -> Grammar:
         memo[id(node)] = r
         return r
 
-    # Every rule is walked, the dropped ones too, so an undefined reference anywhere is still an error.
+    # Without `refs`, every rule is walked, the dropped ones too, so an undefined reference anywhere is still an
+    # error (with them, rule_refs has checked that).
     rules = {}
     for name, node in g.rules.items():
+        if refs is not None and with_nothing is not None:
+            if not ok[name]:
+                continue  # dropped
+            if name not in with_nothing and all(ok[r] for r in refs[name]):
+                rules[name] = node
+                continue
         current_rule[0] = name
         b.where = f"rule {name!r}"
         pruned = run(p(node))
