@@ -187,3 +187,44 @@ def test_pruning_keeps_the_rules_it_would_not_change_as_they_are():
     assert fast.rules["uses_bad"] == lit("c") == full.rules["uses_bad"]
     assert fast.rules["dead_branch"] == lit("d") == full.rules["dead_branch"]
     assert nfa_fast == nfa_full
+
+
+def _productive_both_ways(rules: dict, start: str = "root") -> dict[str, bool]:
+    g = Grammar(rules, start)
+    with compile_budget(10, None, None) as b:
+        nothing_in: set[str] = set()
+        refs, _ = rule_refs(g, nothing_in)
+        plain = productive(g, refs)
+        work = b.work
+        graph = productive(g, refs, nothing_in)
+        walked = b.work - work
+    assert graph == plain
+    return graph, walked
+
+
+def test_productive_from_the_reference_graph_answers_as_the_walk():
+    ok, _ = _productive_both_ways(
+        {
+            "root": Alt((Ref("loop"), Ref("chain0"), Ref("holds_nothing"), Ref("never"))),
+            "loop": Alt((Seq((lit("["), Ref("loop"), lit("]"))), lit("x"))),  # on a cycle, productive
+            "chain0": Seq((lit("a"), Ref("chain1"))),
+            "chain1": Seq((lit("b"), Ref("loop"))),
+            "holds_nothing": Alt((lit("c"), NOTHING)),  # productive through its other branch
+            "never": Seq((lit("n"), Ref("never"))),  # a cycle that never ends
+            "needs_never": Seq((lit("m"), Ref("never"))),
+            "uses_dead": Alt((Ref("needs_never"), lit("ok"))),
+            "empty_only": Members(((NOTHING, True),), None, lit(",")),
+        }
+    )
+    assert [x for x, v in ok.items() if not v] == ["never", "needs_never", "empty_only"]
+
+
+def test_a_rule_whose_references_are_productive_is_not_walked():
+    # A chain of 300 rules, each defined before the one it refers to (as a front end defines them), and one
+    # rule on a cycle: only that one is walked.
+    rules = {f"r{k}": Seq((lit("k"), Ref(f"r{k + 1}"))) for k in range(300)}
+    rules["r300"] = Alt((Seq((lit("["), Ref("r300"), lit("]"))), lit("x")))
+    rules["root"] = Ref("r0")
+    ok, walked = _productive_both_ways(rules)
+    assert all(ok.values())
+    assert 0 < walked < 20

@@ -957,7 +957,7 @@ def build_nfa(g: Grammar) -> ByteNFA:
 def _build_nfa(g: Grammar) -> ByteNFA:
     with_nothing: set[str] = set()
     graph = rule_refs(g, with_nothing)  # (one walk of each rule for its references: the analyses read it)
-    ok = productive(g, graph[0])
+    ok = productive(g, graph[0], with_nothing)
     partial = not all(ok.values())
     if partial and ok.get(g.start, False):
         g = prune_unproductive(g, ok, graph[0], with_nothing)
