@@ -100,3 +100,41 @@ def test_pinned(route, body, tenant, namespace, fingerprint, generated):
     assert fingerprint_request(route, body, tenant=tenant, namespace=namespace) == fingerprint
     text = json.dumps(normalize_request(route, body), sort_keys=True)
     assert hashlib.sha256(text.encode()).hexdigest()[:16] == generated
+
+
+# Prompts of token ids, long enough for the serialisation's shortcut for lists of plain ints (keys pinned
+# before it existed).
+ID_PINS = [
+    (
+        {"model": "m", "prompt": [0, 7, 262143, 15, 1, 2, 3, 99999, 42, 5], "temperature": 0},
+        "2f1a32dbfedca515d6cef14f639f923a5c9e25d9fd2ed6d0e783312be598f965",
+    ),
+    (
+        {"model": "m", "prompt": [[5, 6, 7, 8, 9, 10, 11, 12, 13], [1, 2]], "max_tokens": 3},
+        "6240a136cb252a65c66444c4aac56538ac9623e196fd46e75fcaaa7b4ee66d30",
+    ),
+]
+
+
+@pytest.mark.parametrize("body,fingerprint", ID_PINS)
+def test_pinned_token_ids(body, fingerprint):
+    assert fingerprint_request("/v1/completions", body) == fingerprint
+
+
+def test_lists_of_ints_serialise_as_the_general_form():
+    from tokenseam.respcache.request_form import fingerprint_text
+
+    def general(v) -> str:
+        return "[" + ",".join(fingerprint_text(x) for x in v) + "]"
+
+    for v in (
+        [-3, 10**20, 0, 1, 2, 3, 4, 5, 6],
+        tuple(range(9)),
+        list(range(5000)),
+        [True, 1, 2, 3, 4, 5, 6, 7, 8],  # a bool among them: written as JSON's true
+        [1, 2, 3, 4, 5, 6, 7, 8, 9.0],
+        [1, 2, 3, 4, 5, 6, 7, 8, "9"],
+        [1, 2, 3],
+    ):
+        assert fingerprint_text(v) == general(v), v
+    assert fingerprint_text([True, *range(8)]).startswith("[true,0,")

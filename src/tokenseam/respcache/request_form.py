@@ -421,6 +421,11 @@ def _emit(v: Any, out: list[str]) -> None:
             _emit(v[k], out)
         out.append("}")
     elif isinstance(v, list | tuple):
+        if len(v) > 8 and set(map(type, v)) == {int}:
+            # Token ids, the longest part of most bodies: the text the loop below writes, made in C (an int's
+            # repr is its str, and holds no space).
+            out.append("[" + repr(v)[1:-1].replace(" ", "") + "]")
+            return
         out.append("[")
         for i, x in enumerate(v):
             if i:
