@@ -269,8 +269,11 @@ def _long_chat(target_tokens: int = 4096) -> tuple[dict[str, Any], int | None]:
     return body, count
 
 
+IDS_PROMPT = 8000  # token ids in the fingerprinted /v1/completions prompt
+
+
 def bench_fingerprint(iterations: int) -> dict[str, Any]:
-    from ..respcache import ROUTE_CHAT, fingerprint_request
+    from ..respcache import ROUTE_CHAT, ROUTE_COMPLETIONS, fingerprint_request
 
     body, tokens = _long_chat()
     for _ in range(20):
@@ -286,6 +289,13 @@ def bench_fingerprint(iterations: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         fingerprint_request(ROUTE_CHAT, ascii_body, tenant="t")
         ys.append(time.perf_counter() - t0)
+    # A prompt of token ids, as a client that tokenizes itself sends it (ids spread over a 262k vocabulary)
+    ids = {"prompt": [(k * 7919) % 262144 for k in range(IDS_PROMPT)], "max_tokens": 1, "temperature": 0}
+    zs = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        fingerprint_request(ROUTE_COMPLETIONS, ids, tenant="t")
+        zs.append(time.perf_counter() - t0)
     return {
         "prompt_tokens": tokens,
         "chars": sum(len(m["content"]) for m in body["messages"]),
@@ -293,6 +303,9 @@ def bench_fingerprint(iterations: int) -> dict[str, Any]:
         "p99_us": _pct(xs, 99) * 1e6,
         "ascii_p50_us": _pct(ys, 50) * 1e6,
         "ascii_p99_us": _pct(ys, 99) * 1e6,
+        "ids_prompt": IDS_PROMPT,
+        "ids_p50_us": _pct(zs, 50) * 1e6,
+        "ids_p99_us": _pct(zs, 99) * 1e6,
     }
 
 
@@ -585,6 +598,12 @@ def run(args: argparse.Namespace) -> int:
         _ok(checks["fingerprint"]),
     )
     table.add_row("fingerprint, ASCII-only text p50", f"{f['ascii_p50_us']:.0f} µs", "", "")
+    table.add_row(
+        f"fingerprint, {f['ids_prompt']:,} prompt ids p50 / p99",
+        f"{f['ids_p50_us']:.0f} / {f['ids_p99_us']:.0f} µs",
+        "",
+        "",
+    )
     if "load" in results:
         ld = results["load"]
         table.add_row(
