@@ -138,3 +138,7 @@ def test_lists_of_ints_serialise_as_the_general_form():
     ):
         assert fingerprint_text(v) == general(v), v
     assert fingerprint_text([True, *range(8)]).startswith("[true,0,")
+    from collections import namedtuple
+
+    nine = namedtuple("Nine", "a b c d e f g h i")(*range(9))  # its own repr: written item by item
+    assert fingerprint_text(nine) == general(nine) == "[0,1,2,3,4,5,6,7,8]"

@@ -421,9 +421,9 @@ def _emit(v: Any, out: list[str]) -> None:
             _emit(v[k], out)
         out.append("}")
     elif isinstance(v, list | tuple):
-        if len(v) > 8 and set(map(type, v)) == {int}:
+        if len(v) > 8 and type(v) in (list, tuple) and set(map(type, v)) == {int}:
             # Token ids, the longest part of most bodies: the text the loop below writes, made in C (an int's
-            # repr is its str, and holds no space).
+            # repr is its str, and holds no space; a subclass of list or tuple may write its own repr).
             out.append("[" + repr(v)[1:-1].replace(" ", "") + "]")
             return
         out.append("[")
