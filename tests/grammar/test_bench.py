@@ -255,3 +255,23 @@ def test_first_mask_repeats_beside_busy_streams(tmp_path):
 def test_bad_first_mask_repeats(bad):
     with pytest.raises(SystemExit):
         _args(**{"data": ".", "first-mask-repeats": bad})
+
+
+def test_a_compile_past_the_time_limit_is_a_timeout_and_the_alarm_is_restored():
+    import signal
+
+    class Slow:
+        compile_errors = ()
+        forgotten = 0
+
+        def compile(self, schema):
+            time.sleep(5)
+
+        def forget(self, cold=False):
+            self.forgotten += 1
+
+    before = signal.getsignal(signal.SIGALRM)
+    engine = Slow()
+    assert bench.run_file(engine, {}, [], 0.05, [])["status"] == "timeout"
+    assert bench.first_mask(engine, {}, 0.05) is None and engine.forgotten == 1
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)

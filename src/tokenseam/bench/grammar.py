@@ -7,6 +7,7 @@ interleaved file by file (one after the other with --busy-streams); results go t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,18 @@ class _Timeout(Exception):
 
 def _alarm(_signum, _frame):
     raise _Timeout()
+
+
+@contextlib.contextmanager
+def _time_limit(timeout_s: float):
+    """Raise _Timeout in the block once `timeout_s` pass (SIGALRM; the previous handler restored after)."""
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 # -- engine adapters --------------------------------------------------------------------------------------
@@ -196,17 +209,14 @@ def tokenize_tests(tokenizer, doc: dict) -> list[tuple[bool, list[int]]]:
 def first_mask(engine, schema, timeout_s: float) -> float | None:
     """One more cold compile and first mask of `schema`, in µs (None if it fails or times out), the engine's
     caches cleared after it: a repeat that run_file's own first mask is then taken with (--first-mask-repeats)."""
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        t0 = time.perf_counter()
-        engine.fill(engine.compile(schema))
-        return (time.perf_counter() - t0) * 1e6
+        with _time_limit(timeout_s):
+            t0 = time.perf_counter()
+            engine.fill(engine.compile(schema))
+            return (time.perf_counter() - t0) * 1e6
     except Exception:  # noqa: BLE001 - run_file reports what goes wrong with this file
         return None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
         if hasattr(engine, "forget"):
             engine.forget(cold=True)
 
@@ -225,63 +235,59 @@ def run_file(
     this file), the time to first mask is the median of those and this compile's, and `ttfm_runs_us` lists
     them."""
     res = {"status": "pass", "ttfm_us": None, "wrong_accepts": 0, "wrong_rejects": 0, "error": None}
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        t0 = time.perf_counter()
-        try:
-            m = engine.compile(schema)
-            engine.fill(m)
-        except engine.compile_errors as exc:
-            res["status"] = "compile_error"
-            res["error"] = str(exc)[:300]
-            return res
-        res["ttfm_us"] = (time.perf_counter() - t0) * 1e6
-        if more_first_masks:
-            runs = [t for t in more_first_masks if t is not None] + [res["ttfm_us"]]
-            res["ttfm_runs_us"] = [round(t, 1) for t in runs]
-            res["ttfm_us"] = statistics.median(runs)
-        first = True
-        for valid, toks in tests:
-            if not first:
+        with _time_limit(timeout_s):
+            t0 = time.perf_counter()
+            try:
                 m = engine.compile(schema)
-            first = False
-            ok = True
-            for tok in toks:
-                t1 = time.perf_counter()
-                mask = engine.fill(m)
-                mask_times.append((time.perf_counter() - t1) * 1e6)
-                allowed = (int(mask[tok >> 5]) >> (tok & 31)) & 1
-                if not allowed:
-                    ok = False
-                    break
-                t1 = time.perf_counter()
-                taken = engine.accept(m, tok)
-                if accept_times is not None:
-                    accept_times.append((time.perf_counter() - t1) * 1e6)
-                if not taken:
-                    ok = False
-                    break
-            if ok:
-                ok = engine.accepting(m)
-            if valid and not ok:
-                res["wrong_rejects"] += 1
-            elif not valid and ok:
-                res["wrong_accepts"] += 1
-        if res["wrong_accepts"] or res["wrong_rejects"]:
-            res["status"] = "fail"
-        # The file's grammar is freed here, outside any timing, as the other engines' matchers are when this
-        # function returns: kept in tokenseam's compiler cache, it was freed while the next file compiled.
-        if hasattr(engine, "forget"):
-            engine.forget()
+                engine.fill(m)
+            except engine.compile_errors as exc:
+                res["status"] = "compile_error"
+                res["error"] = str(exc)[:300]
+                return res
+            res["ttfm_us"] = (time.perf_counter() - t0) * 1e6
+            if more_first_masks:
+                runs = [t for t in more_first_masks if t is not None] + [res["ttfm_us"]]
+                res["ttfm_runs_us"] = [round(t, 1) for t in runs]
+                res["ttfm_us"] = statistics.median(runs)
+            first = True
+            for valid, toks in tests:
+                if not first:
+                    m = engine.compile(schema)
+                first = False
+                ok = True
+                for tok in toks:
+                    t1 = time.perf_counter()
+                    mask = engine.fill(m)
+                    mask_times.append((time.perf_counter() - t1) * 1e6)
+                    allowed = (int(mask[tok >> 5]) >> (tok & 31)) & 1
+                    if not allowed:
+                        ok = False
+                        break
+                    t1 = time.perf_counter()
+                    taken = engine.accept(m, tok)
+                    if accept_times is not None:
+                        accept_times.append((time.perf_counter() - t1) * 1e6)
+                    if not taken:
+                        ok = False
+                        break
+                if ok:
+                    ok = engine.accepting(m)
+                if valid and not ok:
+                    res["wrong_rejects"] += 1
+                elif not valid and ok:
+                    res["wrong_accepts"] += 1
+            if res["wrong_accepts"] or res["wrong_rejects"]:
+                res["status"] = "fail"
+            # The file's grammar is freed here, outside any timing, as the other engines' matchers are when this
+            # function returns: kept in tokenseam's compiler cache, it was freed while the next file compiled.
+            if hasattr(engine, "forget"):
+                engine.forget()
     except _Timeout:
         res["status"] = "timeout"
     except Exception as exc:  # noqa: BLE001 - an engine crash is a result, not a benchmark failure
         res["status"] = "crash"
         res["error"] = f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
     return res
 
 
