@@ -1073,6 +1073,18 @@ def test_literal_tree_is_the_set_of_its_texts():
             assert cpauto.accepts(dfa, w) == (w in texts), (texts, w)
 
 
+def test_literal_tree_shape():
+    # Each branching point once, and a text alone below one as its remaining characters (the tree the byte NFA
+    # is lowered from: its shape is its state count).
+    from tokenseam.grammar.ir import EMPTY, Alt, Seq, lit, literal_alt
+
+    a, b, c, x, y, z = (lit(ch) for ch in "abcxyz")
+    assert literal_alt(["ab", "ac", "xyz"]) == Alt((Seq((a, Alt((b, c)))), Seq((x, y, z))))
+    assert literal_alt(["a", "ab", "abc", "x"]) == Alt((Seq((a, Alt((EMPTY, Seq((b, Alt((EMPTY, c)))))))), x))
+    assert literal_alt(["xyz"]) == Seq((x, y, z))
+    assert literal_alt(["xa", "xb"]) == Seq((x, Alt((a, b))))
+
+
 def test_a_long_enum_of_codes_shares_its_prefixes(compiler):
     from tokenseam.grammar.json_schema import schema_to_grammar
     from tokenseam.grammar.nfa import build_nfa

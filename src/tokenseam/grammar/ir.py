@@ -284,22 +284,29 @@ def literal_alt(texts) -> Node:
                 kids.append((k, j))
                 k = j
             stack.append((lo, hi, pos, kids))
-            stack.extend((k, j, p + 1, None) for k, j in kids)
+            # A run of one text (most leaves of a big enum) is its characters: written below, not walked.
+            stack.extend((k, j, p + 1, None) for k, j in kids if j > k + 1)
             continue
         # Built without seq() and alt(): the parts are apart by construction (distinct first characters, one
         # empty text at most) and nothing nests that would need flattening.
         parts = [EMPTY] if len(first) == p else []
         for k, j in kids:
+            if j == k + 1:
+                text = ts[k]
+                parts.append(_char(text[p]) if len(text) == p + 1 else _seq_of(tuple(map(_char, text[p:]))))
+                continue
             sub = done.pop((k, j))
             c = _char(ts[k][p])
-            parts.append(c if sub is EMPTY else Seq((c, *sub.items)) if type(sub) is Seq else Seq((c, sub)))
-        node = parts[0] if len(parts) == 1 else Alt(tuple(parts))
+            parts.append(
+                c if sub is EMPTY else _seq_of((c, *sub.items)) if type(sub) is Seq else _seq_of((c, sub))
+            )
+        node = parts[0] if len(parts) == 1 else _alt_of(tuple(parts))
         if p > pos:
             run = tuple(map(_char, first[pos:p]))
             if node is EMPTY:
-                node = run[0] if len(run) == 1 else Seq(run)
+                node = run[0] if len(run) == 1 else _seq_of(run)
             else:
-                node = Seq((*run, *node.items)) if type(node) is Seq else Seq((*run, node))
+                node = _seq_of((*run, *node.items)) if type(node) is Seq else _seq_of((*run, node))
         done[(lo, hi)] = node
     return done[(0, len(ts))]
 
