@@ -147,3 +147,55 @@ def test_keys_of_one_reading_under_additional_false_are_not_built(pattern):
     assert root != NOTHING
     assert "one" not in c.pattern_dfas[pattern] and "both" in c.pattern_dfas[pattern]
     assert c.compile({"allOf": [{"type": "object"}, False]}, "") == NOTHING
+
+
+def test_keys_outside_several_patterns_is_the_product_of_their_complements():
+    # The additional keys of an object with several patterns are built as one union, complemented once; the
+    # language is the one of intersecting "none of the words" with each pattern's complement in turn.
+    from tokenseam.grammar.budget import compile_budget
+    from tokenseam.grammar.json_schema import _Compiler
+
+    cases = [
+        ([r"^x.y$", r"^\d+$", r"^y"], ["a", "yy", "x\ny"]),
+        ([r"^/", r"^[^/]"], ["ColorPalette"]),
+        ([r"^\w+$", r"^\s*$"], []),
+        ([r"^a_[a-z]{2,3}$", r"^b_[a-z]{2,3}(-[0-9]{2})?$", r"^c\Z"], ["a_xy", "b", "c"]),
+    ]
+    for patterns, words in cases:
+        with compile_budget(10, None, None):
+            c = _Compiler({}, strict=False, lenient=False, compact=False, max_ws=0)
+            got = c.keys_outside(patterns, words, "")
+            want = cpauto.not_words(words)
+            for p in patterns:
+                want = cpauto.product(want, c.pattern_dfa(p, "", "either", complement=True))
+            assert cpauto.is_empty(cpauto.product(got, cpauto.complement(want))), patterns
+            assert cpauto.is_empty(cpauto.product(want, cpauto.complement(got))), patterns
+            # No state the start does not reach or that reaches no final one is kept.
+            assert all(d is not None for d in cpauto.dist_to_final(got)), patterns
+        for key in _strings(random.Random(str(patterns)), 80) + words + ["x1y", "123", "yz", "/a", "a_xyz"]:
+            matched = key in words or any(
+                c.key_matches(p, "", key, r) for p in patterns for r in ("ecma", "python")
+            )
+            assert cpauto.accepts(got, key) == (not matched), (patterns, key)
+
+
+def test_additional_keys_beside_several_patterns_against_jsonschema(compiler):
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "yy": {"type": "boolean"}},
+        "patternProperties": {
+            r"^x.y$": {"type": "integer"},
+            r"^\d+$": {"type": "integer"},
+            r"^y": {"type": "null"},
+        },
+        "additionalProperties": {"type": "string"},
+    }
+    g = compiler.compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for key, value in itertools.product(_strings(random.Random(5), 80) + ["x1y", "12", "yz"], [1, "s", None]):
+        doc = {key: value}
+        ok = validator.is_valid(doc)
+        got = accepts_text(g, json.dumps(doc))
+        assert ok or not got, f"wrong accept {doc}"
+        if _plain(key):
+            assert got == ok, f"wrong reject {doc}"

@@ -400,6 +400,38 @@ def trim(nfa: CPNFA) -> CPNFA:
     return nfa
 
 
+def compact(nfa: CPNFA) -> CPNFA:
+    """`nfa` trimmed and without the states its start does not reach, renumbered in the order a walk from the
+    start meets them (trim keeps every state, emptied: a complement of a union leaves many)."""
+    if nfa.live_start is None:
+        trim(nfa)
+    if not nfa.live_start:
+        out = CPNFA()
+        out.add()
+        out.live_start = False
+        return out
+    current().tick(nfa.size)
+    index = {nfa.start: 0}
+    order = [nfa.start]
+    for q in order:  # (grows while it is read: a breadth-first walk)
+        for _, _, t in nfa.edges[q]:
+            if t not in index:
+                index[t] = len(order)
+                order.append(t)
+        for t in nfa.eps[q]:
+            if t not in index:
+                index[t] = len(order)
+                order.append(t)
+    out = CPNFA()
+    current().spend(2 * len(order))
+    out.edges = [[(lo, hi, index[t]) for lo, hi, t in nfa.edges[q]] for q in order]
+    out.eps = [[index[t] for t in nfa.eps[q]] for q in order]
+    out.finals = {index[q] for q in nfa.finals if q in index}
+    out.start = 0
+    out.live_start = True
+    return out
+
+
 def is_empty(nfa: CPNFA) -> bool:
     if nfa.live_start is None:
         trim(nfa)

@@ -400,9 +400,12 @@ class ContainerLowering:
             # Literal patterns (`^client_id$`, common in generated schemas) join the declared names; the others
             # are intersected away.
             words = [w for p in pat_names for w in self.pattern_words(p, ptr) or ()]
-            key = cpauto.not_words(names + words) if words else undeclared()
-            for p in pat_names:
-                if self.pattern_words(p, ptr) is None:
+            others = [p for p in pat_names if self.pattern_words(p, ptr) is None]
+            if len(others) > 1:
+                key = self.keys_outside(others, names + words, ptr)
+            else:
+                key = cpauto.not_words(names + words) if words else undeclared()
+                for p in others:
                     key = cpauto.product(key, self.pattern_dfa(p, ptr, "either", complement=True))
             if name_dfa is not None:
                 key = cpauto.product(key, name_dfa)

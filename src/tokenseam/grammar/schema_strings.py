@@ -252,6 +252,15 @@ class StringLowering:
             entry[key] = cpauto.complement(entry[reading])
         return entry[key]
 
+    def keys_outside(self, patterns: list[str], words: list[str], ptr: str):
+        """The keys none of `patterns` matches in either reading and that are none of `words`: their union as
+        one automaton, complemented once. (Intersecting "none of the words" with each pattern's complement in
+        turn builds a product per pattern, each over the states of the ones before.)"""
+        matched = [Auto(self.pattern_dfa(p, ptr, "either")) for p in patterns]
+        return cpauto.compact(
+            cpauto.complement(cpauto.determinize(cpauto.from_ir(alt(*matched, *map(lit, words)))))
+        )
+
     def pattern_words(self, pattern: str, ptr: str) -> list[str] | None:
         """The keys a patternProperties regex matches in either reading, if it matches only a word w (and
         w followed by a newline, which Python's `$` also matches): `^client_id$`, common in generated schemas."""
