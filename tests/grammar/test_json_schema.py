@@ -1085,6 +1085,32 @@ def test_literal_tree_shape():
     assert literal_alt(["xa", "xb"]) == Seq((x, Alt((a, b))))
 
 
+def test_a_big_pattern_used_twice_is_lowered_once(compiler):
+    # A string pattern is a rule: a big one met in two properties is one called copy in the byte NFA; a small
+    # one is copied at each use (no call).
+    from tokenseam.grammar.json_schema import schema_to_grammar
+    from tokenseam.grammar.nfa import build_nfa
+
+    codes = "|".join(f"z{k:03d}-az{k % 7}" for k in range(120))
+    big, small = {"type": "string", "pattern": f"^({codes})$"}, {"type": "string", "pattern": "^[a-c]+$"}
+
+    def lowered(props):
+        schema = {"type": "object", "properties": props, "required": list(props)}
+        nfa = build_nfa(schema_to_grammar(schema))
+        return nfa.n, [r for r in nfa.rule_names if r.startswith("%item")]
+
+    once, _ = lowered({"a": big})
+    twice, called = lowered({"a": big, "b": big})
+    assert len(called) == 1 and twice < once * 1.2
+    assert lowered({"a": small, "b": small})[1] == []
+    g = compiler.compile_json_schema(
+        {"type": "object", "properties": {"a": big, "b": big}, "required": ["a", "b"]}
+    )
+    assert accepts_text(g, '{"a": "z005-az5", "b": "z119-az0"}')
+    assert not accepts_text(g, '{"a": "z005-az5", "b": "z119-az1"}')
+    assert not accepts_text(g, '{"a": "z005-az", "b": "z119-az0"}')
+
+
 def test_a_long_enum_of_codes_shares_its_prefixes(compiler):
     from tokenseam.grammar.json_schema import schema_to_grammar
     from tokenseam.grammar.nfa import build_nfa

@@ -156,7 +156,9 @@ class StringLowering:
         except TypeError:  # (an unhashable value: parse_regex names it below)
             key = node = None
         if node is None:
-            node = self.constrained_string(pats, fmt, mn, mx, excluded, not_patterns, ptr)
+            # A called rule: the byte NFA copies it at each use when small, and calls one copy of a big one used
+            # in several places (a long alternation of codes in two properties).
+            node = self._as_rule(self.constrained_string(pats, fmt, mn, mx, excluded, not_patterns, ptr))
             if key is not None:
                 self.string_autos[key] = node
         return node
