@@ -133,3 +133,33 @@ def test_a_decode_answers_items_in_their_order_whatever_their_sequences(backend)
 
     assert cos(ra, solo["a"]) > 0.999 and cos(rb, solo["b"]) > 0.999
     assert cos(ra, solo["a"]) > cos(ra, solo["b"]) and cos(rb, solo["b"]) > cos(rb, solo["a"])
+
+
+def test_each_item_gets_its_own_logits_rows(backend):
+    """The batch is written in order of sequence, not of items: each item's logits must be the rows llama.cpp
+    gives for its own tokens' batch positions, one per token for "all", none for an item that asks for none."""
+    import llama_cpp
+
+    a = backend.tokenizer.encode("Paris is the capital of France, and Rome is the capital of")[:3]
+    b = backend.tokenizer.encode("def add(x, y):\n    return x + y\n\nprint(add(2,")[:4]
+    assert len(a) == 3 and len(b) == 4
+
+    def row(i):  # the row of batch position i, asked of llama.cpp itself
+        return np.ctypeslib.as_array(
+            llama_cpp.llama_get_logits_ith(backend._ctx, i), shape=(backend.n_vocab,)
+        )
+
+    backend.clear()
+    # Written in order of sequence: b (sequence 0) at positions 0-3, then a (sequence 1) at 4-6.
+    every, last = backend.decode([(1, a, 0, "all"), (0, b, 0, True)])
+    assert len(every) == 3
+    for got, i in zip(every, (4, 5, 6), strict=True):
+        assert np.array_equal(got, row(i))
+    assert np.array_equal(last, row(3))
+    backend.clear()
+    first, none = backend.decode([(1, a, 0, True), (0, b, 0, False)])
+    assert none is None and np.array_equal(first, row(6))
+    backend.clear()
+    last_a, last_b = backend.decode([(1, a, 0, True), (0, b, 0, True)])
+    assert np.array_equal(last_a, row(6)) and np.array_equal(last_b, row(3))
+    backend.clear()
