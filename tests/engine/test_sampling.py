@@ -99,3 +99,67 @@ def test_bad_new_parameters(kw, param):
     with pytest.raises(InvalidRequestError) as ei:
         SamplingParams(**kw).validate(100)
     assert ei.value.param == param
+
+
+class _NumpyOnly(Sampler):
+    """The sampler with its one-call picks (engine/draw.py) turned off: the numpy path, the reference."""
+
+    def _pick_in_one_call(self, x, allowed):
+        return -1
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_one_call_picks_are_the_numpy_paths(greedy):
+    # Same seed, same tokens: the one-call draw takes the numpy path's steps and the same random number.
+    rng = np.random.default_rng(11)
+    n = 3000
+    for case in range(40):
+        logits = (rng.normal(0, rng.uniform(0.5, 8), n)).astype(np.float32)
+        if case % 5 == 1:
+            logits[rng.integers(0, n, 40)] = -np.inf  # tokens the model rules out
+        if case % 5 == 2:
+            logits[[5, 900]] = logits.max() + 3  # a tie at the top
+        allowed = None
+        if case % 3:
+            allowed = rng.random(n) < (0.002 if case % 7 == 0 else 0.3)
+        if case % 11 == 4:
+            allowed = np.zeros(n, bool)
+            allowed[[17, 18, 2999]] = True
+            logits[[17, 18, 2999]] = -np.inf  # nothing allowed the model can say: the least bad allowed
+        t = 0.0 if greedy else float(rng.choice([5e-324, 0.05, 0.7, 1.0, 3.0]))
+        params = SamplingParams(temperature=t, seed=case)
+        one, ref = Sampler(params, n), _NumpyOnly(params, n)
+        got = [one.sample(logits, allowed)[0] for _ in range(30)]
+        assert got == [ref.sample(logits, allowed)[0] for _ in range(30)], case
+        if allowed is not None:
+            assert all(allowed[tok] for tok in got)
+
+
+def test_the_one_call_draw_leaves_the_cuts_to_numpy():
+    # top-k, top-p and min-p cuts, NaN logits and a mask of another shape take the numpy path: same tokens.
+    rng = np.random.default_rng(5)
+    logits = rng.normal(0, 4, 500).astype(np.float32)
+    for kw in ({"top_k": 7}, {"top_p": 0.8}, {"min_p": 0.1}, {}):
+        params = SamplingParams(temperature=0.9, seed=3, **kw)
+        one, ref = Sampler(params, 500), _NumpyOnly(params, 500)
+        assert [one.sample(logits, None)[0] for _ in range(20)] == [
+            ref.sample(logits, None)[0] for _ in range(20)
+        ]
+    bad = logits.copy()
+    bad[3] = np.nan
+    one, ref = (
+        Sampler(SamplingParams(temperature=0.9, seed=4), 500),
+        _NumpyOnly(SamplingParams(temperature=0.9, seed=4), 500),
+    )
+    assert [one.sample(bad, None)[0] for _ in range(20)] == [ref.sample(bad, None)[0] for _ in range(20)]
+
+
+def test_greedy_under_a_mask_with_no_finite_allowed_logit_takes_the_first_allowed():
+    logits = np.zeros(8, np.float32)
+    logits[[3, 5]] = [-np.inf, np.inf]
+    allowed = np.zeros(8, bool)
+    allowed[[3, 5]] = True
+    params = SamplingParams(temperature=0, seed=1)
+    assert (
+        Sampler(params, 8).sample(logits, allowed)[0] == _NumpyOnly(params, 8).sample(logits, allowed)[0] == 3
+    )

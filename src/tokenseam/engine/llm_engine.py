@@ -14,6 +14,7 @@ import numpy as np
 
 from ..constraint import bitmask_to_bool
 from ..healing.divergence import common_prefix
+from . import draw
 from .backend import LlamaCppBackend
 from .errors import BackendError, ContextLengthError, InvalidRequestError, QueueFullError
 from .prefix_cache import HostKV, PrefixCache
@@ -66,6 +67,7 @@ class Engine:
     """
 
     def __init__(self, backend: LlamaCppBackend, max_queue: int = 64) -> None:
+        draw.warm_up()  # the sampler's numba code, loaded now rather than by the first request's first token
         self.backend = backend
         self.vocab = backend.vocab
         self.max_queue = max_queue

@@ -1,6 +1,8 @@
-"""Per-request sampling in numpy: penalties, logit bias, constraint mask, temperature, top-k/top-p/min-p, logprobs.
+"""Per-request sampling: penalties, logit bias, constraint mask, temperature, top-k/top-p/min-p, logprobs.
 
-Greedy requests take an argmax only; nothing here loops over the vocabulary in Python.
+Greedy requests take an argmax only. A greedy pick under a mask and a draw at the temperature alone run in one
+numba call each (draw.py); the cuts (top-k, top-p, min-p) in numpy. Nothing here loops over the vocabulary in
+Python.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import draw
 from .errors import InvalidRequestError
 
 
@@ -104,6 +107,9 @@ class SamplingParams:
 
 SAMPLERS = ("top_k", "top_p", "min_p", "temperature")
 LLAMA_SAMPLERS = ("top_k", "top_p", "min_p", "temperature")  # llama-server's default chain, the steps we have
+
+
+_NO_MASK = np.zeros(0, np.bool_)
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -205,20 +211,43 @@ class Sampler:
                 v = x[ids]
                 x[ids] = np.where(v > 0, v / p.repetition_penalty, v * p.repetition_penalty)
         raw = x
-        if allowed is not None:
-            x = np.where(allowed, x, np.float32(-np.inf))
-            if not np.isfinite(x).any():
-                # the constraint allows nothing the model can say: pick the least bad allowed token
-                x = np.where(allowed, np.float32(0), np.float32(-np.inf))
-        if p.greedy:
-            tok = int(np.argmax(x))
-        else:
-            tok = self._sample_random(x)
+        tok = self._pick_in_one_call(x, allowed)
+        if tok < 0:
+            if allowed is not None:
+                x = np.where(allowed, x, np.float32(-np.inf))
+                if not np.isfinite(x).any():
+                    # the constraint allows nothing the model can say: pick the least bad allowed token
+                    x = np.where(allowed, np.float32(0), np.float32(-np.inf))
+            if p.greedy:
+                tok = int(np.argmax(x))
+            else:
+                tok = self._sample_random(x)
         lp = self._logprob(raw, tok) if p.logprobs else None
         self.counts[tok] = self.counts.get(tok, 0) + 1
         if self._repeat and tok < self.vocab_size:
             self._remember(tok)
         return tok, lp
+
+    def _pick_in_one_call(self, x: np.ndarray, allowed: np.ndarray | None) -> int:
+        """The greedy pick under a mask, or a draw at the temperature alone (no top-k, top-p or min-p cut), through
+        draw.py: the same token as the numpy path below, in one call that keeps the interpreter lock, which a
+        grammar compile in another thread would otherwise take at each of numpy's passes. -1: take that path."""
+        p = self.p
+        masked = allowed is not None
+        if x.dtype != np.float32 or (masked and (allowed.dtype != np.bool_ or allowed.shape != x.shape)):
+            return -1
+        mask = allowed if masked else _NO_MASK  # (read only when masked)
+        if p.greedy:
+            return draw.greedy(x, allowed) if masked else -1
+        if (0 < p.top_k < len(x) and "top_k" in p.samplers) or (p.min_p > 0 and "min_p" in p.samplers):
+            return -1
+        if p.top_p < 1.0 and "top_p" in p.samplers:
+            return -1
+        state = self.rng.bit_generator.state
+        tok = draw.temperature(x, mask, masked, p.temperature, self.rng.random(), *draw.scratch(len(x)))
+        if tok < 0:
+            self.rng.bit_generator.state = state  # the numpy path draws its own number
+        return tok
 
     def _sample_random(self, x: np.ndarray) -> int:
         p = self.p
