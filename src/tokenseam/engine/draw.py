@@ -4,7 +4,8 @@ the temperature alone (no top-k, top-p or min-p cut), with or without a mask.
 The numpy path (sampling.Sampler) makes a dozen passes over the vocabulary for a temperature draw, and numpy
 gives up the interpreter lock in each one. Beside a thread that holds the lock (a grammar compile), every pass
 then waits up to a switch interval to take it back: one draw over SmolLM2's 49,152 logits took 7 ms beside a
-busy Python thread against 1 ms alone. A numba call keeps the lock from start to end.
+busy Python thread against 1 ms alone. A call here runs without the lock from start to end (other threads, the
+event loop among them, go on meanwhile) and waits once to take it back.
 
 Each function takes the same steps as the numpy path, in the same order, and consumes the same random number
 (the one double `Generator.choice` draws), so a seeded request picks the same tokens. The sums differ in
@@ -22,7 +23,7 @@ import numba
 import numpy as np
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def greedy(x: np.ndarray, allowed: np.ndarray) -> int:
     """np.argmax of `x` with the tokens `allowed` does not hold at -inf; if no allowed logit is finite, the first
     allowed token (numpy: the argmax of 0 over the allowed and -inf elsewhere)."""
@@ -47,7 +48,7 @@ def greedy(x: np.ndarray, allowed: np.ndarray) -> int:
     return best
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def temperature(
     x: np.ndarray, allowed: np.ndarray, masked: bool, t: float, u: float, cand: np.ndarray, z: np.ndarray
 ) -> int:

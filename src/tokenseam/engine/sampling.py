@@ -230,8 +230,9 @@ class Sampler:
 
     def _pick_in_one_call(self, x: np.ndarray, allowed: np.ndarray | None) -> int:
         """The greedy pick under a mask, or a draw at the temperature alone (no top-k, top-p or min-p cut), through
-        draw.py: the same token as the numpy path below, in one call that keeps the interpreter lock, which a
-        grammar compile in another thread would otherwise take at each of numpy's passes. -1: take that path."""
+        draw.py: the same token as the numpy path below, in one call that gives up the interpreter lock once
+        (numpy gives it up at each pass, and a grammar compile in another thread then keeps it a switch interval
+        each time). -1: take that path."""
         p = self.p
         masked = allowed is not None
         if x.dtype != np.float32 or (masked and (allowed.dtype != np.bool_ or allowed.shape != x.shape)):
