@@ -136,7 +136,7 @@ def test_one_call_picks_are_the_numpy_paths(greedy):
 
 
 def test_the_one_call_draw_leaves_the_cuts_to_numpy():
-    # top-k, top-p and min-p cuts, NaN logits and a mask of another shape take the numpy path: same tokens.
+    # top-k, top-p and min-p cuts take the numpy path; a NaN logit is left out as numpy leaves it: same tokens.
     rng = np.random.default_rng(5)
     logits = rng.normal(0, 4, 500).astype(np.float32)
     for kw in ({"top_k": 7}, {"top_p": 0.8}, {"min_p": 0.1}, {}):

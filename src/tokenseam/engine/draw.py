@@ -10,8 +10,9 @@ event loop among them, go on meanwhile) and waits once to take it back.
 Each function takes the same steps as the numpy path, in the same order, and consumes the same random number
 (the one double `Generator.choice` draws), so a seeded request picks the same tokens. The sums differ in
 rounding (numpy adds pairwise, these in order), which could move a draw only if the random number fell within
-about 1e-12 of the boundary between two tokens. A result of -1 sends the caller to the numpy path: a NaN
-among the logits, or no token at all to pick. (Greedy without a mask is one numpy argmax, which is faster and
+about 1e-12 of the boundary between two tokens. A result of -1 sends the caller to the numpy path: for
+`greedy`, a NaN among the allowed logits (numpy's argmax picks it); for `temperature`, no token at all to
+pick, where the numpy path raises. (Greedy without a mask is one numpy argmax, which is faster and
 holds the lock for most of its pass.)
 """
 
@@ -59,19 +60,16 @@ def temperature(
     branching on the mask or on a logit (a mask's allowed tokens are scattered); the rest runs over them."""
     n = x.shape[0]
     m = -np.inf
-    bad = False
     count = 0
     for i in range(n):
         v = x[i]
-        keep = allowed[i] if masked else True
-        bad |= keep & np.isnan(v)
-        keep &= np.isfinite(v)
+        keep = (allowed[i] if masked else True) & np.isfinite(
+            v
+        )  # (NaN is not finite: left out, as numpy does)
         cand[count] = i
         z[count] = v
         m = max(m, v if keep else -np.inf)
         count += 1 if keep else 0
-    if bad:
-        return -1
     if count == 0:  # no allowed logit is finite: every allowed token alike (none allowed: the numpy path)
         if not masked:
             return -1

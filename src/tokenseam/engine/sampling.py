@@ -244,11 +244,9 @@ class Sampler:
             return -1
         if p.top_p < 1.0 and "top_p" in p.samplers:
             return -1
-        state = self.rng.bit_generator.state
-        tok = draw.temperature(x, mask, masked, p.temperature, self.rng.random(), *draw.scratch(len(x)))
-        if tok < 0:
-            self.rng.bit_generator.state = state  # the numpy path draws its own number
-        return tok
+        # (-1 only when there is nothing to draw from, where the numpy path raises: the number drawn here for
+        # the kernel is then of no use to anything)
+        return draw.temperature(x, mask, masked, p.temperature, self.rng.random(), *draw.scratch(len(x)))
 
     def _sample_random(self, x: np.ndarray) -> int:
         p = self.p
