@@ -63,9 +63,8 @@ def temperature(
     count = 0
     for i in range(n):
         v = x[i]
-        keep = (allowed[i] if masked else True) & np.isfinite(
-            v
-        )  # (NaN is not finite: left out, as numpy does)
+        # (NaN is not finite: left out, as numpy leaves it)
+        keep = (allowed[i] if masked else True) & np.isfinite(v)
         cand[count] = i
         z[count] = v
         m = max(m, v if keep else -np.inf)
