@@ -1111,6 +1111,33 @@ def test_a_big_pattern_used_twice_is_lowered_once(compiler):
     assert not accepts_text(g, '{"a": "z005-az", "b": "z119-az0"}')
 
 
+def test_a_length_bounded_word_pattern_used_twice_is_lowered_once(compiler):
+    # A pattern of non-ASCII classes under maxLength is small as a code point automaton but several times larger
+    # in bytes (each character guarded, with its own multi-byte forms): used in two properties it is one call.
+    from tokenseam.grammar.json_schema import schema_to_grammar
+    from tokenseam.grammar.nfa import build_nfa
+
+    words = {"type": "string", "pattern": "^(?:\\S+\\s+){0,9}\\S+$", "maxLength": 120}
+
+    def lowered(props):
+        schema = {"type": "object", "properties": props, "required": list(props)}
+        nfa = build_nfa(schema_to_grammar(schema))
+        return nfa.n, [r for r in nfa.rule_names if r.startswith("%item")]
+
+    once, _ = lowered({"a": words})
+    twice, called = lowered({"a": words, "b": words})
+    assert len(called) == 1 and twice < once * 1.2
+    g = compiler.compile_json_schema(
+        {"type": "object", "properties": {"a": words, "b": words}, "required": ["a", "b"]}
+    )
+    ten, eleven = " ".join(["é"] * 10), " ".join(["w"] * 11)
+    assert accepts_text(g, json.dumps({"a": ten, "b": "x\ty"}, ensure_ascii=False))
+    assert accepts_text(g, json.dumps({"a": "one", "b": "x" * 120}))
+    assert not accepts_text(g, json.dumps({"a": "one", "b": eleven}))
+    assert not accepts_text(g, json.dumps({"a": "x" * 121, "b": "one"}))
+    assert not accepts_text(g, json.dumps({"a": "one ", "b": "one"}))
+
+
 def test_a_long_enum_of_codes_shares_its_prefixes(compiler):
     from tokenseam.grammar.json_schema import schema_to_grammar
     from tokenseam.grammar.nfa import build_nfa

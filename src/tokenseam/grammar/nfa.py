@@ -233,6 +233,25 @@ def _grouped(a: CPNFA) -> list[dict[int, tuple]]:
     return a.by_target
 
 
+def _auto_states(node: Auto) -> int:
+    """The estimate's term for an embedded automaton. `embed` shares each target's escapes and multi-byte forms,
+    so three states per code point state bound it; `embed_counted` gives every character its own guard, body and
+    increment states and its own byte forms, so a length-bounded pattern of non-ASCII classes (`\\S`) makes
+    several times more: counted per character here (4 states per multi-byte range, 4 for escapes)."""
+    a = node.auto
+    if node.limit is None:
+        return a.size * 3
+    v = a.counted_states
+    if v is None:
+        v = a.size
+        for row in _grouped(a):
+            for rs in row.values():
+                _, specials, high, _ = lowering_plan(rs, True)
+                v += 3 + 4 * len(high) + (4 if specials else 0)
+        a.counted_states = v
+    return v
+
+
 @functools.lru_cache(maxsize=4096)
 def _word_row(cs: tuple[int, ...], esc: bool) -> tuple[int, tuple]:
     """How `embed` lowers a `not_words` trie state whose children read the code points `cs` (sorted): its row's
@@ -323,7 +342,7 @@ class _Builder:
                 elif t is Chars:
                     total += 2 * len(x.ranges) + 2
                 elif t is Auto:
-                    total += x.auto.size * 3
+                    total += _auto_states(x)
                 else:  # Repeat 2, Members 4, Escaped 0: the estimate's own terms
                     total += _OWN_TERM.get(t, 1)
                     push_parts(x, stack)
@@ -368,7 +387,7 @@ class _Builder:
                 parts += self._estimate(node.extra, depth + 1)
             v = copies * parts + 4
         elif isinstance(node, Auto):
-            v = node.auto.size * 3
+            v = _auto_states(node)
         else:
             v = 1
         v = min(v, 10 * MAX_STATES)
