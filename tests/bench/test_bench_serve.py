@@ -13,9 +13,11 @@ pytestmark = [pytest.mark.model, pytest.mark.server]
 
 def test_bench_serve_measures_every_system(tmp_path):
     out = tmp_path / "serve.json"
-    rc = main(["bench", "serve", "--tokens", "8", "--streams", "2", "--repeats", "1", "--out", str(out)])
-    assert rc == 0
+    # (flash attention on for every system: the setting reaches the server, the raw loop and llama-cpp-python)
+    argv = ["bench", "serve", "--tokens", "8", "--streams", "2", "--repeats", "1", "--flash-attn", "on"]
+    assert main([*argv, "--out", str(out)]) == 0
     res = json.loads(out.read_text())
+    assert res["flash_attn"] == "on"
     (rnd,) = res["rounds"]
     assert set(rnd) == {
         "llama_cpp_python_1",

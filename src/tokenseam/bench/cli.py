@@ -17,6 +17,10 @@ BENCHES = {
         "time to first token with a large schema: grammar compiled while the prompt is read vs first",
     ),
     "healing": ("tokenseam.bench.healing", "token healing cost and canonicality"),
+    "flash-attn": (
+        "tokenseam.bench.flash_attn",
+        "llama.cpp's flash attention on and off: decode steps and prompt reads at several context lengths",
+    ),
     "prefix-cache": ("tokenseam.bench.prefix_cache", "prefix KV cache reuse and TTFT on a RAG workload"),
     "conversation": (
         "tokenseam.bench.conversation",

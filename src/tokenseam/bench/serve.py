@@ -37,18 +37,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--streams", type=int, default=8, help="concurrent streams for the batched figures")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--llama-server", default=None, help="path to a llama-server binary to add as an anchor")
+    p.add_argument(
+        "--flash-attn",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="llama.cpp's flash attention for every system: auto lets each choose as deployed (tokenseam's "
+        "auto: off for a model without sliding-window layers; llama-server's -fa auto: on)",
+    )
     p.add_argument("--out", default="bench-results/serve.json")
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ..models import resolve_model
+    from ..models import ModelNotFoundError, resolve_model
 
     if args.tokens < 1 or args.streams < 1 or args.repeats < 1 or args.threads < 1:
         print("error: --tokens, --streams, --repeats and --threads must be positive")
         return 2
-    path = resolve_model(args.model)
+    try:
+        path = resolve_model(args.model)
+    except ModelNotFoundError as e:
+        print(f"error: --model: {e}")
+        return 2
     console = Console()
     res: dict = {
         "machine": machine(),
@@ -56,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         "threads": args.threads,
         "tokens": args.tokens,
         "streams": args.streams,
+        "flash_attn": args.flash_attn,
         "repeats": args.repeats,
         "rounds": [],
     }
@@ -184,6 +196,7 @@ class _LlamaCppPython:
                 n_threads=args.threads,
                 n_threads_batch=args.threads,
                 n_batch=512,
+                flash_attn=args.flash_attn == "on",  # (its own default: off)
                 verbose=False,
             )
         finally:
@@ -213,7 +226,16 @@ class TokenseamServer(TokenseamServe):
         self.args = args
         super().__init__(
             path,
-            ["--ctx-size", "1024", "--parallel", str(max(args.streams, 1)), "--threads", str(args.threads)],
+            [
+                "--ctx-size",
+                "1024",
+                "--parallel",
+                str(max(args.streams, 1)),
+                "--threads",
+                str(args.threads),
+                "--flash-attn",
+                args.flash_attn,
+            ],
         )
 
     def _body(self, i: int, schema: dict | None) -> dict:
@@ -309,9 +331,9 @@ class _RawBatch:
         cp.n_ctx = 1024 * n_seq
         cp.n_batch = cp.n_ubatch = 512
         cp.n_seq_max = n_seq
-        # the engine's KV layout: a stream per sequence, flash attention as its "auto" picks it
+        # the engine's KV layout: a stream per sequence, flash attention as the engine picks it
         cp.kv_unified = False
-        fa = LlamaCppBackend.flash_attention_for("auto", llama_cpp.llama_model_n_swa(self.model))
+        fa = LlamaCppBackend.flash_attention_for(args.flash_attn, llama_cpp.llama_model_n_swa(self.model))
         cp.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if fa else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
@@ -395,7 +417,7 @@ async def _concurrent(url: str, bodies: list[dict]) -> tuple[int, float]:
 def _llama_server(path: Path, args) -> dict:
     out = {}
     for label, np_ in (("1", 1), ("n", args.streams)):
-        with LlamaServer(args.llama_server, path, np_, args.threads, 1024) as ls:
+        with LlamaServer(args.llama_server, path, np_, args.threads, 1024, ["-fa", args.flash_attn]) as ls:
             base = ls.url
             rates = []
             for r in range(args.repeats):

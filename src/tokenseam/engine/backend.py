@@ -61,12 +61,13 @@ class LlamaCppBackend:
     @staticmethod
     def flash_attention_for(setting: str, n_swa: int) -> bool:
         """Whether to use llama.cpp's flash attention. Each sequence has a KV stream of its own, so a decode reads
-        only its own cells. Flash attention's CPU kernel skips the cells a token may not see but costs more per
-        cell it reads: it wins where most cells are masked, in a model's sliding-window layers (Gemma-3, 15
-        tokens after 8,000 cached: 68 ms with it, 89 without), and loses where every cell is read, under full
-        attention (SmolLM2, 15 tokens after 1,450 cached with 7 other slots full: 69 ms without it, 117 with
-        it; an 8-stream step at 1,450 tokens each: 67 against 69 ms). "auto" turns it on for a model with
-        sliding-window layers only."""
+        only its own cells. Flash attention's CPU kernel skips the cells a token may not see: it wins where most
+        cells are masked, in a model's sliding-window layers (Gemma-3, 15 tokens after 8,000 cached: 68 ms with
+        it, 89 without). Under full attention (SmolLM2) it depends on the work: a step of 8 streams at 300
+        tokens each takes 41 ms with it against 48 without, but reading a short prompt after a long cached
+        prefix is slower with it (15 tokens after 1,450 cached: 103 against 95 ms, and 107 against 76 with
+        the other slots full), as is one stream past about 500 tokens. "auto" turns it on for a model with
+        sliding-window layers only: a cached prefix's time to first token is what the prefix cache is for."""
         if setting not in LlamaCppBackend.FLASH_ATTN:
             raise BackendError(
                 f"flash_attn must be one of {', '.join(LlamaCppBackend.FLASH_ATTN)}, not {setting!r}"

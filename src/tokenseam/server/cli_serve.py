@@ -78,8 +78,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=("auto", "on", "off"),
         default="auto",
         help="llama.cpp's flash attention. It skips the KV cells a token may not see (outside a sliding "
-        "window) but reads the others more slowly; auto: on for a model with sliding-window layers, off for one "
-        "without",
+        "window) and decodes many streams of short contexts faster, but reads a prompt over a long cached prefix "
+        "more slowly; auto: on for a model with sliding-window layers, off for one without",
     )
     p.add_argument(
         "--chat-template",
