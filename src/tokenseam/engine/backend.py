@@ -63,11 +63,11 @@ class LlamaCppBackend:
         """Whether to use llama.cpp's flash attention. Each sequence has a KV stream of its own, so a decode reads
         only its own cells. Flash attention's CPU kernel skips the cells a token may not see: it wins where most
         cells are masked, in a model's sliding-window layers (Gemma-3, 15 tokens after 8,000 cached: 68 ms with
-        it, 89 without). Under full attention (SmolLM2) it depends on the work: a step of 8 streams at 300
-        tokens each takes 41 ms with it against 48 without, but reading a short prompt after a long cached
-        prefix is slower with it (15 tokens after 1,450 cached: 103 against 95 ms, and 107 against 76 with
-        the other slots full), as is one stream past about 500 tokens. "auto" turns it on for a model with
-        sliding-window layers only: a cached prefix's time to first token is what the prefix cache is for."""
+        it, 89 without). Under full attention (SmolLM2) it depends on the work (`tokenseam bench flash-attn`): a
+        step of 8 streams at 300 tokens each takes 46 ms with it against 50 without, but reading a short prompt
+        after a long cached prefix is 1.7x slower with it (15 tokens after 1,450 cached: 124 against 78 ms), and
+        one stream at 1,000 tokens a little slower. "auto" turns it on for a model with sliding-window layers
+        only: a cached prefix's time to first token is what the prefix cache is for."""
         if setting not in LlamaCppBackend.FLASH_ATTN:
             raise BackendError(
                 f"flash_attn must be one of {', '.join(LlamaCppBackend.FLASH_ATTN)}, not {setting!r}"

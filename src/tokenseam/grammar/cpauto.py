@@ -54,7 +54,7 @@ class CPNFA:
         # Each state's edges as one normalised range set per target (nfa._by_target), once it is known: the
         # byte NFA lowers them that way, and an automaton embedded twice is grouped once.
         self.by_target: list[dict[int, tuple]] | None = None
-        self.counted_states: int | None = None  # nfa._counted_states, once estimated
+        self.counted_states: int | None = None  # nfa._auto_states for a length-bounded embed, once estimated
 
     def add(self) -> int:
         n = len(self.edges)
