@@ -36,10 +36,14 @@ CASES = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2", help="model alias or .gguf path (default smollm2)")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="llama.cpp threads for both contexts (default 2)")
     p.add_argument("--rounds", type=int, default=4, help="rounds, each setting once per round (default 4)")
     p.add_argument("--steps", type=int, default=16, help="decode steps timed per case and round (default 16)")
-    p.add_argument("--out", default="bench-results/flash-attn.json")
+    p.add_argument(
+        "--out",
+        default="bench-results/flash-attn.json",
+        help="the JSON report (default bench-results/flash-attn.json)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
