@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -79,25 +80,37 @@ def run(args: argparse.Namespace) -> int:
     )
     lcp = _LlamaCppPython(path, args)
     raw = _RawBatch(path, args)
-    with TokenseamServer(path, args) as ts:
+    with contextlib.ExitStack() as stack:
+        ts = stack.enter_context(TokenseamServer(path, args))
         ts.warm_up()
+        anchors = {}
+        if args.llama_server:
+            # llama-server -np 1 and -np N take their turn in every round like the other systems (each idle
+            # while the others run), so their figures pair with tokenseam's
+            console.print("starting llama-server -np 1 and -np N")
+            for label, np_ in (("1", 1), ("n", args.streams)):
+                anchors[label] = stack.enter_context(
+                    LlamaServer(args.llama_server, path, np_, args.threads, 1024, ["-fa", args.flash_attn])
+                )
         for r in range(args.repeats):
             console.print(
                 f"[bold]round {r + 1}/{args.repeats}[/bold]: llama-cpp-python, tokenseam 1 stream, "
                 f"raw batch 1 and {args.streams}, tokenseam {args.streams} streams, tokenseam JSON schema"
+                + (f", llama-server 1 and {args.streams}" if anchors else "")
             )
             rnd = {"llama_cpp_python_1": lcp.once(r), "tokenseam_1": ts.measure([r])}
             rnd["raw_1"] = raw.once(1)
             rnd["raw_n"] = raw.once(args.streams)
             rnd["tokenseam_n"] = ts.measure([r + i for i in range(args.streams)])
             rnd["tokenseam_json_1"] = ts.measure([r], schema=JSON_SCHEMA)
+            for label, ls in anchors.items():
+                rnd[f"llama_server_{label}"] = _llama_server_once(
+                    ls.url, r, 1 if label == "1" else args.streams, args
+                )
             res["rounds"].append(rnd)
             console.print("  " + ", ".join(f"{k} {v['tok_s']:.1f}" for k, v in rnd.items()))
     lcp.close()
     raw.close()
-    if args.llama_server:
-        console.print("llama-server anchor (-np 1, then -np N)")
-        res["llama_server"] = _llama_server(path, args)
     _summarise(res, args)
     _print(console, res, args)
     out = write_json(args.out, res)
@@ -141,6 +154,10 @@ def _summarise(res: dict, args) -> None:
         "engine_overhead_ms_per_step_n": med("tokenseam_n", "engine_overhead_ms_per_step"),
         "outside_decode_ms_per_token_1": med("tokenseam_1", "outside_decode_ms_per_token"),
     }
+    if "llama_server_1" in rounds[0]:
+        res["llama_server"] = {"tok_s_1": med("llama_server_1"), "tok_s_n": med("llama_server_n")}
+        res["summary"]["ratio_single_vs_llama_server"] = ratio("tokenseam_1", "llama_server_1")
+        res["summary"]["ratio_batched_vs_llama_server"] = ratio("tokenseam_n", "llama_server_n")
 
 
 def _print(console, res: dict, args) -> None:
@@ -169,6 +186,12 @@ def _print(console, res: dict, args) -> None:
         f"{s['ratio_single_vs_llama_cpp_python']:.3f} (vs llama-cpp-python)",
         f"{s['ratio_batched_vs_raw']:.3f} (vs raw batch)",
     )
+    if "ratio_single_vs_llama_server" in s:
+        table.add_row(
+            "ratio tokenseam / llama-server (median of per-round ratios)",
+            f"{s['ratio_single_vs_llama_server']:.3f}",
+            f"{s['ratio_batched_vs_llama_server']:.3f}",
+        )
     console.print(table)
     console.print(
         f"time outside llama_decode: engine thread {s['engine_overhead_ms_per_token_1']:.3f} ms per token "
@@ -414,36 +437,30 @@ async def _concurrent(url: str, bodies: list[dict]) -> tuple[int, float]:
         return sum(counts), time.perf_counter() - t0
 
 
-def _llama_server(path: Path, args) -> dict:
-    out = {}
-    for label, np_ in (("1", 1), ("n", args.streams)):
-        with LlamaServer(args.llama_server, path, np_, args.threads, 1024, ["-fa", args.flash_attn]) as ls:
-            base = ls.url
-            rates = []
-            for r in range(args.repeats):
-                k = 1 if np_ == 1 else args.streams
+def _llama_server_once(base: str, r: int, k: int, args) -> dict:
+    """One round against a llama-server: k requests at once (non-streamed, EOS ignored), tokens/s in all."""
 
-                async def go(k=k, r=r, base=base):
-                    async with httpx.AsyncClient(timeout=600) as c:
-                        t0 = time.perf_counter()
-                        rs = await asyncio.gather(
-                            *[
-                                c.post(
-                                    base + "/completion",
-                                    json={
-                                        "prompt": PROMPTS[(r + i) % len(PROMPTS)],
-                                        "n_predict": args.tokens,
-                                        "temperature": 0,
-                                        "ignore_eos": True,
-                                        "cache_prompt": False,
-                                    },
-                                )
-                                for i in range(k)
-                            ]
-                        )
-                        return sum(x.json()["tokens_predicted"] for x in rs), time.perf_counter() - t0
+    async def go():
+        async with httpx.AsyncClient(timeout=600) as c:
+            t0 = time.perf_counter()
+            rs = await asyncio.gather(
+                *[
+                    c.post(
+                        base + "/completion",
+                        json={
+                            "prompt": PROMPTS[(r + i) % len(PROMPTS)],
+                            "n_predict": args.tokens,
+                            "temperature": 0,
+                            "ignore_eos": True,
+                            "cache_prompt": False,
+                        },
+                    )
+                    for i in range(k)
+                ]
+            )
+            for x in rs:
+                x.raise_for_status()
+            return sum(x.json()["tokens_predicted"] for x in rs), time.perf_counter() - t0
 
-                n, dt = asyncio.run(go())
-                rates.append(n / dt)
-            out[f"tok_s_{label}"] = median(rates)
-    return out
+    n, dt = asyncio.run(go())
+    return {"tokens": n, "seconds": dt, "tok_s": n / dt}
