@@ -1085,24 +1085,26 @@ def test_literal_tree_shape():
     assert literal_alt(["xa", "xb"]) == Seq((x, Alt((a, b))))
 
 
-def test_a_big_pattern_used_twice_is_lowered_once(compiler):
-    # A string pattern is a rule: a big one met in two properties is one called copy in the byte NFA; a small
-    # one is copied at each use (no call).
+def _lowered(props: dict) -> tuple[int, list[str]]:
+    """The byte NFA of an object requiring `props`: its size, and the string rules it calls."""
     from tokenseam.grammar.json_schema import schema_to_grammar
     from tokenseam.grammar.nfa import build_nfa
 
+    schema = {"type": "object", "properties": props, "required": list(props)}
+    nfa = build_nfa(schema_to_grammar(schema))
+    return nfa.n, [r for r in nfa.rule_names if r.startswith("%item")]
+
+
+def test_a_big_pattern_used_twice_is_lowered_once(compiler):
+    # A string pattern is a rule: a big one met in two properties is one called copy in the byte NFA; a small
+    # one is copied at each use (no call).
     codes = "|".join(f"z{k:03d}-az{k % 7}" for k in range(120))
     big, small = {"type": "string", "pattern": f"^({codes})$"}, {"type": "string", "pattern": "^[a-c]+$"}
 
-    def lowered(props):
-        schema = {"type": "object", "properties": props, "required": list(props)}
-        nfa = build_nfa(schema_to_grammar(schema))
-        return nfa.n, [r for r in nfa.rule_names if r.startswith("%item")]
-
-    once, _ = lowered({"a": big})
-    twice, called = lowered({"a": big, "b": big})
+    once, _ = _lowered({"a": big})
+    twice, called = _lowered({"a": big, "b": big})
     assert len(called) == 1 and twice < once * 1.2
-    assert lowered({"a": small, "b": small})[1] == []
+    assert _lowered({"a": small, "b": small})[1] == []
     g = compiler.compile_json_schema(
         {"type": "object", "properties": {"a": big, "b": big}, "required": ["a", "b"]}
     )
@@ -1114,18 +1116,10 @@ def test_a_big_pattern_used_twice_is_lowered_once(compiler):
 def test_a_length_bounded_word_pattern_used_twice_is_lowered_once(compiler):
     # A pattern of non-ASCII classes under maxLength is small as a code point automaton but several times larger
     # in bytes (each character guarded, with its own multi-byte forms): used in two properties it is one call.
-    from tokenseam.grammar.json_schema import schema_to_grammar
-    from tokenseam.grammar.nfa import build_nfa
-
     words = {"type": "string", "pattern": "^(?:\\S+\\s+){0,9}\\S+$", "maxLength": 120}
 
-    def lowered(props):
-        schema = {"type": "object", "properties": props, "required": list(props)}
-        nfa = build_nfa(schema_to_grammar(schema))
-        return nfa.n, [r for r in nfa.rule_names if r.startswith("%item")]
-
-    once, _ = lowered({"a": words})
-    twice, called = lowered({"a": words, "b": words})
+    once, _ = _lowered({"a": words})
+    twice, called = _lowered({"a": words, "b": words})
     assert len(called) == 1 and twice < once * 1.2
     g = compiler.compile_json_schema(
         {"type": "object", "properties": {"a": words, "b": words}, "required": ["a", "b"]}
