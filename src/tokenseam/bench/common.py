@@ -62,6 +62,17 @@ def machine() -> dict:
     return out
 
 
+def model_arg(name: str) -> Path | None:
+    """`--model` as a file path, or None after printing why there is none (the caller exits with status 2)."""
+    from ..models import ModelNotFoundError, resolve_model
+
+    try:
+        return resolve_model(name)
+    except ModelNotFoundError as e:
+        print(f"error: --model: {e}")
+        return None
+
+
 def write_json(path: str | Path, data: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .common import machine, median, write_json
+from .common import machine, median, model_arg, write_json
 
 SLOTS = 8
 CTX = 2048  # tokens per sequence: the longest case (1,450 + 15, or 1,000 + the steps) fits
@@ -51,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from ..engine.backend import BackendConfig, LlamaCppBackend
-    from ..models import ModelNotFoundError, resolve_model
 
     for flag, v, hi in (
         ("--threads", args.threads, 256),
@@ -61,10 +60,8 @@ def run(args: argparse.Namespace) -> int:
         if not 1 <= v <= hi:
             print(f"error: {flag} must be between 1 and {hi}")
             return 2
-    try:
-        path = resolve_model(args.model)
-    except ModelNotFoundError as e:
-        print(f"error: --model: {e}")
+    path = model_arg(args.model)
+    if path is None:
         return 2
     console = Console()
     console.print(f"loading {path.name} twice (flash attention on, off), {args.threads} threads")

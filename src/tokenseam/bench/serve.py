@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from .common import LlamaServer, TokenseamServe, machine, median, write_json
+from .common import LlamaServer, TokenseamServe, machine, median, model_arg, write_json
 
 # Prompts after which SmolLM2 keeps going (greedy) for 256+ tokens, so llama-cpp-python, which cannot ignore
 # EOS without a Python logits processor, decodes as many tokens as the servers (which get ignore_eos).
@@ -51,15 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ..models import ModelNotFoundError, resolve_model
-
     if args.tokens < 1 or args.streams < 1 or args.repeats < 1 or args.threads < 1:
         print("error: --tokens, --streams, --repeats and --threads must be positive")
         return 2
-    try:
-        path = resolve_model(args.model)
-    except ModelNotFoundError as e:
-        print(f"error: --model: {e}")
+    path = model_arg(args.model)
+    if path is None:
         return 2
     console = Console()
     res: dict = {
