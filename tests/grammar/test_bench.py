@@ -107,6 +107,27 @@ def test_the_busy_engine_decodes_until_closed():
         busy.close()
 
 
+def test_the_busy_engine_pauses_between_steps_and_resumes():
+    from tokenseam.bench.busy import BusyEngine
+
+    busy = BusyEngine(2, max_tokens=8)
+    try:
+        assert busy.wait_decoding(120)
+        assert busy.pause(60)
+        n = busy.tokens
+        time.sleep(1.0)  # 2 streams decode ~20 tokens in that time when not paused
+        assert busy.tokens == n
+        assert busy.pause(1)  # pausing again is a no-op
+        rate = busy.tokens_per_second()  # over the decoding stretch only: the paused second does not count
+        busy.resume()
+        deadline = time.monotonic() + 120
+        while busy.tokens < n + 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert busy.tokens >= n + 20 and rate > 0
+    finally:
+        busy.close()
+
+
 class _Crashing(bench.TokenseamEngine):
     """An engine whose compile raises something that is not a compile error, on every file."""
 
@@ -191,6 +212,68 @@ def test_engines_run_interleaved_and_a_crash_stays_in_its_engine(tmp_path, monke
     names = order.read_text().split()
     assert names[:6] == ["tokenseam"] * 3 + ["xgrammar"] * 3
     assert names[6:] == ["tokenseam"] * 6
+
+
+def test_beside_busy_streams_engines_take_turns_and_only_one_decodes_at_a_time(tmp_path, monkeypatch):
+    """With --busy-streams, each engine's child has its own decoding streams, running only in that engine's
+    turns of BUSY_TURN_FILES files; the engines' order rotates from turn to turn."""
+    from tokenseam.bench import busy as busy_mod
+
+    data = _mini_maskbench(tmp_path)
+    (data / "mini_2.json").write_text((data / "mini_0.json").read_text())
+    order = tmp_path / "order.log"
+    Logged = _logged_engine(order)
+
+    class LoggedAny(Logged):
+        name = "tokenseam-any"
+        property_order = "any"
+
+    class LoggedBusy(busy_mod.BusyEngine):  # forked into each engine's child with the module
+        def resume(self):
+            with order.open("a") as f:
+                f.write(f"resume-{os.getpid()}\n")
+            super().resume()
+
+        def pause(self, timeout=60.0):
+            ok = super().pause(timeout)
+            with order.open("a") as f:
+                f.write(f"pause-{os.getpid()}\n")
+            return ok
+
+    monkeypatch.setattr(busy_mod, "BusyEngine", LoggedBusy)
+    monkeypatch.setattr(bench, "BUSY_TURN_FILES", 2)
+    monkeypatch.setitem(bench.ADAPTERS, "tokenseam", Logged)
+    monkeypatch.setitem(bench.ADAPTERS, "tokenseam-any", LoggedAny)
+    out = tmp_path / "r.json"
+    assert bench.run(_args(data=data, engines="tokenseam,tokenseam-any", out=out, **{"busy-streams": 1})) == 0
+    by = {s["engine"]: s for s in json.loads(out.read_text())["summaries"]}
+    assert all(
+        s["files"] == 3 and s["busy_streams"] == 1 and s["busy_tokens_per_s"] >= 0 for s in by.values()
+    )
+    lines = order.read_text().split()
+    pids = [x.split("-")[1] for x in lines if x.startswith("pause-")]
+    a_pid, b_pid = pids[0], pids[1]  # each child pauses its streams once they decode, before the first turn
+    assert a_pid != b_pid
+    body = lines[2:]
+    end = max(i for i, x in enumerate(body) if x.startswith("pause-")) + 1
+    assert sorted(body[end:]) == sorted([f"resume-{a_pid}", f"resume-{b_pid}"])  # closing the streams
+    turns, current = [], None
+    for x in body[:end]:
+        kind, _, who = x.partition("-")
+        if kind == "resume":
+            assert current is None  # no other engine's streams are decoding
+            current = (who, [])
+        elif kind == "pause":
+            assert current is not None and current[0] == who
+            turns.append(current)
+            current = None
+        else:
+            assert current is not None  # every compile runs in a turn, beside its own streams
+            current[1].append(x)
+    t, a = "tokenseam", "tokenseam-any"
+    # Files 0-1 (3 compiles each): tokenseam's turn, then tokenseam-any's; file 2: the order rotated.
+    assert [c for _, c in turns] == [[t] * 6, [a] * 6, [a] * 3, [t] * 3]
+    assert [who for who, _ in turns] == [a_pid, b_pid, b_pid, a_pid]
 
 
 def test_first_mask_is_also_compared_on_the_files_both_engines_compile():

@@ -3,7 +3,8 @@
 A grammar engine in `tokenseam serve` computes masks beside the engine thread, which holds the GIL for its
 scheduling and sampling and shares the CPU caches with llama.cpp's decode. `BusyEngine` recreates that: it
 keeps N streams generating (each finished stream is replaced at once) until closed, and counts the tokens, so
-a report can say how much work ran beside the timed code.
+a report can say how much work ran beside the timed code. It can be paused between timed stretches, so two
+engines in two processes can take turns with only one of them beside decoding streams at a time.
 """
 
 from __future__ import annotations
@@ -39,10 +40,17 @@ class BusyEngine:
             params=SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=seed, ignore_eos=True),
         )
         self.tokens = 0
+        # pause(): the engine thread parks in its next emit (every step emits), so no decode runs until resume().
+        self._cv = threading.Condition()
+        self._paused = self._parked = False
+        # Decoding time and tokens of the stretches before the current one, which began at `_since` (tokens are
+        # added at a pause and the count at a resume taken off, so the sum covers decoding stretches only).
+        self._active_s = 0.0
+        self._active_tokens = 0
         self._free = threading.Semaphore(streams)
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._t0 = time.perf_counter()
+        self._since = time.perf_counter()
         self._feeder = threading.Thread(target=self._feed, name="busy-feeder", daemon=True)
         self._feeder.start()
 
@@ -58,6 +66,13 @@ class BusyEngine:
         if n:
             with self._lock:
                 self.tokens += n
+        with self._cv:
+            if self._paused:
+                self._parked = True
+                self._cv.notify_all()
+                while self._paused:
+                    self._cv.wait()
+                self._parked = False
 
     def _feed(self) -> None:
         seed = 0
@@ -79,10 +94,34 @@ class BusyEngine:
         return True
 
     def tokens_per_second(self) -> float:
-        """Tokens decoded per second since the engine started."""
-        return self.tokens / max(1e-9, time.perf_counter() - self._t0)
+        """Tokens decoded per second while decoding: since the engine started, less the time it was paused."""
+        with self._cv:
+            active, tokens = self._active_s, self._active_tokens
+            if not self._paused:
+                active += time.perf_counter() - self._since
+                tokens += self.tokens
+        return tokens / max(1e-9, active)
+
+    def pause(self, timeout: float = 60.0) -> bool:
+        """Stop decoding: returns once the engine thread is parked in a step's emit, after its decode (False if
+        it did not get there within `timeout` seconds). Decoding goes on at resume()."""
+        with self._cv:
+            if not self._paused:
+                self._paused = True
+                self._active_s += time.perf_counter() - self._since
+                self._active_tokens += self.tokens
+            return self._cv.wait_for(lambda: self._parked, timeout)
+
+    def resume(self) -> None:
+        with self._cv:
+            if self._paused:
+                self._paused = False
+                self._since = time.perf_counter()
+                self._active_tokens -= self.tokens  # the tokens from now on are added at the next pause
+                self._cv.notify_all()
 
     def close(self) -> None:
+        self.resume()  # a parked engine thread would hold up its shutdown
         self._stop.set()
         self._feeder.join(timeout=5)
         self.engine.shutdown()

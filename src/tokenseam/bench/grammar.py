@@ -1,7 +1,8 @@
 """`tokenseam bench grammar`: MaskBench-style correctness and mask-latency comparison of grammar engines.
 
 Every engine is fed the same token sequences, single-threaded, each in its own child process, the engines
-interleaved file by file (one after the other with --busy-streams); results go to a table, JSON and a PNG plot.
+interleaved file by file (in turns of a few files with --busy-streams); results go to a table, JSON and a PNG
+plot.
 """
 
 from __future__ import annotations
@@ -336,61 +337,6 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_engine(
-    name: str,
-    vocab,
-    docs,
-    timeout_s: float,
-    verbose: bool = False,
-    tokenizer=None,
-    busy_streams: int = 0,
-    repeats: int = 1,
-):
-    """Run one engine over every file: (summary, per-file results, mask times in us). With `busy_streams`,
-    the embedded engine decodes that many streams in this process meanwhile (bench/busy.py)."""
-    try:
-        engine = ADAPTERS[name](vocab, tokenizer) if name == "llguidance" else ADAPTERS[name](vocab)
-    except ImportError as exc:
-        return {"engine": name, "status": "not installed", "error": str(exc)}, [], []
-    if not busy_streams:
-        return _run_files(name, engine, docs, timeout_s, verbose, repeats)
-    from .busy import BusyEngine
-
-    busy = BusyEngine(busy_streams)
-    try:
-        busy.wait_decoding()  # past the prompts' prefill: the streams are decoding when timing starts
-        t0, n0 = time.perf_counter(), busy.tokens
-        summary, results, mask_times = _run_files(name, engine, docs, timeout_s, verbose, repeats)
-        summary["busy_streams"] = busy_streams
-        summary["busy_tokens_per_s"] = round((busy.tokens - n0) / (time.perf_counter() - t0), 1)
-    finally:
-        busy.close()
-    return summary, results, mask_times
-
-
-def _run_files(name: str, engine, docs, timeout_s: float, verbose: bool, repeats: int = 1):
-    from ..server.runtime import settle_heap
-
-    # What is loaded now (vocabulary, tables, the engine's code) stays: the collector is set as `tokenseam serve`
-    # sets it before serving. Every engine gets the same treatment.
-    settle_heap()
-    base_rss = _rss_mb()
-    mask_times: list[float] = []
-    accept_times: list[float] = []
-    results = []
-    for path, schema, tests in docs:
-        more = [first_mask(engine, schema, timeout_s) for _ in range(repeats - 1)]
-        r = run_file(engine, schema, tests, timeout_s, mask_times, accept_times, more)
-        r["file"] = path.name
-        results.append(r)
-        if verbose:
-            _say_failure(name, r)
-    peak = _rss_mb()
-    summary = summarize(name, results, mask_times, peak - base_rss, accept_times)
-    summary["peak_rss_mb"] = peak
-    return summary, results, mask_times
-
-
 def _say_failure(name: str, r: dict) -> None:
     if r["status"] != "pass":
         print(
@@ -398,42 +344,6 @@ def _say_failure(name: str, r: dict) -> None:
             f"{r['error'] or ''}",
             file=sys.stderr,
         )
-
-
-def run_engine_isolated(
-    name: str,
-    vocab,
-    docs,
-    timeout_s: float,
-    verbose: bool = False,
-    tokenizer=None,
-    busy_streams: int = 0,
-    repeats: int = 1,
-):
-    """run_engine in a forked child, so peak memory is this engine's alone and a crash stays contained."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
-
-    def target() -> None:
-        try:
-            child.send(run_engine(name, vocab, docs, timeout_s, verbose, tokenizer, busy_streams, repeats))
-        except BaseException as exc:  # noqa: BLE001
-            child.send(({"engine": name, "status": "crashed", "error": repr(exc)}, [], []))
-        finally:
-            child.close()
-
-    proc = ctx.Process(target=target)
-    proc.start()
-    child.close()
-    try:
-        out = parent.recv()
-    except EOFError:
-        proc.join()  # the pipe closes before the child is reaped
-        out = ({"engine": name, "status": "crashed", "error": f"exit code {proc.exitcode}"}, [], [])
-    proc.join()
-    return out
 
 
 def print_table(summaries: list[dict]) -> None:
@@ -555,9 +465,11 @@ class _EngineWorker:
     """One engine in a forked child that stays up for the whole run and compiles and replays the files it is
     sent one at a time: the parent hands each file to every engine in turn, so all engines are timed in the
     same stretch of the machine's speed (a shared machine drifts by tens of percent within minutes, more than
-    the differences measured). Peak memory is the engine's own, and a crash stays in its child."""
+    the differences measured). Peak memory is the engine's own, and a crash stays in its child. With
+    `busy_streams`, the child also runs the embedded engine decoding that many streams (bench/busy.py), paused
+    but for the stretches the parent gives this engine (`resume` .. `pause`)."""
 
-    def __init__(self, name: str, vocab, docs, timeout_s: float, tokenizer) -> None:
+    def __init__(self, name: str, vocab, docs, timeout_s: float, tokenizer, busy_streams: int = 0) -> None:
         import multiprocessing as mp
 
         self.name = name
@@ -566,9 +478,12 @@ class _EngineWorker:
         self.accept_times: list[float] = []
         self.more: dict[int, list[float | None]] = {}  # file -> its first masks taken before run_file
         self.summary: dict | None = None  # set when the engine cannot run (not installed, crashed)
+        self.busy_streams = busy_streams
         ctx = mp.get_context("fork")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=self._serve, args=(child, name, vocab, docs, timeout_s, tokenizer))
+        self._proc = ctx.Process(
+            target=self._serve, args=(child, name, vocab, docs, timeout_s, tokenizer, busy_streams)
+        )
         self._proc.start()
         child.close()
         ready = self._recv()
@@ -577,23 +492,41 @@ class _EngineWorker:
             self._stop()
 
     @staticmethod
-    def _serve(conn, name, vocab, docs, timeout_s, tokenizer) -> None:
+    def _serve(conn, name, vocab, docs, timeout_s, tokenizer, busy_streams) -> None:
         from ..server.runtime import settle_heap
 
+        busy = None
         try:
             try:
                 engine = ADAPTERS[name](vocab, tokenizer) if name == "llguidance" else ADAPTERS[name](vocab)
             except ImportError as exc:
                 conn.send({"engine": name, "status": "not installed", "error": str(exc)})
                 return
-            settle_heap()  # as _run_files: what is loaded now stays, the collector set as `tokenseam serve` sets it
+            if busy_streams:
+                from .busy import BusyEngine
+
+                busy = BusyEngine(busy_streams)
+                # Past the prompts' prefill, so the streams are decoding whenever this engine is timed.
+                if not busy.wait_decoding() or not busy.pause():
+                    raise RuntimeError(f"the {busy_streams} busy streams did not start decoding")
+            # What is loaded now (vocabulary, tables, the engine's code, the busy engine's model) stays: the
+            # collector is set as `tokenseam serve` sets it before serving. Every engine gets the same treatment.
+            settle_heap()
             base_rss = _rss_mb()
             conn.send("ready")
             while True:
                 msg = conn.recv()
                 if msg is None:
-                    conn.send((base_rss, _rss_mb()))
+                    conn.send((base_rss, _rss_mb(), busy.tokens_per_second() if busy else None))
                     return
+                if msg in ("resume", "pause"):
+                    if busy is not None:
+                        if msg == "resume":
+                            busy.resume()
+                        elif not busy.pause():
+                            raise RuntimeError("the busy streams did not pause")
+                    conn.send("ok")
+                    continue
                 k, more = msg
                 path, schema, tests = docs[k]
                 if more is None:  # a first mask only (--first-mask-repeats)
@@ -607,6 +540,8 @@ class _EngineWorker:
         except BaseException as exc:  # noqa: BLE001 - reported as the engine's crash
             conn.send({"engine": name, "status": "crashed", "error": repr(exc)})
         finally:
+            if busy is not None:
+                busy.close()
             conn.close()
 
     def _recv(self):
@@ -616,6 +551,22 @@ class _EngineWorker:
             # The pipe closes as the child dies, before it is reaped: wait for its exit code.
             self._proc.join(timeout=30)
             return {"engine": self.name, "status": "crashed", "error": f"exit code {self._proc.exitcode}"}
+
+    def _control(self, msg: str) -> None:
+        if self.summary is None and self.busy_streams:
+            self._conn.send(msg)
+            got = self._recv()
+            if isinstance(got, dict):
+                self.summary = got
+                self._stop()
+
+    def resume(self) -> None:
+        """This engine's turn: its busy streams decode (nothing without them)."""
+        self._control("resume")
+
+    def pause(self) -> None:
+        """The end of its turn: its busy streams stop at their next step."""
+        self._control("pause")
 
     def first_mask(self, k: int) -> None:
         """One more first mask of file k (first_mask), kept for its run_file."""
@@ -653,11 +604,14 @@ class _EngineWorker:
             self._stop()
             if isinstance(got, dict):
                 return got
-            base_rss, peak = got
+            base_rss, peak, busy_rate = got
             self.summary = summarize(
                 self.name, self.results, self.mask_times, peak - base_rss, self.accept_times
             )
             self.summary["peak_rss_mb"] = peak
+            if self.busy_streams:
+                self.summary["busy_streams"] = self.busy_streams
+                self.summary["busy_tokens_per_s"] = round(busy_rate, 1)
         return self.summary
 
     def _stop(self) -> None:
@@ -668,27 +622,37 @@ class _EngineWorker:
         self._conn.close()
 
 
+# Files per turn beside busy streams: each engine's turn starts its streams and ends waiting for their step.
+BUSY_TURN_FILES = 10
+
+
 def _run_interleaved(engines: list[str], vocab, docs, args, tokenizer):
     """Every file through every engine before the next file (the engines' order rotating from file to file),
-    each engine in its own child (_EngineWorker)."""
-    workers = [_EngineWorker(name, vocab, docs, args.timeout, tokenizer) for name in engines]
+    each engine in its own child (_EngineWorker). Beside busy streams, a turn is BUSY_TURN_FILES files (each
+    engine's streams decode only in its turns, so one engine is beside decoding streams at a time, and a
+    switch waits for a decode step to end)."""
+    busy = args.busy_streams
+    workers = [_EngineWorker(name, vocab, docs, args.timeout, tokenizer, busy) for name in engines]
     wall = dict.fromkeys(engines, 0.0)
+    turn = BUSY_TURN_FILES if busy else 1
     try:
         repeats = args.first_mask_repeats
-        for k in range(len(docs)):
-            for r in range(repeats - 1):  # each repeat through every engine, as the files are
+        for c, start in enumerate(range(0, len(docs), turn)):
+            files = range(start, min(start + turn, len(docs)))
+            for r in range(repeats):  # each repeat through every engine, the last one the file's run
                 for j in range(len(workers)):
-                    w = workers[(k + r + j) % len(workers)]
+                    w = workers[(c + r + j) % len(workers)]
                     t0 = time.time()
-                    w.first_mask(k)
+                    w.resume()
+                    for k in files:
+                        if r < repeats - 1:
+                            w.first_mask(k)
+                        else:
+                            w.run_file(k, args.verbose)
+                    w.pause()
                     wall[w.name] += time.time() - t0
-            for j in range(len(workers)):
-                w = workers[(k + repeats - 1 + j) % len(workers)]
-                t0 = time.time()
-                w.run_file(k, args.verbose)
-                wall[w.name] += time.time() - t0
-            if (k + 1) % 50 == 0 or k + 1 == len(docs):
-                print(f"[{k + 1}/{len(docs)} files]", file=sys.stderr)
+            if (files[-1] + 1) // 50 > start // 50 or files[-1] + 1 == len(docs):
+                print(f"[{files[-1] + 1}/{len(docs)} files]", file=sys.stderr)
         summaries = []
         for w in workers:
             summary = w.finish()
@@ -730,29 +694,7 @@ def run(args: argparse.Namespace) -> int:
             docs.append((p, doc["schema"], tokenize_tests(tokenizer, doc)))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"warning: skipping {p.name}: {exc}", file=sys.stderr)
-    summaries, all_times, per_file = [], {}, {}
-    if args.busy_streams:
-        # Each engine beside its own decoding streams, one engine after the other (interleaved, every child's
-        # streams would decode at once).
-        for name in engines:
-            t0 = time.time()
-            summary, results, times = run_engine_isolated(
-                name,
-                vocab,
-                docs,
-                args.timeout,
-                args.verbose,
-                tokenizer,
-                args.busy_streams,
-                args.first_mask_repeats,
-            )
-            summary["wall_s"] = round(time.time() - t0, 2)
-            summaries.append(summary)
-            per_file[name] = results
-            all_times[name] = times
-            print(f"[{name}] done in {summary['wall_s']}s", file=sys.stderr)
-    else:
-        summaries, per_file, all_times = _run_interleaved(engines, vocab, docs, args, tokenizer)
+    summaries, per_file, all_times = _run_interleaved(engines, vocab, docs, args, tokenizer)
     beside = (
         f", beside {args.busy_streams} streams decoding in the same process (tokens/s: "
         + ", ".join(f"{s['engine']} {s.get('busy_tokens_per_s', '-')}" for s in summaries)
@@ -760,8 +702,12 @@ def run(args: argparse.Namespace) -> int:
         if args.busy_streams
         else ", single-threaded"
     )
-    if not args.busy_streams and len(engines) > 1:
-        beside += ", engines interleaved file by file"
+    if len(engines) > 1:
+        beside += (
+            f", engines taking turns of {BUSY_TURN_FILES} files"
+            if args.busy_streams
+            else ", engines interleaved file by file"
+        )
     if args.first_mask_repeats > 1:
         beside += f", first mask the median of {args.first_mask_repeats} cold compiles per file"
     print(f"MaskBench files: {len(docs)} from {data}, tokenizer {args.tokenizer}{beside}")
