@@ -245,6 +245,63 @@ def test_universal_states_match_their_definition(seed):
     assert not cpauto.universal(literal_set(words))
 
 
+def _safe_reps(a: cpauto.CPNFA) -> list[int]:
+    """One safe character per run of code points that every edge of `a` and SAFE_RANGES treat alike."""
+    from tokenseam.grammar.ir import SAFE_RANGES
+
+    cuts = {lo for lo, _ in SAFE_RANGES} | {hi + 1 for _, hi in SAFE_RANGES}
+    for row in a.edges:
+        for lo, hi, _ in row:
+            cuts.update((lo, hi + 1))
+    return [c for c in sorted(cuts) if any(lo <= c <= hi for lo, hi in SAFE_RANGES)]
+
+
+def _alive_depth(a: cpauto.CPNFA, q: int, cap: int) -> int:
+    """The largest k <= cap such that every string of at most k safe characters keeps some path from q alive
+    (-1 if q itself cannot finish): a search over the reachable state sets, level by level."""
+    live = [d is not None for d in cpauto.dist_to_final(a)]
+    reps = _safe_reps(a)
+    level = {cpauto._closure(a, {q})}
+    for depth in range(cap + 1):
+        if any(not any(live[x] for x in s) for s in level):
+            return depth - 1
+        level = {
+            cpauto._closure(a, {t for x in s for lo, hi, t in a.edges[x] if lo <= c <= hi})
+            for s in level
+            for c in reps
+        }
+    return cap
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_safe_budgets_match_their_definition(seed):
+    """A state's safe-text budget (the characters of any safe text it stays alive on, when not any number):
+    exact on deterministic automata, a lower bound on nondeterministic ones; `safe_states` gives both sets
+    from one analysis, as `universal` and `safe_budgets` give them apart."""
+    from tokenseam.grammar.regex import parse_regex
+
+    rnd = random.Random(seed)
+    cap = cpauto.SAFE_BUDGET_CAP
+    nodes = [_random_node(rnd) for _ in range(30)]
+    nodes += [parse_regex(r"^(?:\S+\s+){0,3}\S+$", search=True, where="test", dialect="json-schema")]
+    seen_budget = False
+    for node in nodes:
+        nfa = cpauto.from_ir(node)
+        exact = node is nodes[-1]  # the word-count pattern: exact on its NFA too, epsilon closures and all
+        for a in (cpauto.determinize(nfa), nfa):
+            univ, budgets = cpauto.safe_states(a)
+            fresh = cpauto.from_ir(node) if a is nfa else cpauto.determinize(cpauto.from_ir(node))
+            assert cpauto.universal(fresh) == univ and cpauto.safe_budgets(fresh) == budgets
+            for q in range(a.size):
+                depth = _alive_depth(a, q, cap)
+                if a is nfa and not exact:  # sound: never more than the state stays alive on
+                    assert budgets.get(q, 0) <= max(depth, 0)
+                elif q not in univ:
+                    assert budgets.get(q, 0) == max(depth, 0)
+            seen_budget = seen_budget or bool(budgets)
+    assert seen_budget
+
+
 def _covers_by_definition(ranges) -> bool:
     """Nothing of ir.SAFE_RANGES is left once every range of `ranges` is cut out of it (range by range)."""
     from tokenseam.grammar.ir import SAFE_RANGES

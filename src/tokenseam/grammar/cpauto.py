@@ -17,6 +17,7 @@ from .errors import GrammarError
 from .ir import (
     ANY_RANGES,
     MAX_CP,
+    SAFE_RANGES,
     Alt,
     Auto,
     Chars,
@@ -24,7 +25,6 @@ from .ir import (
     Node,
     Repeat,
     Seq,
-    covers_safe,
     cut_surrogates,
 )
 from .ir import complement as range_complement
@@ -451,11 +451,12 @@ def _reversed(nfa: CPNFA) -> tuple[list[list[int]], list[list[int]]]:
     return rev, rev_eps
 
 
-def dist_to_final(nfa: CPNFA) -> list[int | None]:
+def dist_to_final(nfa: CPNFA, reversed_edges=None) -> list[int | None]:
     """Per state, the fewest code points on a path to a final state (None: no such path). Epsilon edges cost
-    nothing (a 0-1 breadth-first search backwards from the finals)."""
+    nothing (a 0-1 breadth-first search backwards from the finals). `reversed_edges`: `_reversed(nfa)` if
+    the caller has it."""
     current().tick(2 * nfa.size)
-    rev, rev_eps = _reversed(nfa)
+    rev, rev_eps = reversed_edges or _reversed(nfa)
     dist: list[int | None] = [None] * nfa.size
     queue = collections.deque()
     for f in nfa.finals:
@@ -507,45 +508,111 @@ def _reaching(dropped: list[int], rev: list[list[int]], rev_eps: list[list[int]]
     return seen
 
 
-def universal(nfa: CPNFA) -> set[int]:
+class _SafeView:
+    """What `universal` and `safe_budgets` read of an automaton that has an edge to the highest code point:
+    each state's epsilon closure, and per state the string-safe characters its closure reads into each
+    target, as (target, bits) pairs. The bits number the automaton's atoms: the stretches of code points
+    between the ends of its edges' ranges and of SAFE_RANGES, each wholly inside or outside every range, so
+    a set of edges covers every safe character when the OR of their bits is `safe`, the bits of SAFE_RANGES
+    (an OR per edge instead of sorting and merging ranges at each check). Also the reversed edges, and each
+    state's distance to a final state."""
+
+    def __init__(self, nfa: CPNFA) -> None:
+        ranges = {(lo, hi) for row in nfa.edges for lo, hi, _ in row}  # the same ones recur (`\S`, `.`)
+        cuts = {0, MAX_CP + 1}
+        for lo, hi in itertools.chain(SAFE_RANGES, ranges):
+            cuts.update((lo, hi + 1))
+        at = {c: i for i, c in enumerate(sorted(cuts))}
+        safe = 0
+        for lo, hi in SAFE_RANGES:
+            safe |= (1 << at[hi + 1]) - (1 << at[lo])
+        of_range = {r: ((1 << at[r[1] + 1]) - (1 << at[r[0]])) & safe for r in ranges}
+        rows: list[dict[int, int]] = []
+        for row in nfa.edges:
+            got: dict[int, int] = {}
+            for lo, hi, t in row:
+                bits = of_range[(lo, hi)]
+                if bits:
+                    got[t] = got.get(t, 0) | bits
+            rows.append(got)
+        self.closures = closures = _eps_closures(nfa)
+        self.cover: list[list[tuple[int, int]]] = []
+        for c in closures:
+            if len(c) == 1:
+                self.cover.append(list(rows[c[0]].items()))
+                continue
+            got = {}
+            for p in c:
+                for t, bits in rows[p].items():
+                    got[t] = got.get(t, 0) | bits
+            self.cover.append(list(got.items()))
+        self.safe = safe
+        self.rev, self.rev_eps = _reversed(nfa)
+        self.dist = dist_to_final(nfa, (self.rev, self.rev_eps))
+
+    def covers(self, q: int, alive: list[bool]) -> bool:
+        """Whether the edges of q's epsilon closure into `alive` states read every safe character."""
+        bits = 0
+        for t, b in self.cover[q]:
+            if alive[t]:
+                bits |= b
+        return bits == self.safe
+
+
+def _safe_view(nfa: CPNFA) -> _SafeView | None:
+    """The view, or None when no edge reads the highest code point: then no set of edges covers every safe
+    character (SAFE_RANGES runs to MAX_CP), as in most pattern automata."""
+    if any(hi >= MAX_CP for row in nfa.edges for _, hi, _ in row):
+        return _SafeView(nfa)
+    return None
+
+
+def safe_states(nfa: CPNFA) -> tuple[set[int], dict[int, int]]:
+    """`universal` and `safe_budgets` of nfa, made from one view and kept on it."""
+    if nfa.universal_states is None or nfa.safe_budgets is None:
+        view = _safe_view(nfa)
+        if nfa.universal_states is None:
+            nfa.universal_states = universal(nfa, view)
+        nfa.safe_budgets = safe_budgets(nfa, view)
+    return nfa.universal_states, nfa.safe_budgets
+
+
+_UNSET = object()
+
+
+def universal(nfa: CPNFA, view=_UNSET) -> set[int]:
     """The states after which any string of SAFE_RANGES characters can still be read on the way to a final
     state ("any key but these", `.*`, a free string body): a greatest fixed point. Start from the states that
     can finish and whose edges (from their epsilon closure) cover every safe character, and drop each one
     whose edges into the set miss one; a drop rechecks the states with an edge (after epsilons) into it."""
     n = nfa.size
-    edges = nfa.edges
     budget = current()
     budget.tick(2 * n)
-    closures = _eps_closures(nfa)
-    covers: dict[tuple, bool] = {}  # by ranges: the states of a counted class all read the same ones
-
-    def covering(ranges: tuple) -> bool:
-        got = covers.get(ranges)
-        if got is None:
-            got = covers[ranges] = covers_safe(ranges)
-        return got
-
-    ok = [covering(tuple([(lo, hi) for p in c for lo, hi, _ in edges[p]])) for c in closures]
+    if view is _UNSET:
+        view = _safe_view(nfa)
+    if view is None:
+        return set()
+    everywhere = [True] * n
+    ok = [view.covers(q, everywhere) for q in range(n)]
     if not any(ok):
-        return set()  # most pattern automata: no state loops on every character
-    dist = dist_to_final(nfa)
+        return set()
+    dist = view.dist
     ok = [ok[q] and dist[q] is not None for q in range(n)]
-    rev, rev_eps = _reversed(nfa)
     work = [q for q in range(n) if ok[q]]
     while work:
         q = work.pop()
-        budget.tick(len(closures[q]))
-        if not ok[q] or covering(tuple([(lo, hi) for p in closures[q] for lo, hi, t in edges[p] if ok[t]])):
+        budget.tick(len(view.closures[q]))
+        if not ok[q] or view.covers(q, ok):
             continue
         ok[q] = False
-        work.extend(p for p in _reaching([q], rev, rev_eps) if ok[p])
+        work.extend(p for p in _reaching([q], view.rev, view.rev_eps) if ok[p])
     return {q for q in range(n) if ok[q]}
 
 
 SAFE_BUDGET_CAP = 64  # budgets are counted up to this many code points (longer tokens are walked)
 
 
-def safe_budgets(nfa: CPNFA) -> dict[int, int]:
+def safe_budgets(nfa: CPNFA, view=_UNSET) -> dict[int, int]:
     """For the states that are not `universal` but stay alive on any string of SAFE_RANGES characters up to
     some length, that length (at most SAFE_BUDGET_CAP): a word-count pattern such as (?:\\S+\\s+){0,9}\\S+ has
     about two per word left. The sets S_k of states alive on every such string of at most k characters shrink
@@ -554,34 +621,29 @@ def safe_budgets(nfa: CPNFA) -> dict[int, int]:
     shorter string: sound, if not always the largest budget). A state's budget is the last k it is in S_k;
     after a round, only the states with an edge into one just dropped are looked at again."""
     n = nfa.size
-    edges = nfa.edges
-    univ = nfa.universal_states if nfa.universal_states is not None else universal(nfa)
+    univ = nfa.universal_states if nfa.universal_states is not None else universal(nfa, view)
     if not n or len(univ) == n:
         return {}
     budget = current()
     budget.tick(2 * n)
-    if not any(hi >= MAX_CP for row in edges for _, hi, _ in row):
-        return {}  # most pattern automata: no edge reaches the top code points, so none covers them all
-    closures = _eps_closures(nfa)
-    inside = [d is not None for d in dist_to_final(nfa)]  # S_0
-    rev, rev_eps = _reversed(nfa)
+    if view is _UNSET:
+        view = _safe_view(nfa)
+    if view is None:
+        return {}
+    inside = [d is not None for d in view.dist]  # S_0
     out: dict[int, int] = {}
     check = [q for q in range(n) if inside[q]]
     k = 1
     while check and k <= SAFE_BUDGET_CAP:
         budget.tick(len(check))
-        dropped = [
-            q
-            for q in check
-            if not covers_safe([(lo, hi) for p in closures[q] for lo, hi, t in edges[p] if inside[t]])
-        ]
+        dropped = [q for q in check if not view.covers(q, inside)]
         if not dropped:
             break
         for q in dropped:
             inside[q] = False
             if k > 1:
                 out[q] = k - 1
-        check = sorted(p for p in _reaching(dropped, rev, rev_eps) if inside[p])
+        check = sorted(p for p in _reaching(dropped, view.rev, view.rev_eps) if inside[p])
         k += 1
     if k > SAFE_BUDGET_CAP:  # still inside after the cap: at least the cap
         out.update((q, SAFE_BUDGET_CAP) for q in range(n) if inside[q] and q not in univ)

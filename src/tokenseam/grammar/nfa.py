@@ -922,12 +922,7 @@ class _Builder:
         # Pattern states alive on any safe text (univ), or on any up to a length (budgets): the starts of their
         # guarded characters get a safe-text budget (Automaton._safe_budget). With the budget at least 1 every
         # guard of the state has passed (v <= max - slack - 1 < max - dist), so all its characters are there.
-        univ = a.universal_states
-        if univ is None:
-            univ = a.universal_states = cpauto.universal(a)
-        budgets = a.safe_budgets
-        if budgets is None:
-            budgets = a.safe_budgets = cpauto.safe_budgets(a)
+        univ, budgets = cpauto.safe_states(a)
         first = nfa.add_many(a.size)
         head = range(first, first + a.size)
         p = nfa.add()
