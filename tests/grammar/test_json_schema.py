@@ -1132,6 +1132,51 @@ def test_a_length_bounded_word_pattern_used_twice_is_lowered_once(compiler):
     assert not accepts_text(g, json.dumps({"a": "one ", "b": "one"}))
 
 
+def test_a_key_pattern_with_a_long_repeat_stays_counted(compiler):
+    """A patternProperties key `^[0-9a-zA-Z_-]{1,255}$` (no declared names) is lowered from the pattern's IR,
+    its repeat counted, not as a 256-state key automaton; the keys it accepts are exactly the pattern's."""
+    from tokenseam.grammar.json_schema import schema_to_grammar
+    from tokenseam.grammar.nfa import build_nfa
+
+    key = "^[0-9a-zA-Z_-]{1,255}$"
+    schema = {
+        "type": "object",
+        "patternProperties": {key: {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    assert build_nfa(schema_to_grammar(schema)).n < 100  # (as a key automaton: 312 states)
+    g = compiler.compile_json_schema(schema)
+    for k in ["a", "Z_-9", "k" * 255]:
+        assert accepts_text(g, f'{{"{k}": 1}}'), k
+    for k in ["", "k" * 256, "a.b", "é", "a\\n", "\\u002e"]:  # (the last two: escapes of "\n" and ".")
+        assert not accepts_text(g, f'{{"{k}": 1}}'), k
+    assert not accepts_text(g, '{"a": "x"}')
+    # Beside a declared name, or under additionalProperties true (keys outside the pattern are free), the key
+    # automata do the work, as before.
+    loose = {"type": "object", "patternProperties": {key: {"type": "integer"}}}
+    g = compiler.compile_json_schema(loose)
+    assert accepts_text(g, '{"a": 1, "a.b": "x", "%s": "y"}' % ("k" * 256))
+    assert not accepts_text(g, '{"a": "x"}')
+    named = {**schema, "properties": {"a.b": {"type": "string"}, "id": {"type": "string"}}}
+    g = compiler.compile_json_schema(named)
+    assert accepts_text(g, '{"a.b": "x", "b": 2}') and not accepts_text(g, '{"a.b": 1}')
+    assert not accepts_text(g, '{"id": "x"}')  # (matched by the pattern too: a string and an integer)
+
+
+def test_is_empty_language():
+    # (A key pattern's IR is checked with it before it is lowered; the regex parser refuses the empty class, so
+    # a parsed pattern is rarely empty.)
+    from tokenseam.grammar.ir import EMPTY, NOTHING, Alt, Chars, Escaped, Repeat, Seq, is_empty_language
+
+    a, none = Chars(((97, 97),)), Chars(())
+    assert not is_empty_language(a) and is_empty_language(none)
+    assert is_empty_language(Seq((a, none))) and not is_empty_language(Seq((a, a)))
+    assert not is_empty_language(Alt((none, a))) and is_empty_language(Alt((none, none)))
+    assert is_empty_language(NOTHING) and not is_empty_language(EMPTY)
+    assert not is_empty_language(Repeat(none, 0, 3)) and is_empty_language(Repeat(none, 1, None))
+    assert is_empty_language(Escaped(Repeat(Alt((none, Seq((a, none)))), 2, 5)))
+
+
 def test_a_long_enum_of_codes_shares_its_prefixes(compiler):
     from tokenseam.grammar.json_schema import schema_to_grammar
     from tokenseam.grammar.nfa import build_nfa

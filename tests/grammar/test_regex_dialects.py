@@ -116,9 +116,12 @@ def test_readings_that_differ_only_in_dollar_skip_the_intersection(pattern):
 
     c = _Compiler({}, False, False, False, 40)
     entry = c._pattern(pattern, "")
-    assert (entry.get("both") is entry["ecma"]) == (pattern in ONLY_DOLLAR)
+    assert entry["dollar_only"] == (pattern in ONLY_DOLLAR)
+    assert "ecma" not in entry and "python" not in entry  # (the automata are built when first asked for)
+    ecma, python = c.pattern_dfa(pattern, "", "ecma"), c.pattern_dfa(pattern, "", "python")
+    assert (c.pattern_dfa(pattern, "", "both") is ecma) == (pattern in ONLY_DOLLAR)
     refs = {
-        "both": cpauto.product(entry["ecma"], entry["python"]),
+        "both": cpauto.product(ecma, python),
         "either": cpauto.determinize(cpauto.from_ir(alt(*entry["ir"]))),
     }
     for reading, ref in refs.items():

@@ -12,10 +12,12 @@ from .ir import (
     EMPTY,
     NOTHING,
     Auto,
+    Escaped,
     Members,
     Ref,
     Repeat,
     alt,
+    is_empty_language,
     lit,
     seq,
 )
@@ -322,7 +324,7 @@ class ContainerLowering:
             # below, after the properties as it always was (the first error met stays the one reported).
             try:
                 pat_res[p] = searcher(p, f"patternProperties at {ptr}")
-                self.pattern_dfa(p, ptr, "ecma")
+                self.pattern_ir(p, ptr, "ecma")  # (parsed: its automata are built when needed)
             except GrammarError as exc:
                 pat_res[p] = exc
         names = list(props) + [r for r in required if r not in props]
@@ -384,13 +386,21 @@ class ContainerLowering:
             for reading, value in regions:
                 if value == NOTHING:
                     continue
-                d = self.pattern_dfa(p, ptr, reading)
-                # Keys the pattern matches minus the declared ones (the product is skipped when none matches).
-                key = cpauto.product(d, undeclared()) if any(cpauto.accepts(d, n) for n in names) else d
-                if name_dfa is not None:
-                    key = cpauto.product(key, name_dfa)
-                if not cpauto.is_empty(key):
-                    extra_alts.append(seq(lit('"'), Auto(key, escape=True), lit('"'), self.colon, value))
+                # The keys the pattern matches, as its parsed IR when nothing is taken out of them (no declared
+                # name, no propertyNames): no key automaton to build, and a long counted repeat stays counted.
+                ir = self.pattern_ir(p, ptr, reading) if not names and name_dfa is None else None
+                if ir is not None and not is_empty_language(ir):
+                    knode = Escaped(ir)
+                else:
+                    d = self.pattern_dfa(p, ptr, reading)
+                    # Minus the declared names (the product is skipped when none matches).
+                    key = cpauto.product(d, undeclared()) if any(cpauto.accepts(d, n) for n in names) else d
+                    if name_dfa is not None:
+                        key = cpauto.product(key, name_dfa)
+                    if cpauto.is_empty(key):
+                        continue
+                    knode = Auto(key, escape=True)
+                extra_alts.append(seq(lit('"'), knode, lit('"'), self.colon, value))
         for i in range(len(pat_names)):
             for j in range(i + 1, len(pat_names)):
                 if self.patterns_overlap(pat_names[i], pat_names[j], ptr):

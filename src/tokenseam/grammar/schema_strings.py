@@ -17,11 +17,13 @@ from .ir import (
     Repeat,
     alt,
     cls,
+    largest_repeat,
     lit,
     norm,
     seq,
 )
 from .library import library_rule
+from .nfa import COUNTER_THRESHOLD
 from .regex import parse_regex
 from .schema_safety import searcher
 
@@ -213,33 +215,52 @@ class StringLowering:
         return seq(q, Auto(auto, escape=True), q)
 
     def _pattern(self, pattern: str, ptr: str) -> dict:
-        r"""A patternProperties regex's key automata (search semantics), built once per pattern since the same
-        patterns recur across a schema's objects. A key is matched by a validator reading the regex as
-        ECMA-262 does or by one reading it as Python's `re` does, and the readings differ (`.`, `$`, `\d`,
-        `\w`, `\s`): the "ecma" and "python" readings are kept apart, and "both", "either" and the
-        complements are filled in when asked."""
+        r"""A patternProperties regex's readings (search semantics), parsed once per pattern since the same
+        patterns recur across a schema's objects; their key automata are built when first asked for
+        (`pattern_dfa`). A key is matched by a validator reading the regex as ECMA-262 does or by one reading
+        it as Python's `re` does, and the readings differ (`.`, `$`, `\d`, `\w`, `\s`): the "ecma" and "python"
+        readings are kept apart, and "both", "either" and the complements are filled in when asked."""
         entry = self.pattern_dfas.get(pattern)
         if entry is None:
             where = f"patternProperties at {ptr}"
             readings = [parse_regex(pattern, search=True, dialect=d, where=where) for d in ("ecma", "python")]
-            e, p = (cpauto.determinize(cpauto.from_ir(r)) for r in readings)
-            entry = self.pattern_dfas[pattern] = {"ecma": e, "python": p, "ir": readings}
             # When the readings differ only in `$` (Python's also matches before a final newline), every key
             # the ECMA reading matches the Python one matches too: "both" is the ECMA reading and "either"
             # the Python one, with no intersection or union to build (`^[a-z_-]{1,255}$`: 256 states each).
-            if readings[0] == parse_regex(
+            dollar_only = readings[0] == parse_regex(
                 pattern, search=True, dialect="python", where=where, python_dollar=False
-            ):
-                entry["both"], entry["either"] = e, p
+            )
+            entry = self.pattern_dfas[pattern] = {"ir": readings, "dollar_only": dollar_only}
         return entry
+
+    def pattern_ir(self, pattern: str, ptr: str, reading: str) -> Node | None:
+        """The IR of the keys `pattern` matches in `reading`, when one parsed reading is that language ("ecma"
+        and "python" always, "both" and "either" when the readings differ only in `$`) and it holds a repeat
+        the byte automaton counts: a key lowered from it keeps the repeat counted (`^[0-9a-zA-Z_-]{1,255}$`:
+        one counter instead of a chain of 256 states) and needs no key automaton. (Other patterns keep their
+        automaton: determinised, it is smaller than their IR lowered as it is (`.` searched: `.*..*`).)"""
+        entry = self._pattern(pattern, ptr)
+        if reading in ("ecma", "python"):
+            ir = entry["ir"][reading == "python"]
+        elif entry["dollar_only"] and reading in ("both", "either"):
+            ir = entry["ir"][reading == "either"]
+        else:
+            return None
+        return ir if largest_repeat(ir) > COUNTER_THRESHOLD else None
 
     def pattern_dfa(self, pattern: str, ptr: str, reading: str = "both", complement: bool = False):
         """The keys `pattern` matches in the "ecma" reading, the "python" one, "both", "either" or "one" (one
         reading but not the other); with `complement`, the keys it does not match in that reading."""
         entry = self._pattern(pattern, ptr)
         if reading not in entry:
-            if reading == "both":
-                entry[reading] = cpauto.product(entry["ecma"], entry["python"])
+            if reading in ("ecma", "python"):
+                entry[reading] = cpauto.determinize(cpauto.from_ir(entry["ir"][reading == "python"]))
+            elif entry["dollar_only"] and reading in ("both", "either"):
+                entry[reading] = self.pattern_dfa(pattern, ptr, "ecma" if reading == "both" else "python")
+            elif reading == "both":
+                entry[reading] = cpauto.product(
+                    self.pattern_dfa(pattern, ptr, "ecma"), self.pattern_dfa(pattern, ptr, "python")
+                )
             elif reading == "either":
                 entry[reading] = cpauto.determinize(cpauto.from_ir(alt(*entry["ir"])))
             else:  # one: matched by one reading only
@@ -269,7 +290,7 @@ class StringLowering:
         entry = self._pattern(pattern, ptr)
         if "words" not in entry:
             words = None
-            w = cpauto.single_word(entry["ecma"])
+            w = cpauto.single_word(self.pattern_dfa(pattern, ptr, "ecma"))
             if w is not None:
                 either = self.pattern_dfa(pattern, ptr, "either")
                 cands = [x for x in (w, w + "\n") if cpauto.accepts(either, x)]
@@ -281,13 +302,13 @@ class StringLowering:
     def pattern_matches(self, pattern: str, ptr: str, name: str, python) -> bool:
         """Whether a declared property name is matched by `pattern` in either reading (`python`: its
         linear-time Python searcher)."""
-        return python.accepts(name) or cpauto.accepts(self._pattern(pattern, ptr)["ecma"], name)
+        return python.accepts(name) or cpauto.accepts(self.pattern_dfa(pattern, ptr, "ecma"), name)
 
     def key_matches(self, pattern: str, ptr: str, name: str, reading: str) -> bool:
         """Whether a patternProperties regex matches the key `name` in one reading ("python" or "ecma")."""
         if reading == "python":
             return searcher(pattern, f"patternProperties at {ptr}").accepts(name)
-        return cpauto.accepts(self._pattern(pattern, ptr)["ecma"], name)
+        return cpauto.accepts(self.pattern_dfa(pattern, ptr, "ecma"), name)
 
     def patterns_overlap(self, p: str, q: str, ptr: str) -> bool:
         """Whether some key matches both patternProperties regexes (each in either reading)."""
