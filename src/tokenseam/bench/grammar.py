@@ -493,7 +493,7 @@ class _EngineWorker:
 
     @staticmethod
     def _serve(conn, name, vocab, docs, timeout_s, tokenizer, busy_streams) -> None:
-        from ..server.runtime import settle_heap
+        from ..server.runtime import settle_serving_process
 
         busy = None
         try:
@@ -510,8 +510,10 @@ class _EngineWorker:
                 if not busy.wait_decoding() or not busy.pause():
                     raise RuntimeError(f"the {busy_streams} busy streams did not start decoding")
             # What is loaded now (vocabulary, tables, the engine's code, the busy engine's model) stays: the
-            # collector is set as `tokenseam serve` sets it before serving. Every engine gets the same treatment.
-            settle_heap()
+            # collector and the switch interval (which decides how long a compile holding the interpreter lock
+            # keeps the busy engine's thread waiting) are set as `tokenseam serve` sets them before serving.
+            # Every engine gets the same treatment.
+            settle_serving_process()
             base_rss = _rss_mb()
             conn.send("ready")
             while True:
