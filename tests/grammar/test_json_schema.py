@@ -1151,6 +1151,17 @@ def test_a_key_pattern_with_a_long_repeat_stays_counted(compiler):
     for k in ["", "k" * 256, "a.b", "é", "a\\n", "\\u002e"]:  # (the last two: escapes of "\n" and ".")
         assert not accepts_text(g, f'{{"{k}": 1}}'), k
     assert not accepts_text(g, '{"a": "x"}')
+    # A pattern whose key automaton would pass MAX_DFA_STATES (2^21 subsets) is counted as a string value's is.
+    g = compiler.compile_json_schema(
+        {
+            "type": "object",
+            "patternProperties": {"^(a|b)*a(a|b){20}$": {"type": "integer"}},
+            "additionalProperties": False,
+        }
+    )
+    k, bs = "ab" * 15 + "a" + "b" * 20, "b" * 21
+    assert accepts_text(g, f'{{"{k}": 1}}') and accepts_text(g, f'{{"{k[1:]}": 1}}')
+    assert not accepts_text(g, f'{{"{k[:-1]}ab": 1}}') and not accepts_text(g, f'{{"{bs}": 1}}')
     # Beside a declared name, or under additionalProperties true (keys outside the pattern are free), the key
     # automata do the work, as before.
     loose = {"type": "object", "patternProperties": {key: {"type": "integer"}}}
