@@ -295,8 +295,9 @@ def test_first_mask_is_also_compared_on_the_files_both_engines_compile():
 
 
 def test_first_mask_repeats_take_turns_and_keep_the_median(tmp_path, monkeypatch):
-    """With --first-mask-repeats 3, each file's first mask is taken twice more before its run, every engine
-    in turn (the order rotating with each repeat), each compile cold; the median of the three is kept."""
+    """With --first-mask-repeats 3, each file's first mask is taken twice more before its run, in two passes
+    over all the files before the pass that runs them, every engine in turn (the order rotating from file to
+    file and from pass to pass), each compile cold; the median of the three is kept."""
     data = _mini_maskbench(tmp_path)
     order = tmp_path / "order.log"
     Logged = _logged_engine(order, forgets=True)
@@ -319,10 +320,10 @@ def test_first_mask_repeats_take_turns_and_keep_the_median(tmp_path, monkeypatch
             runs = r["ttfm_runs_us"]
             assert len(runs) == 3 and r["ttfm_us"] == pytest.approx(sorted(runs)[1], abs=0.1)
     a, b = "tokenseam", "tokenseam-any"
-    first = [a, "forget-cold", b, "forget-cold", b, "forget-cold", a, "forget-cold"]
-    run = [a, a, a, "forget-warm", b, b, b, "forget-warm"]
-    assert order.read_text().split()[:16] == first + run
-    assert order.read_text().split()[16:20] == [b, "forget-cold", a, "forget-cold"]  # the next file
+    ab, ba = [a, "forget-cold", b, "forget-cold"], [b, "forget-cold", a, "forget-cold"]
+    passes = ab + ba + ba + ab  # files 0 and 1, then again with the order turned
+    runs = [a, a, a, "forget-warm", b, b, b, "forget-warm", b, b, b, "forget-warm", a, a, a, "forget-warm"]
+    assert order.read_text().split() == passes + runs
 
 
 def test_first_mask_repeats_beside_busy_streams(tmp_path):

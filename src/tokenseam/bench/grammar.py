@@ -632,16 +632,18 @@ def _run_interleaved(engines: list[str], vocab, docs, args, tokenizer):
     """Every file through every engine before the next file (the engines' order rotating from file to file),
     each engine in its own child (_EngineWorker). Beside busy streams, a turn is BUSY_TURN_FILES files (each
     engine's streams decode only in its turns, so one engine is beside decoding streams at a time, and a
-    switch waits for a decode step to end)."""
+    switch waits for a decode step to end). With --first-mask-repeats N, the files are gone through N times:
+    N - 1 passes of first masks, then the pass that runs each file's tests, so a file's first masks are
+    taken minutes apart and a burst of the machine's load reaches one of them, not all."""
     busy = args.busy_streams
     workers = [_EngineWorker(name, vocab, docs, args.timeout, tokenizer, busy) for name in engines]
     wall = dict.fromkeys(engines, 0.0)
     turn = BUSY_TURN_FILES if busy else 1
     try:
         repeats = args.first_mask_repeats
-        for c, start in enumerate(range(0, len(docs), turn)):
-            files = range(start, min(start + turn, len(docs)))
-            for r in range(repeats):  # each repeat through every engine, the last one the file's run
+        for r in range(repeats):  # each pass through every engine, the last one the files' runs
+            for c, start in enumerate(range(0, len(docs), turn)):
+                files = range(start, min(start + turn, len(docs)))
                 for j in range(len(workers)):
                     w = workers[(c + r + j) % len(workers)]
                     t0 = time.time()
@@ -653,8 +655,9 @@ def _run_interleaved(engines: list[str], vocab, docs, args, tokenizer):
                             w.run_file(k, args.verbose)
                     w.pause()
                     wall[w.name] += time.time() - t0
-            if (files[-1] + 1) // 50 > start // 50 or files[-1] + 1 == len(docs):
-                print(f"[{files[-1] + 1}/{len(docs)} files]", file=sys.stderr)
+                if (files[-1] + 1) // 50 > start // 50 or files[-1] + 1 == len(docs):
+                    what = f"first masks {r + 1} of {repeats - 1}, " if r < repeats - 1 else ""
+                    print(f"[{what}{files[-1] + 1}/{len(docs)} files]", file=sys.stderr)
         summaries = []
         for w in workers:
             summary = w.finish()
