@@ -1174,20 +1174,6 @@ def test_a_key_pattern_with_a_long_repeat_stays_counted(compiler):
     assert not accepts_text(g, '{"id": "x"}')  # (matched by the pattern too: a string and an integer)
 
 
-def test_is_empty_language():
-    # (A key pattern's IR is checked with it before it is lowered; the regex parser refuses the empty class, so
-    # a parsed pattern is rarely empty.)
-    from tokenseam.grammar.ir import EMPTY, NOTHING, Alt, Chars, Escaped, Repeat, Seq, is_empty_language
-
-    a, none = Chars(((97, 97),)), Chars(())
-    assert not is_empty_language(a) and is_empty_language(none)
-    assert is_empty_language(Seq((a, none))) and not is_empty_language(Seq((a, a)))
-    assert not is_empty_language(Alt((none, a))) and is_empty_language(Alt((none, none)))
-    assert is_empty_language(NOTHING) and not is_empty_language(EMPTY)
-    assert not is_empty_language(Repeat(none, 0, 3)) and is_empty_language(Repeat(none, 1, None))
-    assert is_empty_language(Escaped(Repeat(Alt((none, Seq((a, none)))), 2, 5)))
-
-
 def test_a_long_enum_of_codes_shares_its_prefixes(compiler):
     from tokenseam.grammar.json_schema import schema_to_grammar
     from tokenseam.grammar.nfa import build_nfa

@@ -224,35 +224,6 @@ def cls(spec: str) -> Chars:
     return Chars(norm(rs))
 
 
-def is_empty_language(node: Node) -> bool:
-    """Whether `node`, made of characters, sequences, alternatives and repeats (a parsed regex), matches no
-    string. Any other node counts as not empty."""
-    stack: list[tuple[Node, bool]] = [(node, False)]
-    done: dict[int, bool] = {}
-    while stack:
-        x, ready = stack.pop()
-        t = type(x)
-        if t is Chars:
-            done[id(x)] = not x.ranges
-        elif t is Seq or t is Alt or t is Repeat or t is Escaped:
-            parts = x.items if t is Seq or t is Alt else (x.item,)
-            if not ready:
-                stack.append((x, True))
-                stack.extend((y, False) for y in parts if id(y) not in done)
-                continue
-            if t is Seq:
-                done[id(x)] = any(done[id(y)] for y in parts)
-            elif t is Alt:
-                done[id(x)] = all(done[id(y)] for y in parts)
-            elif t is Repeat:
-                done[id(x)] = x.min > 0 and done[id(x.item)]
-            else:
-                done[id(x)] = done[id(x.item)]
-        else:
-            done[id(x)] = False
-    return done[id(node)]
-
-
 def largest_repeat(node: Node) -> int:
     """The largest bound (max, or min when unbounded) of a repeat in `node` (0 without one), over characters,
     sequences, alternatives, repeats and escapes (a parsed regex)."""

@@ -17,7 +17,6 @@ from .ir import (
     Ref,
     Repeat,
     alt,
-    is_empty_language,
     lit,
     seq,
 )
@@ -324,7 +323,7 @@ class ContainerLowering:
             # below, after the properties as it always was (the first error met stays the one reported).
             try:
                 pat_res[p] = searcher(p, f"patternProperties at {ptr}")
-                self.pattern_ir(p, ptr, "ecma")  # (parsed: its automata are built when needed)
+                self._pattern(p, ptr)  # (parsed: its automata are built when needed)
             except GrammarError as exc:
                 pat_res[p] = exc
         names = list(props) + [r for r in required if r not in props]
@@ -388,8 +387,9 @@ class ContainerLowering:
                     continue
                 # The keys the pattern matches, as its parsed IR when nothing is taken out of them (no declared
                 # name, no propertyNames): no key automaton to build, and a long counted repeat stays counted.
+                # (As a string value's pattern is: the parser refuses an empty class, so the IR matches a key.)
                 ir = self.pattern_ir(p, ptr, reading) if not names and name_dfa is None else None
-                if ir is not None and not is_empty_language(ir):
+                if ir is not None:
                     knode = Escaped(ir)
                 else:
                     d = self.pattern_dfa(p, ptr, reading)
