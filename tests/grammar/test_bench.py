@@ -54,8 +54,8 @@ def test_small_run_writes_report(tmp_path, monkeypatch, capsys):
     assert "not installed" in capsys.readouterr().out
 
 
-def _mini_maskbench(path: Path) -> Path:
-    """Two MaskBench-format files: a schema and instances marked valid or not."""
+def _mini_maskbench(path: Path, files: int = 2) -> Path:
+    """`files` MaskBench-format files (the same each): a schema and instances marked valid or not."""
     schema = {
         "type": "object",
         "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 4}},
@@ -67,7 +67,7 @@ def _mini_maskbench(path: Path) -> Path:
         {"data": {"b": "xy", "a": 1}, "valid": True},  # another property order
         {"data": {"a": 1, "b": "too long"}, "valid": False},
     ]
-    for i in range(2):
+    for i in range(files):
         (path / f"mini_{i}.json").write_text(json.dumps({"schema": schema, "tests": tests}))
     return path
 
@@ -181,11 +181,20 @@ def _logged_engine(order: Path, forgets: bool = False) -> type:
     return Logged
 
 
+def _logged_any_order(logged: type) -> type:
+    """The any-order engine (`tokenseam-any`) of a `_logged_engine` class."""
+
+    class LoggedAny(logged):
+        name = "tokenseam-any"
+        property_order = "any"
+
+    return LoggedAny
+
+
 def test_engines_run_interleaved_and_a_crash_stays_in_its_engine(tmp_path, monkeypatch):
     """Each file goes through every engine before the next file; an engine whose process dies on the second
     file is reported as crashed, and the others finish every file."""
-    data = _mini_maskbench(tmp_path)
-    (data / "mini_2.json").write_text((data / "mini_0.json").read_text())
+    data = _mini_maskbench(tmp_path, files=3)
     order = tmp_path / "order.log"
     Logged = _logged_engine(order)
 
@@ -219,14 +228,11 @@ def test_beside_busy_streams_engines_take_turns_and_only_one_decodes_at_a_time(t
     turns of BUSY_TURN_FILES files; the engines' order rotates from turn to turn."""
     from tokenseam.bench import busy as busy_mod
 
-    data = _mini_maskbench(tmp_path)
-    (data / "mini_2.json").write_text((data / "mini_0.json").read_text())
+    data = _mini_maskbench(tmp_path, files=3)
     order = tmp_path / "order.log"
     Logged = _logged_engine(order)
 
-    class LoggedAny(Logged):
-        name = "tokenseam-any"
-        property_order = "any"
+    LoggedAny = _logged_any_order(Logged)
 
     class LoggedBusy(busy_mod.BusyEngine):  # forked into each engine's child with the module
         def resume(self):
@@ -302,10 +308,7 @@ def test_first_mask_repeats_take_turns_and_keep_the_median(tmp_path, monkeypatch
     order = tmp_path / "order.log"
     Logged = _logged_engine(order, forgets=True)
 
-    class LoggedAny(Logged):
-        name = "tokenseam-any"
-        property_order = "any"
-
+    LoggedAny = _logged_any_order(Logged)
     monkeypatch.setitem(bench.ADAPTERS, "tokenseam", Logged)
     monkeypatch.setitem(bench.ADAPTERS, "tokenseam-any", LoggedAny)
     out = tmp_path / "r.json"
