@@ -49,7 +49,7 @@ def rule_refs(g: Grammar, with_nothing: set[str] | None = None) -> tuple[dict[st
             n = stack.pop()
             t = type(n)
             if t is Chars or n is LAYOUT or n is LAYOUT_NO_INDENT:
-                # most nodes, and shared (one per character, one whitespace node): no reference below them
+                # shared (one per character, one whitespace node): no reference below them
                 continue
             if id(n) in seen:
                 again.append(n)
@@ -59,10 +59,13 @@ def rule_refs(g: Grammar, with_nothing: set[str] | None = None) -> tuple[dict[st
             if not walked & 255:
                 b.tick(256)
             if t is Seq or t is Alt:  # (the common parts dispatched here, without a call)
-                if n.items:
-                    stack.extend(n.items)
-                elif t is Alt and with_nothing is not None:
+                if not n.items and t is Alt and with_nothing is not None:
                     with_nothing.add(name)
+                # The characters and layouts, most of the parts, are left out here rather than pushed and
+                # popped; the others are pushed in order, as the walk meets them.
+                for x in n.items:
+                    if type(x) is not Chars and x is not LAYOUT and x is not LAYOUT_NO_INDENT:
+                        stack.append(x)
             elif t is Ref:
                 acc.add(n.name)
                 met[n.name] = n.name in met
