@@ -658,11 +658,14 @@ def test_fresh_target_template_makes_what_escapes_and_high_state_make(chunk):
     assert made(True) == made(False)
 
 
+@pytest.mark.parametrize("listed", [False, True])
 @pytest.mark.parametrize("kept", [True, False])
-def test_high_state_into_a_fresh_target_copies_what_it_would_write(monkeypatch, kept):
+def test_high_state_into_a_fresh_target_copies_what_it_would_write(monkeypatch, kept, listed):
     # The multi-byte forms into a target no shared tail state leads into yet are copied from a template; into
     # a target that has them, written edge by edge; with no template kept (FRESH_KEPT reached), edge by edge
-    # too. The same states, rows and shared entries as writing every one, in each case.
+    # too. The same states, rows and shared entries as writing every one, in each case: with the copies'
+    # edges written at the freeze, all copies of a template at once, or on the lists (`listed`, as while a
+    # library body is recorded).
     from tokenseam.grammar import utf8
     from tokenseam.grammar.nfa import _SINK_SETS, ByteNFA
     from tokenseam.grammar.utf8 import CodePointEdges
@@ -677,6 +680,7 @@ def test_high_state_into_a_fresh_target_copies_what_it_would_write(monkeypatch, 
     def made(reference):
         nfa = ByteNFA()
         cpe = CodePointEdges(nfa)
+        cpe.listed = listed
         nfa.add_many(5)
         targets = [nfa.add() for _ in range(3)]
         got = []
@@ -699,3 +703,9 @@ def test_high_state_into_a_fresh_target_copies_what_it_would_write(monkeypatch, 
         monkeypatch.setattr(utf8, "FRESH_KEPT", 0)
     assert made(False) == made(True)
     assert bool(utf8._FRESH) == kept
+    if kept and not listed:  # (the copies went through the freeze's batch: nothing of them on the lists)
+        nfa = ByteNFA()
+        cpe = CodePointEdges(nfa)
+        cpe.high_state(sets[0], nfa.add())
+        cpe.high_state(sets[0], nfa.add())
+        assert not nfa.e and [len(f) for _, _, f, _ in nfa.fresh.values()] == [2]

@@ -152,10 +152,12 @@ def record(b: _Builder, body: Node, s: int) -> tuple[int, Fragment | None]:
     nfa.may_dead_end = False
     log: list[tuple[int, str, bool]] = []
     b.rule_log = log
+    b.code_points.listed = True
     try:
         end = run(b._emit(body, s, False, None))
     finally:
         b.rule_log = None
+        b.code_points.listed = False
         dead = nfa.may_dead_end
         nfa.may_dead_end = dead0 or dead
     n1 = nfa.size

@@ -66,6 +66,9 @@ class ByteNFA:
         # Edges a kernel wrote (int32 arrays of the same items), joined to `e` at the freeze: they go into the
         # rows of states no other edge leaves, so where they stand in `e` changes no row.
         self.e_chunks: list[np.ndarray] = []
+        # Copies of CodePointEdges.into_fresh's templates whose edges are written at the freeze, one array per
+        # template: id(template rows) -> (rows, the rows into the target, first states, targets).
+        self.fresh: dict[int, tuple[np.ndarray, np.ndarray, list[int], list[int]]] = {}
         self.edges: FlatRows | None = None
         self._next_check = CHARGE_BLOCK - 1  # add(): the state index at which _check runs next
         # When the NFA reaches `large_at` states, `on_large()` runs once (the builder's size estimate).
@@ -152,6 +155,9 @@ class ByteNFA:
                 self.e_chunks.append(edges)
                 self.ep_chunks.append(eps)
                 self.lay = []
+            for rows, into_e, firsts, targets in self.fresh.values():
+                self.e_chunks.append(_template_copies(rows, into_e, firsts, targets))
+            self.fresh = {}
             self.edges = _rows_of(self.e, self.e_chunks, 4, self.n)
             self.eps = _rows_of(self.ep, self.ep_chunks, 2, self.n)
             self.e, self.ep, self.e_chunks, self.ep_chunks = [], [], [], []
@@ -178,6 +184,19 @@ def _rows_of(flat: list[int], chunks: list[np.ndarray], width: int, n: int) -> F
         ]
     )
     return FlatRows.grouped(np.frombuffer(raw, dtype=np.int32).reshape(-1, width), n)
+
+
+def _template_copies(
+    rows: np.ndarray, into_e: np.ndarray, firsts: list[int], targets: list[int]
+) -> np.ndarray:
+    """The edges of a template's copies, flat, copy after copy: copy k's states numbered from firsts[k] and its
+    rows `into_e` led into targets[k]."""
+    first = np.array(firsts, np.int32)[:, None]
+    edges = np.repeat(rows[None], len(firsts), axis=0)
+    edges[:, :, 0] += first
+    edges[:, :, 3] += first
+    edges[:, into_e, 3] = np.array(targets, np.int32)[:, None]
+    return edges.ravel()
 
 
 def layout_rows_into(edges: list[int], ep: list[int], a: int, e: int, indent: bool) -> None:

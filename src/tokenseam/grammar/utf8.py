@@ -137,6 +137,9 @@ class CodePointEdges:
         self.tails: dict[tuple[int, int], int] = {}
         self.high_cache: dict[tuple, int] = {}
         self.esc_cache: dict[tuple, int] = {}
+        # Edges written to the NFA's lists at once, none left for the freeze: set while a library body is
+        # recorded (library.record reads what the lowering added from the lists).
+        self.listed = False
 
     def lower(self, ranges, s: int, e: int, esc: bool) -> None:
         """Byte edges from `s` to `e` for one code point of `ranges` (JSON-escaped when `esc`)."""
@@ -160,7 +163,7 @@ class CodePointEdges:
         y = self.high_cache.get(hk)
         if y is None:
             if (e, 1) not in self.tails:  # no shared tail into e yet: a template's copy (or edge by edge)
-                return self.into_fresh((), high, e, False)[1]
+                return self.into_fresh((), high, e, not self.listed)[1]
             y = self._lower_high(high, e)
         return y
 
@@ -187,8 +190,8 @@ class CodePointEdges:
     def into_fresh(self, specials: tuple[int, ...], high: tuple, e: int, chunk: bool) -> tuple[int, int]:
         """escapes(specials, e) (none if `specials` is empty), then high_state(high, e), for a target `e` that
         nothing leads into yet (no shared state of e's exists): the same states, edges and shared entries,
-        copied from a template made once per pair of sets. With `chunk`, the edges go to the NFA as an array
-        (`ByteNFA.e_chunks`: no other edge ever leaves these states). The states after the backslash (-1 if
+        copied from a template made once per pair of sets. With `chunk`, the edges are written at the freeze, with
+        the template's other copies (`ByteNFA.fresh`: no other edge ever leaves these states). The states after the backslash (-1 if
         none) and the multi-byte forms' state."""
         template = _fresh_template(specials, high)
         if template is None:  # (none kept for these sets: written edge by edge, as they would be)
@@ -196,11 +199,16 @@ class CodePointEdges:
         size, rows, into_e, esc_at, high_at, tails = template
         nfa = self.nfa
         first = nfa.add_many(size)
-        edges = rows + np.array((first, 0, 0, first), np.int32)
-        edges[into_e, 3] = e
         if chunk:
-            nfa.e_chunks.append(edges.ravel())
+            # Noted, and written at the freeze with every other copy of this template (ByteNFA.freeze_rows).
+            copies = nfa.fresh.get(id(rows))
+            if copies is None:
+                copies = nfa.fresh[id(rows)] = (rows, into_e, [], [])
+            copies[2].append(first)
+            copies[3].append(e)
         else:
+            edges = rows + np.array((first, 0, 0, first), np.int32)
+            edges[into_e, 3] = e
             nfa.e += edges.ravel().tolist()
         bs = -1
         if specials:
