@@ -190,9 +190,9 @@ class CodePointEdges:
     def into_fresh(self, specials: tuple[int, ...], high: tuple, e: int, chunk: bool) -> tuple[int, int]:
         """escapes(specials, e) (none if `specials` is empty), then high_state(high, e), for a target `e` that
         nothing leads into yet (no shared state of e's exists): the same states, edges and shared entries,
-        copied from a template made once per pair of sets. With `chunk`, the edges are written at the freeze, with
-        the template's other copies (`ByteNFA.fresh`: no other edge ever leaves these states). The states after the backslash (-1 if
-        none) and the multi-byte forms' state."""
+        copied from a template made once per pair of sets. With `chunk`, the edges are written at the freeze,
+        with the template's other copies (`ByteNFA.fresh`: no other edge ever leaves these states). The states
+        after the backslash (-1 if none) and the multi-byte forms' state."""
         template = _fresh_template(specials, high)
         if template is None:  # (none kept for these sets: written edge by edge, as they would be)
             return self.escapes(specials, e) if specials else -1, self._lower_high(high, e)
