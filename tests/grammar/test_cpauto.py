@@ -646,7 +646,8 @@ def test_fresh_target_template_makes_what_escapes_and_high_state_make(chunk):
         cpe.lower(((0x41, 0x5A), (0x2028, 0x2029)), 3, 7, True)  # other shared states, other targets
         target = nfa.add()
         if use_template:
-            got = cpe.into_fresh(*_SINK_SETS, target, chunk)
+            cpe.listed = not chunk
+            got = cpe.into_fresh(*_SINK_SETS, target)
         else:
             got = cpe.escapes(_SINK_SETS[0], target), cpe.high_state(_SINK_SETS[1], target)
         again = cpe.escapes(_SINK_SETS[0], target), cpe.high_state(_SINK_SETS[1], target)
@@ -694,7 +695,7 @@ def test_high_state_into_a_fresh_target_copies_what_it_would_write(monkeypatch, 
         if reference:
             got.append((cpe.escapes(_SINK_SETS[0], sink), cpe._lower_high(_SINK_SETS[1], sink)))
         else:
-            got.append(cpe.into_fresh(*_SINK_SETS, sink, False))
+            got.append(cpe.into_fresh(*_SINK_SETS, sink))
         nfa.freeze_rows()
         return got, _frozen(nfa), sorted(cpe.tails.items()), sorted(cpe.high_cache.items())
 

@@ -912,7 +912,7 @@ class _Builder:
         """The rows cpkernels.word_rows wrote, numbered in the NFA: the sink's escapes and multi-byte forms made
         here, in the order the loop makes them at its first trie state (a state without children has the
         sink's sets: every key character has a set of its own)."""
-        escapes, high = self.code_points.into_fresh(*_SINK_SETS, sink, self.rule_log is None)
+        escapes, high = self.code_points.into_fresh(*_SINK_SETS, sink)
         cpkernels.place_word_rows(edges, eps, first, sink, escapes, high, e)
         if self.rule_log is None:
             self.nfa.e_chunks.append(edges)

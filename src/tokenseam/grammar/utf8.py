@@ -163,7 +163,7 @@ class CodePointEdges:
         y = self.high_cache.get(hk)
         if y is None:
             if (e, 1) not in self.tails:  # no shared tail into e yet: a template's copy (or edge by edge)
-                return self.into_fresh((), high, e, not self.listed)[1]
+                return self.into_fresh((), high, e)[1]
             y = self._lower_high(high, e)
         return y
 
@@ -187,19 +187,19 @@ class CodePointEdges:
             edges += (bs + q, c, c, e if t < 0 else bs + t)
         return bs
 
-    def into_fresh(self, specials: tuple[int, ...], high: tuple, e: int, chunk: bool) -> tuple[int, int]:
+    def into_fresh(self, specials: tuple[int, ...], high: tuple, e: int) -> tuple[int, int]:
         """escapes(specials, e) (none if `specials` is empty), then high_state(high, e), for a target `e` that
         nothing leads into yet (no shared state of e's exists): the same states, edges and shared entries,
-        copied from a template made once per pair of sets. With `chunk`, the edges are written at the freeze,
-        with the template's other copies (`ByteNFA.fresh`: no other edge ever leaves these states). The states
-        after the backslash (-1 if none) and the multi-byte forms' state."""
+        copied from a template made once per pair of sets. The edges are written at the freeze, with the
+        template's other copies (`ByteNFA.fresh`: no other edge ever leaves these states), or at once on the
+        lists while `listed`. The states after the backslash (-1 if none) and the multi-byte forms' state."""
         template = _fresh_template(specials, high)
         if template is None:  # (none kept for these sets: written edge by edge, as they would be)
             return self.escapes(specials, e) if specials else -1, self._lower_high(high, e)
         size, rows, into_e, esc_at, high_at, tails = template
         nfa = self.nfa
         first = nfa.add_many(size)
-        if chunk:
+        if not self.listed:
             # Noted, and written at the freeze with every other copy of this template (ByteNFA.freeze_rows).
             copies = nfa.fresh.get(id(rows))
             if copies is None:
